@@ -1,0 +1,41 @@
+# `make run` and `make test` are the whole set-up: both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# DESIGN.md: torch first and pinned, or a looser pin pulls several GB of CUDA wheels.
+TORCH ?= torch==2.13.0
+
+CONFIG ?= configs/default.yaml
+CORPUS ?=
+EVAL_DATA ?=
+ARTIFACTS ?=
+SET ?=
+RUN_ARGS = --config $(CONFIG) $(foreach c,$(CORPUS),--corpus $(c)) \
+	$(if $(EVAL_DATA),--eval-data $(EVAL_DATA)) $(if $(ARTIFACTS),--artifacts $(ARTIFACTS)) \
+	$(foreach s,$(SET),--set $(s))
+
+.PHONY: run test bench clean venv
+.DEFAULT_GOAL := run
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/cpipe run $(RUN_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.filter_throughput
+	$(BIN)/python -m bench.train_step_overhead
+
+clean:
+	rm -rf $(VENV) artifacts

@@ -1,0 +1,101 @@
+"""`cpipe`: run the pipeline, serve it as a Prefect deployment, inspect its artifacts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+import tasks  # noqa: F401  (sets logging before prefect is imported)
+
+from pipeline.config import STAGES
+from pipeline.errors import InputError
+from storage import DatasetError
+
+USER_ERRORS = (InputError, DatasetError)
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML profile (default: configs/default.yaml values built in)")
+    p.add_argument("--corpus", action="append", help="local file or directory; repeat to mix; replaces the profile's sources")
+    p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout")
+    p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
+    p.add_argument("--until", choices=STAGES, help="stop after this stage")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set filter.min_tokens=1024")
+
+
+class _NoUserTracebacks(logging.Filter):
+    """Prefect logs a failed task's traceback; for bad input the one-line message is the whole story."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], USER_ERRORS):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_user_errors() -> None:
+    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs"):
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(_NoUserTracebacks())
+
+
+def cmd_run(args) -> int:
+    from flows.pipeline import full_pipeline, resolve
+
+    options = dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data, artifacts=args.artifacts,
+                   until=args.until, overrides=args.overrides)
+    resolve(**options)  # fail on bad input before Prefect or Ray start
+    _quiet_user_errors()
+    started = time.perf_counter()
+    full_pipeline(**options)
+    print(f"cpipe: finished in {time.perf_counter() - started:.1f}s")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from flows.pipeline import full_pipeline, resolve
+
+    parameters = {k: v for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
+                                         artifacts=args.artifacts, until=args.until,
+                                         overrides=args.overrides or None).items() if v is not None}
+    if args.corpus and args.eval_data:
+        resolve(**parameters)
+    full_pipeline.serve(name=args.name, parameters=parameters)
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from storage.inspect import show
+
+    show(args.path, rows=args.rows)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cpipe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run the full pipeline locally (embedded Prefect, local Ray)")
+    _run_options(p_run)
+    p_run.set_defaults(fn=cmd_run)
+    p_serve = sub.add_parser("serve", help="serve the deployment full-pipeline/<name> to a Prefect server")
+    _run_options(p_serve)
+    p_serve.add_argument("--name", default="local", help="deployment name (default: local)")
+    p_serve.set_defaults(fn=cmd_serve)
+    p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")
+    p_inspect.add_argument("path")
+    p_inspect.add_argument("--rows", type=int, default=5, help="first rows to show (default 5)")
+    p_inspect.set_defaults(fn=cmd_inspect)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except USER_ERRORS as e:
+        print(f"cpipe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The `full-pipeline` flow: corpus -> tokenizer -> filter -> augment -> init -> train -> evaluate -> leaderboard."""
+
+from __future__ import annotations
+
+import tasks  # noqa: F401  (sets logging before prefect is imported)
+
+from prefect import flow, get_run_logger
+
+from pipeline import corpus as corpus_stage
+from pipeline import evaluate as evaluate_stage
+from pipeline.config import STAGES, Config, ConfigError, load_config
+from pipeline.sts import find_sts
+from tasks.stages import publish_leaderboard, run, start_ray
+
+
+def resolve(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
+            artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Load and check everything a run needs before any work starts."""
+    if until is not None and until not in STAGES:
+        raise ConfigError(f"--until {until}: unknown stage (stages: {', '.join(STAGES)})")
+    sources = [corpus] if isinstance(corpus, str) else corpus
+    cfg = load_config(config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None,
+                                            "evaluate.data": eval_data})
+    corpus_stage.stage_config(cfg.corpus.sources, cfg.corpus.max_docs)  # sources exist and are readable
+    if STAGES.index(until or STAGES[-1]) >= STAGES.index("evaluate"):
+        if not cfg.evaluate.data:
+            raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
+        find_sts(cfg.evaluate.data)
+    return cfg
+
+
+@flow(name="full-pipeline")
+def full_pipeline(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
+                  artifacts: str | None = None, until: str | None = None,
+                  overrides: list[str] | None = None) -> dict[str, str]:
+    """Train and rank sentence encoders on a corpus; every stage is cached by its fingerprint."""
+    log = get_run_logger()
+    cfg = resolve(config, corpus, eval_data, artifacts, until, overrides)
+    a = cfg.artifacts
+    done: dict[str, str] = {}
+
+    def finished(stage: str) -> bool:
+        return until == stage
+
+    done["corpus"] = run("corpus", corpus_stage.stage_config(cfg.corpus.sources, cfg.corpus.max_docs), {}, a)
+    if finished("corpus"):
+        return done
+    scratch = cfg.model.base is None
+    done["tokenizer"] = run("tokenizer", {"base": cfg.model.base, **cfg.tokenizer.model_dump()},
+                            {"corpus": done["corpus"]} if scratch else {}, a)
+    if finished("tokenizer"):
+        return done
+    done["filter"] = run("filter", cfg.filter.model_dump(), {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}, a)
+    if finished("filter"):
+        return done
+    done["augment"] = run("augment", cfg.augment.model_dump(),
+                          {"documents": done["filter"], "tokenizer": done["tokenizer"]}, a)
+    if finished("augment"):
+        return done
+    done["init"] = run("init", cfg.model.model_dump(), {"tokenizer": done["tokenizer"]}, a)
+    if finished("init"):
+        return done
+    start_ray(cfg.ray.address, cfg.ray.num_cpus)
+    models = {}
+    for name, run_cfg in cfg.run_configs().items():
+        models[name] = run("train", {"train": run_cfg.model_dump()},
+                           {"pairs": done["augment"], "init": done["init"]}, a, label=f"train-{name}")
+    done.update({f"train/{k}": v for k, v in models.items()})
+    if finished("train"):
+        return done
+    evaluated = {name: ("trained", path) for name, path in models.items()}
+    if cfg.evaluate.untrained:
+        evaluated["untrained"] = ("untrained", done["init"])
+    if cfg.evaluate.fasttext.enabled:
+        ft = cfg.evaluate.fasttext.model_dump(exclude={"enabled"})
+        evaluated["fasttext-bow"] = ("baseline", run("baseline", ft,
+                                                     {"documents": done["filter"]}, a))
+    scores = {}
+    for name, (kind, path) in evaluated.items():
+        config_ = evaluate_stage.stage_config(cfg.evaluate.model_dump(), cfg.evaluate.data, name, kind)
+        scores[f"scores-{name}"] = run("evaluate", config_, {"model": path}, a, label=f"evaluate-{name}")
+    done.update({f"evaluate/{k}": v for k, v in scores.items()})
+    if finished("evaluate"):
+        return done
+    done["leaderboard"] = run("leaderboard", {}, scores, a)
+    done["leaderboard.md"] = publish_leaderboard(done["leaderboard"], a)
+    log.info("leaderboard written to %s", done["leaderboard.md"])
+    return done

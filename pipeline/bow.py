@@ -1,0 +1,74 @@
+"""Bag-of-words baseline: fastText skipgram vectors trained on the filtered corpus, averaged per sentence.
+
+It tells whether a contrastive encoder beats what the same corpus gives with
+no transformer at all.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import fasttext
+import numpy as np
+
+# fastText 0.9.3 built from sdist returns NaN vectors with fewer threads than
+# this on small machines (DESIGN.md, "What is known about the dependencies").
+MIN_THREADS = 11
+
+
+def _one_line(text: str) -> str:
+    # fastText reads one document per line and rejects newlines at inference.
+    return text.replace("\r", " ").replace("\n", " ").lower()
+
+
+def train_fasttext(texts: Iterable[str], out_path: str, dim: int = 100, epoch: int = 5,
+                   min_count: int = 2, threads: int = 12, bucket: int = 200_000) -> str:
+    """Train skipgram vectors on texts (lowercased, one document per line); save the binary model to out_path.
+
+    fastText 0.9.3 takes no seed for unsupervised training (it always uses 0), and
+    several threads are not bit-reproducible anyway. `bucket` sizes the subword
+    hash table: fastText's default of 2M makes an ~800 MB model at dim 100.
+    """
+    if threads < MIN_THREADS:
+        raise ValueError(f"fastText needs threads >= {MIN_THREADS} here (fewer gives NaN vectors), got {threads}")
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The corpus file sits beside the model: a filtered corpus can outgrow /tmp.
+    fd, corpus = tempfile.mkstemp(dir=out.parent, prefix=".fasttext-corpus.", suffix=".txt")
+    tmp_model = f"{out}.tmp"
+    try:
+        n_docs = 0
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for text in texts:
+                line = _one_line(text).strip()
+                if line:
+                    f.write(line + "\n")
+                    n_docs += 1
+        if n_docs == 0:
+            raise ValueError("no text to train fastText on: every document is empty")
+        model = fasttext.train_unsupervised(
+            corpus, model="skipgram", dim=dim, epoch=epoch, minCount=min_count,
+            thread=threads, bucket=bucket, verbose=0)
+        model.save_model(tmp_model)
+        os.replace(tmp_model, out)
+    finally:
+        Path(corpus).unlink(missing_ok=True)
+        Path(tmp_model).unlink(missing_ok=True)
+    return str(out)
+
+
+class FastTextEncoder:
+    """Sentence vector = fastText's average of L2-normalised word vectors."""
+
+    def __init__(self, model_path: str):
+        self.model = fasttext.load_model(str(model_path))
+        self.dim = self.model.get_dimension()
+
+    def encode(self, sentences: list[str]) -> np.ndarray:
+        out = np.zeros((len(sentences), self.dim), dtype=np.float32)
+        for i, sentence in enumerate(sentences):
+            out[i] = self.model.get_sentence_vector(_one_line(sentence))
+        return out

@@ -1,0 +1,232 @@
+"""One validated configuration, loaded from YAML with `--set key=value` overrides.
+
+Unknown keys and bad values fail here, before any work starts, with the key named.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pipeline.errors import InputError
+
+STAGES = ("corpus", "tokenizer", "filter", "augment", "init", "train", "evaluate", "leaderboard")
+
+
+class ConfigError(InputError):
+    """A configuration problem, already phrased for the user."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class CorpusConfig(Strict):
+    sources: list[str] = Field(default_factory=list, description="local files/directories (later: URLs)")
+    max_docs: int | None = Field(None, ge=1)
+
+
+class TokenizerConfig(Strict):
+    """Used only when training from scratch (model.base is null)."""
+
+    vocab_size: int = Field(8192, ge=300)
+    min_frequency: int = Field(2, ge=1)
+    max_length: int = Field(514, ge=16, description="model_max_length stored with the tokenizer")
+
+
+class FilterConfig(Strict):
+    min_tokens: int = Field(2048, ge=0)
+    dedup: bool = True
+
+
+class AugmentConfig(Strict):
+    objective: Literal["declutr"] = "declutr"
+    epochs: int = Field(1, ge=1)
+    num_anchors: int = Field(2, ge=1)
+    num_positives: int = Field(2, ge=1)
+    min_length: int = Field(32, ge=1)
+    max_length: int = Field(512, ge=2)
+    seed: int = 0
+    rows_per_shard: int = Field(50_000, ge=1)
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "AugmentConfig":
+        if self.min_length >= self.max_length:
+            raise ValueError(f"min_length ({self.min_length}) must be below max_length ({self.max_length})")
+        return self
+
+
+class ModelConfig(Strict):
+    base: str | None = Field(None, description="HF hub name or local directory; null trains from scratch")
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(512, ge=8)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    max_position_embeddings: int = Field(514, ge=16)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _heads(self) -> "ModelConfig":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
+        return self
+
+
+class TrainConfig(Strict):
+    contrastive: bool = True
+    mlm: bool = True
+    batch_size: int = Field(16, ge=2, description="anchors per step (N documents x A anchors)")
+    max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
+    lr: float = Field(5e-5, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    cut_frac: float = Field(0.1, gt=0, lt=1)
+    lr_ratio: float = Field(32.0, ge=1, description="slanted-triangular max/min learning-rate ratio")
+    grad_clip: float = Field(1.0, gt=0)
+    temperature: float = Field(0.05, gt=0)
+    mlm_probability: float = Field(0.15, gt=0, lt=1)
+    max_length: int = Field(512, ge=8, description="truncate spans to this many tokens (model limit)")
+    pooling: Literal["mean"] = "mean"
+    num_workers: int = Field(1, ge=1)
+    use_gpu: bool = False
+    cpus_per_worker: int = Field(1, ge=1)
+    torch_threads: int | None = Field(None, ge=1, description="null = every core of the machine")
+    checkpoint_every: int = Field(100, ge=1)
+    max_failures: int = Field(2, ge=0, description="worker failures Ray Train recovers from")
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _objective(self) -> "TrainConfig":
+        if not (self.contrastive or self.mlm):
+            raise ValueError("at least one of contrastive and mlm must be true")
+        return self
+
+
+class FastTextBaseline(Strict):
+    enabled: bool = True
+    dim: int = Field(100, ge=2)
+    epoch: int = Field(5, ge=1)
+    min_count: int = Field(2, ge=1)
+    bucket: int = Field(200_000, ge=1000, description="subword hash buckets (fastText's 2M default: ~800 MB models)")
+    threads: int = Field(12, ge=11, description="fasttext 0.9.3 gives NaNs below 11 threads (DESIGN.md)")
+
+
+class EvaluateConfig(Strict):
+    data: str | None = Field(None, description="directory in SentEval's layout")
+    batch_size: int = Field(128, ge=1)
+    max_length: int = Field(128, ge=8)
+    untrained: bool = True
+    fasttext: FastTextBaseline = FastTextBaseline()
+
+
+class RayConfig(Strict):
+    address: str | None = Field(None, description="existing cluster; null starts a local instance")
+    num_cpus: int | None = Field(None, ge=1)
+
+
+class Config(Strict):
+    artifacts: str = "artifacts"
+    corpus: CorpusConfig = CorpusConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    filter: FilterConfig = FilterConfig()
+    augment: AugmentConfig = AugmentConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    runs: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"declutr": {}},
+        description="named runs: train overrides per run; all share the data stages",
+    )
+    evaluate: EvaluateConfig = EvaluateConfig()
+    ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _runs(self) -> "Config":
+        if not self.runs:
+            raise ValueError("runs: at least one named run is needed")
+        for name, run in self.run_configs().items():  # validates every run's overrides now
+            if run.batch_size % self.augment.num_anchors:
+                raise ValueError(f"runs.{name}: train.batch_size ({run.batch_size}) must be a multiple of "
+                                 f"augment.num_anchors ({self.augment.num_anchors}) so batches hold whole documents")
+        return self
+
+    def run_configs(self) -> dict[str, TrainConfig]:
+        out = {}
+        for name, overrides in self.runs.items():
+            try:
+                out[name] = TrainConfig(**{**self.train.model_dump(), **(overrides or {})})
+            except ValidationError as e:
+                raise ValueError(_describe(e, prefix=f"runs.{name}.").replace(f"runs.{name}.: ", f"runs.{name}: ")) from None
+        return out
+
+
+def _describe(e: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for err in e.errors():
+        key = prefix + ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown key '{key}'")
+        elif err["type"] == "value_error":
+            parts.append(f"{key}: {msg}" if key else msg)
+        else:
+            parts.append(f"{key}: {msg} (got {err['input']!r})")
+    return "; ".join(parts)
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value, got '{item}'")
+    key, raw = item.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set has an empty key in '{item}'")
+    return key.split("."), yaml.safe_load(raw) if raw != "" else None
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """`a.b=value` sets a nested key; values are parsed as YAML scalars (1024, true, null, [a, b])."""
+    for item in overrides:
+        path, value = _parse_override(item)
+        _set(data, path, value, item)
+    return data
+
+
+def _set(data: dict, path: list[str], value: Any, what: str) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{what}: '{part}' is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **replace: Any) -> Config:
+    """Load YAML (or the built-in defaults), apply `--set` overrides and validate.
+
+    `replace` holds values from dedicated CLI options (artifacts, corpus sources,
+    eval data) as dotted keys, applied after the overrides.
+    """
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: expected a mapping at the top level")
+    apply_overrides(data, list(overrides or []))
+    for key, value in replace.items():
+        if value is not None:
+            _set(data, key.split("."), value, key)
+    try:
+        return Config(**data)
+    except ValidationError as e:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"config error: {where}{_describe(e)}") from None

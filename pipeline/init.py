@@ -1,0 +1,25 @@
+"""init stage: the encoder before training — built from scratch (seeded) or loaded from the base model.
+
+Training runs start from these exact weights, and the leaderboard's "untrained"
+row evaluates them, so the comparison isolates what pretraining did.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pipeline.model import build_model, export
+from pipeline.tokenizer import load_tokenizer
+
+NAME, VERSION = "init", "1"
+SCHEMA = None
+log = logging.getLogger("cpipe")
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    tokenizer = load_tokenizer(inputs["tokenizer"])
+    model = build_model(config, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("init: %s with %.1fM parameters", type(model).__name__, n_params / 1e6)
+    export(model, tokenizer, out.local_dir)
+    out.extra["parameters"] = n_params

@@ -1,0 +1,80 @@
+"""The encoder: a masked-LM transformer whose mean-pooled last layer is the sentence embedding."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForMaskedLM, RobertaConfig
+
+HF_DIR, ST_DIR = "hf", "sentence-transformers"
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
+    return RobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_layers"],
+        num_attention_heads=cfg["num_heads"], intermediate_size=cfg["intermediate_size"],
+        hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"],
+        max_position_embeddings=cfg["max_position_embeddings"], pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, type_vocab_size=1)
+
+
+def build_model(cfg: dict, tokenizer) -> nn.Module:
+    """From scratch (seeded) when model.base is null, else the base model's weights."""
+    if cfg["base"]:
+        return AutoModelForMaskedLM.from_pretrained(cfg["base"])
+    torch.manual_seed(cfg["seed"])
+    return AutoModelForMaskedLM.from_config(scratch_config(cfg, tokenizer))
+
+
+class SpanEncoder(nn.Module):
+    """One forward pass gives pooled embeddings and, at masked positions only, MLM logits.
+
+    Projecting only the masked ~15% of tokens onto the vocabulary saves most of
+    the LM head's cost, and one module call keeps DDP to one forward per step.
+    """
+
+    def __init__(self, mlm_model: nn.Module):
+        super().__init__()
+        self.mlm_model = mlm_model
+        self.head = getattr(mlm_model, "lm_head", None) or getattr(mlm_model, "cls", None)
+        if self.head is None:
+            raise ValueError(f"{type(mlm_model).__name__} has no lm_head/cls masked-LM head")
+
+    def forward(self, input_ids, attention_mask, mlm_positions=None):
+        hidden = self.mlm_model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        pooled = mean_pool(hidden, attention_mask)
+        logits = self.head(hidden[mlm_positions]) if mlm_positions is not None else None
+        return pooled, logits
+
+
+def export(mlm_model: nn.Module, tokenizer, out_dir: str) -> None:
+    """Save `hf/` (AutoModelForMaskedLM + tokenizer) and `sentence-transformers/` (Transformer + mean Pooling)."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers.utils import logging as hf_logging
+
+    # The MLM checkpoint loaded as a bare encoder reports its unused LM head; that is expected here.
+    hf_logging.set_verbosity_error()
+
+    hf = f"{out_dir}/{HF_DIR}"
+    mlm_model.save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    # RoBERTa's position table has two slots for the padding offset.
+    max_seq_length = min(tokenizer.model_max_length, mlm_model.config.max_position_embeddings - 2)
+    word = models.Transformer(hf, max_seq_length=max_seq_length)
+    pooling = models.Pooling(word.get_embedding_dimension(), pooling_mode="mean")
+    SentenceTransformer(modules=[word, pooling], device="cpu").save(f"{out_dir}/{ST_DIR}")
+
+
+def load_mlm(path: str) -> nn.Module:
+    return AutoModelForMaskedLM.from_pretrained(path)
+
+
+def describe(path: str) -> dict:
+    config = AutoConfig.from_pretrained(path)
+    return {"architecture": config.architectures[0] if config.architectures else config.model_type,
+            "hidden_size": config.hidden_size, "layers": config.num_hidden_layers}

@@ -1,0 +1,46 @@
+"""One contract for every stage: `run(config, inputs, out)` writes one dataset.
+
+A stage module exposes NAME, VERSION (bump it when the output would change),
+SCHEMA (None for stages that write files, such as models) and `run`. The
+runner fingerprints the stage, reuses a finished dataset, and otherwise writes
+it atomically. Stats go into the manifest through `out.count(...)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+from typing import Any
+
+from storage import DatasetWriter, complete, dataset_path, fingerprint
+
+log = logging.getLogger("cpipe")
+
+
+def input_fingerprints(inputs: dict[str, str]) -> dict[str, str]:
+    """A dataset path ends in its fingerprint, so inputs are identified by their paths' last part."""
+    return {name: path.rstrip("/").rsplit("/", 1)[-1] for name, path in inputs.items()}
+
+
+def stage_fingerprint(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str]) -> str:
+    return fingerprint(stage.NAME, stage.VERSION, config, input_fingerprints(inputs))
+
+
+def stage_path(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str], artifacts: str) -> str:
+    return dataset_path(artifacts, stage.NAME, stage_fingerprint(stage, config, inputs))
+
+
+def run_stage(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str], artifacts: str) -> str:
+    """Return the stage's dataset path, building it only when no finished one exists."""
+    fp = stage_fingerprint(stage, config, inputs)
+    path = dataset_path(artifacts, stage.NAME, fp)
+    if complete(path):
+        log.info("%s: reusing %s", stage.NAME, path)
+        return path
+    log.info("%s: building %s", stage.NAME, path)
+    rows_per_shard = config.get("rows_per_shard", 100_000)
+    with DatasetWriter(artifacts, stage.NAME, fp, config=config, inputs=input_fingerprints(inputs),
+                       schema=stage.SCHEMA, rows_per_shard=rows_per_shard) as out:
+        stage.run(config, inputs, out)
+    log.info("%s: wrote %s", stage.NAME, path)
+    return path

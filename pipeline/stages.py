@@ -1,0 +1,5 @@
+"""The registry of stage modules, by stage name."""
+
+from pipeline import augment, baseline, corpus, evaluate, filter, init, ranking, tokenizer, train
+
+STAGES = {m.NAME: m for m in (corpus, tokenizer, filter, augment, init, train, baseline, evaluate, ranking)}

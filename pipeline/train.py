@@ -1,0 +1,226 @@
+"""train stage on Ray Train: DeCLUTR's contrastive + MLM objective over the augment stage's pairs.
+
+The driver (`run`) starts a TorchTrainer over a Ray Dataset of the pair shards;
+each worker runs `train_loop`, whose whole step is `train_step`. Checkpoints go
+through `ray.train.report`; a rerun with the same fingerprint resumes from the
+latest one (Ray Train restores its run state from the same storage path).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from pipeline.losses import mask_tokens, nt_xent, slanted_triangular
+from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
+from pipeline.tokenizer import load_tokenizer
+from storage import read_manifest
+
+NAME, VERSION = "train", "1"
+SCHEMA = None
+METRICS = "metrics.parquet"
+log = logging.getLogger("cpipe")
+
+
+def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    longest = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), longest), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.as_tensor(s)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def collate(batch: pa.Table, special: dict, max_length: int, with_positives: bool) -> dict:
+    """Wrap each span in <s> ... </s> (as the tokenizer does for sentences) and pad."""
+    def wrap(ids: list[int]) -> list[int]:
+        return [special["bos"], *ids[: max_length - 2], special["eos"]]
+
+    anchors = [wrap(a) for a in batch.column("anchor_ids").to_pylist()]
+    out = {"anchors": pad(anchors, special["pad"]), "num_positives": 0}
+    if with_positives:
+        positives = batch.column("positive_ids").to_pylist()
+        out["num_positives"] = len(positives[0])
+        out["positives"] = pad([wrap(p) for group in positives for p in group], special["pad"])
+    return out
+
+
+def train_step(model, optimizer, scheduler, batch: dict, cfg: dict, special: dict, generator) -> dict:
+    """One optimizer step: anchors (masked when MLM is on) and positives go through one forward
+    pass; NT-Xent between each anchor and the mean of its positives, plus MLM on the anchors."""
+    anchor_ids, anchor_mask = batch["anchors"]
+    b, positions, labels = anchor_ids.size(0), None, None
+    ids, mask = anchor_ids, anchor_mask
+    if cfg["mlm"]:
+        maskable = anchor_mask.bool() & (anchor_ids != special["bos"]) & (anchor_ids != special["eos"])
+        ids, positions = mask_tokens(anchor_ids, maskable, special["mask"], special["vocab"],
+                                     cfg["mlm_probability"], generator)
+        labels = anchor_ids[positions]
+    if cfg["contrastive"]:
+        pos_ids, pos_mask = batch["positives"]
+        width = max(ids.size(1), pos_ids.size(1))
+        ids = torch.cat([_widen(ids, width, special["pad"]), _widen(pos_ids, width, special["pad"])])
+        mask = torch.cat([_widen(mask, width, 0), _widen(pos_mask, width, 0)])
+        if positions is not None:
+            positions = _widen(positions, width, False)
+            positions = torch.cat([positions, torch.zeros((pos_ids.size(0), width), dtype=torch.bool)])
+    device = next(model.parameters()).device
+    pooled, logits = model(ids.to(device), mask.to(device), None if positions is None else positions.to(device))
+    losses = {}
+    if cfg["contrastive"]:
+        positives = pooled[b:].view(b, batch["num_positives"], -1).mean(1)
+        losses["contrastive_loss"] = nt_xent(pooled[:b], positives, cfg["temperature"])
+    if cfg["mlm"]:
+        losses["mlm_loss"] = torch.nn.functional.cross_entropy(logits, labels.to(device))
+    loss = sum(losses.values())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+    optimizer.step()
+    scheduler.step()
+    return {"loss": loss.item(), **{k: v.item() for k, v in losses.items()},
+            "grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0], "tokens": int(mask.sum())}
+
+
+def _widen(t: torch.Tensor, width: int, value) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, width - t.size(1)), value=value)
+
+
+def make_optimizer(model, cfg: dict, total_steps: int):
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]  # biases and LayerNorm, as BERT
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg["lr"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"]))
+    return optimizer, scheduler
+
+
+def special_ids(tokenizer) -> dict:
+    return {"bos": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
+            "eos": tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
+            "pad": tokenizer.pad_token_id, "mask": tokenizer.mask_token_id, "vocab": len(tokenizer)}
+
+
+def train_loop(config: dict) -> None:
+    """Runs on every Ray Train worker."""
+    import ray.train
+    import ray.train.torch
+
+    cfg = config["train"]
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(cfg["torch_threads"] or max(1, (os.cpu_count() or 1) // world))
+    torch.manual_seed(cfg["seed"] + rank)
+    model = SpanEncoder(load_mlm(config["init"]))
+    model.train()
+    optimizer, scheduler = make_optimizer(model, cfg, config["total_steps"])
+    state = {"step": 0, "metrics": []}
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            saved = torch.load(f"{d}/state.pt", weights_only=False)
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+            torch.set_rng_state(saved["rng"])
+            state = {"step": saved["step"], "metrics": saved["metrics"]}
+    model = ray.train.torch.prepare_model(model)
+    generator = torch.Generator().manual_seed(cfg["seed"] * 7919 + rank + state["step"])
+    batches = ray.train.get_dataset_shard("train").iter_batches(
+        batch_size=cfg["batch_size"] // world, drop_last=True, batch_format="pyarrow")
+    step, started = 0, time.perf_counter()
+    for table in batches:
+        if step >= config["total_steps"]:
+            break
+        step += 1
+        if step <= state["step"]:
+            continue  # resumed: these batches were trained on before the checkpoint
+        batch = collate(table, config["special"], cfg["max_length"], cfg["contrastive"])
+        metrics = train_step(model, optimizer, scheduler, batch, cfg, config["special"], generator)
+        state["metrics"].append({"step": step, **metrics, "seconds": time.perf_counter() - started})
+        state["step"] = step
+        if step % cfg["checkpoint_every"] == 0 or step == config["total_steps"]:
+            _report(model, optimizer, scheduler, state, rank)
+        if step % cfg["log_every"] == 0 and rank == 0:
+            print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
+
+
+def _report(model, optimizer, scheduler, state: dict, rank: int) -> None:
+    import ray.train
+
+    module = model.module if hasattr(model, "module") else model
+    with tempfile.TemporaryDirectory() as d:
+        checkpoint = None
+        if rank == 0:
+            torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(), **state}, f"{d}/state.pt")
+            checkpoint = ray.train.Checkpoint.from_directory(d)
+        ray.train.report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint=checkpoint)
+
+
+def ray_init(address: str | None, num_cpus: int | None) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # Workers' prints reach the driver once, through log_to_driver, not also through Train's print patch.
+        os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+        ray.init(address=address, num_cpus=None if address else num_cpus, log_to_driver=True,
+                 configure_logging=False)
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    import ray.data
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    cfg = config["train"]
+    pairs = inputs["pairs"]
+    rows = read_manifest(pairs)["rows"]
+    total_steps = min(rows // cfg["batch_size"], cfg["max_steps"] or rows)
+    if total_steps < 1:
+        raise ValueError(f"train: {rows} pairs are fewer than one batch of {cfg['batch_size']}")
+    tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
+    ray_init(None, None)  # a no-op when the caller already connected to Ray
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    parts = sorted(f"{pairs}/{f}" for f in os.listdir(pairs) if f.startswith("part-"))
+    columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
+    dataset = ray.data.read_parquet(parts, columns=columns)
+    runs_dir = os.path.abspath(f"{out.path.rsplit('/', 2)[0]}/_ray")
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
+                           "special": special_ids(tokenizer)},
+        scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
+                                     resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
+        run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             failure_config=FailureConfig(max_failures=cfg["max_failures"])),
+        datasets={"train": dataset},
+    )
+    log.info("train: %d steps of %d pairs on %d worker(s)", total_steps, cfg["batch_size"], cfg["num_workers"])
+    result = trainer.fit()
+    with result.checkpoint.as_directory() as d:
+        saved = torch.load(f"{d}/state.pt", weights_only=False)
+    mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
+    encoder = SpanEncoder(mlm_model)
+    encoder.load_state_dict(saved["model"])
+    export(encoder.mlm_model, tokenizer, out.local_dir)
+    metrics = pa.Table.from_pylist(saved["metrics"])
+    pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
+    out.extra.update({"steps": saved["step"], "final_loss": saved["metrics"][-1]["loss"],
+                      "train_seconds": saved["metrics"][-1]["seconds"]})
+    out.count("steps", saved["step"])
+    shutil.rmtree(f"{runs_dir}/train-{out.fp}", ignore_errors=True)
+    with open(f"{out.local_dir}/train_config.json", "w") as f:
+        json.dump(cfg, f, indent=2)

@@ -1,0 +1,227 @@
+"""The dataset-directory contract (DESIGN.md, "Stages and their artifacts").
+
+A dataset is `<artifacts>/<stage>/<fingerprint>/` holding `part-*.parquet`
+(or any files a stage writes, such as a model directory), `_manifest.json`
+and `_SUCCESS`. Writers work in a hidden temporary sibling directory, write the
+manifest and then `_SUCCESS`, and rename the directory into place, so readers
+that check `_SUCCESS` never see a half-written dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections import Counter
+from importlib import metadata
+from typing import Any, Iterator
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SUCCESS = "_SUCCESS"
+MANIFEST = "_manifest.json"
+TMP_PREFIX = ".tmp-"
+
+
+class DatasetError(Exception):
+    """A dataset is missing, incomplete or malformed; the message names the path."""
+
+
+def fingerprint(stage: str, version: str, config: Any, inputs: dict[str, str]) -> str:
+    """Hash of the stage, its version, its normalised config and its inputs' fingerprints."""
+    payload = json.dumps(
+        {"stage": stage, "version": version, "config": config, "inputs": dict(sorted(inputs.items()))},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def dataset_path(artifacts: str, stage: str, fp: str) -> str:
+    return f"{artifacts.rstrip('/')}/{stage}/{fp}"
+
+
+def _fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    return fsspec.core.url_to_fs(path)
+
+
+def complete(path: str) -> bool:
+    fs, p = _fs(path)
+    return fs.exists(f"{p}/{SUCCESS}")
+
+
+def _require_complete(path: str) -> None:
+    if not complete(path):
+        raise DatasetError(f"{path} is not a finished dataset (no {SUCCESS}); rerun the stage that writes it")
+
+
+def read_manifest(path: str) -> dict:
+    _require_complete(path)
+    fs, p = _fs(path)
+    with fs.open(f"{p}/{MANIFEST}", "r") as f:
+        return json.load(f)
+
+
+def shards(path: str) -> list[str]:
+    fs, p = _fs(path)
+    return sorted(f for f in fs.ls(p, detail=False) if f.rsplit("/", 1)[-1].startswith("part-"))
+
+
+def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+    """All shards of a finished dataset as one table (every dataset has at least one shard)."""
+    _require_complete(path)
+    fs, _ = _fs(path)
+    tables = []
+    for part in shards(path):
+        with fs.open(part, "rb") as f:
+            tables.append(pq.read_table(f, columns=columns))
+    if not tables:
+        raise DatasetError(f"{path} holds no part-*.parquet files")
+    return pa.concat_tables(tables)
+
+
+def iter_batches(path: str, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
+    """Stream a finished dataset shard by shard, so memory stays flat."""
+    _require_complete(path)
+    fs, _ = _fs(path)
+    for part in shards(path):
+        with fs.open(part, "rb") as f:
+            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def list_datasets(artifacts: str) -> list[dict]:
+    """Every finished stage dataset under an artifacts directory."""
+    fs, root = _fs(artifacts)
+    if not fs.isdir(root):
+        raise DatasetError(f"{artifacts} is not a directory")
+    found = []
+    for success in sorted(fs.glob(f"{root}/*/*/{SUCCESS}")):
+        path = success.rsplit("/", 1)[0]
+        if path.rsplit("/", 1)[-1].startswith(TMP_PREFIX):
+            continue
+        with fs.open(f"{path}/{MANIFEST}", "r") as f:
+            manifest = json.load(f)
+        found.append({"stage": manifest["stage"], "fingerprint": manifest["fingerprint"],
+                      "rows": manifest.get("rows"), "created": manifest.get("created"), "path": path})
+    return found
+
+
+def code_version() -> str:
+    try:
+        return metadata.version("contrastive-pipeline")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class DatasetWriter:
+    """Writes one stage's output atomically; use as a context manager.
+
+    On a clean exit the manifest and `_SUCCESS` are written and the temporary
+    directory is renamed to the final path; on an exception it is removed.
+    """
+
+    def __init__(self, artifacts: str, stage: str, fp: str, *, config: Any, inputs: dict[str, str],
+                 schema: pa.Schema | None = None, rows_per_shard: int = 100_000):
+        self.path = dataset_path(artifacts, stage, fp)
+        self.fs, final = _fs(self.path)
+        self._final = final
+        self.tmp = f"{final.rsplit('/', 1)[0]}/{TMP_PREFIX}{fp}-{uuid.uuid4().hex[:8]}"
+        self.stage, self.fp, self.config, self.inputs = stage, fp, config, inputs
+        self.schema = schema
+        self.rows_per_shard = rows_per_shard
+        self.counts: Counter[str] = Counter()
+        self.extra: dict[str, Any] = {}
+        self.rows = 0
+        self._pending: list[dict] = []
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self._shards = 0
+        self._started = time.time()
+
+    @property
+    def local_dir(self) -> str:
+        """The temporary directory, for libraries that write files themselves (models, tokenizers)."""
+        if not isinstance(self.fs, fsspec.implementations.local.LocalFileSystem):
+            raise DatasetError(f"stage {self.stage} writes files directly and needs a local artifacts path, got {self.path}")
+        return self.tmp
+
+    def __enter__(self) -> "DatasetWriter":
+        self.fs.makedirs(self.tmp, exist_ok=True)
+        return self
+
+    def write(self, rows: list[dict] | pa.Table) -> None:
+        """Buffer rows; a shard is flushed every `rows_per_shard` rows."""
+        if isinstance(rows, pa.Table):
+            self._append(rows)
+        else:
+            # Rows arrive one document at a time; convert to Arrow in chunks, not per row.
+            self._pending.extend(rows)
+            if len(self._pending) >= 4096:
+                self._append(self._convert_pending())
+
+    def _convert_pending(self) -> pa.Table:
+        table = pa.Table.from_pylist(self._pending, schema=self.schema)
+        self._pending = []
+        return table
+
+    def _append(self, table: pa.Table) -> None:
+        if self.schema is not None:
+            table = table.select(self.schema.names).cast(self.schema)
+        self._buffer.append(table)
+        self._buffered += table.num_rows
+        self.rows += table.num_rows
+        if self._buffered >= self.rows_per_shard:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        table = pa.concat_tables(self._buffer)
+        with self.fs.open(f"{self.tmp}/part-{self._shards:05d}.parquet", "wb") as f:
+            pq.write_table(table, f)
+        self._shards += 1
+        self._buffer, self._buffered = [], 0
+
+    def count(self, reason: str, n: int = 1) -> None:
+        """Record why rows were dropped (or any other tally) in the manifest."""
+        self.counts[reason] += n
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.fs.rm(self.tmp, recursive=True)
+            return
+        if self._pending:
+            self._append(self._convert_pending())
+        self._flush()
+        if self.schema is not None and self._shards == 0:
+            with self.fs.open(f"{self.tmp}/part-00000.parquet", "wb") as f:
+                pq.write_table(self.schema.empty_table(), f)
+            self._shards = 1
+        files = self.fs.find(self.tmp, detail=True)
+        manifest = {
+            "stage": self.stage,
+            "fingerprint": self.fp,
+            "config": self.config,
+            "inputs": self.inputs,
+            "code_version": code_version(),
+            "schema": [{"name": f.name, "type": str(f.type)} for f in self.schema] if self.schema else None,
+            "rows": self.rows if self.schema is not None else None,
+            "shards": self._shards,
+            "bytes": sum(info["size"] for info in files.values()),
+            "counts": dict(self.counts),
+            "created": time.time(),
+            "seconds": round(time.time() - self._started, 3),
+            **self.extra,
+        }
+        with self.fs.open(f"{self.tmp}/{MANIFEST}", "w") as f:
+            json.dump(manifest, f, indent=2, default=str)
+        with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
+            f.write("")
+        # A leftover directory without _SUCCESS (a killed run on a filesystem
+        # without atomic rename) is never read; replace it.
+        if self.fs.exists(self._final):
+            self.fs.rm(self._final, recursive=True)
+        self.fs.mv(self.tmp, self._final, recursive=True)

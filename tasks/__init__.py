@@ -1,0 +1,10 @@
+"""Prefect tasks over pipeline/ stages: cache keys from stage fingerprints, logs, artifacts."""
+
+import os
+
+# The pipeline logs to the stdlib logger "cpipe"; Prefect forwards it to the run's logs
+# only when told before prefect is first imported.
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "cpipe")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Telemetry writes race with the run's own writes on the embedded SQLite database ("database is locked").
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

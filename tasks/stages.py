@@ -1,0 +1,55 @@
+"""One Prefect task runs any stage; its cache key is the stage's fingerprint.
+
+The key is offered only while the dataset it names is finished on disk, so a
+deleted or half-written artifact is rebuilt rather than served from Prefect's
+cache. Tasks pass paths, never data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.context import TaskRunContext
+
+from pipeline.stage import run_stage, stage_fingerprint, stage_path
+from pipeline.stages import STAGES
+from pipeline.train import ray_init
+from storage import complete
+
+
+def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
+    stage = STAGES[params["name"]]
+    if not complete(stage_path(stage, params["config"], params["inputs"], params["artifacts"])):
+        return None
+    return f"{stage.NAME}-{stage_fingerprint(stage, params['config'], params['inputs'])}"
+
+
+@task(task_run_name="{name}", cache_key_fn=_cache_key, persist_result=True)
+def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str) -> str:
+    return run_stage(STAGES[name], config, inputs, artifacts)
+
+
+def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None) -> str:
+    """Run a stage as a task and log whether it was reused or built."""
+    reused = complete(stage_path(STAGES[name], config, inputs, artifacts))
+    path = stage_task.with_options(task_run_name=label or name)(name, config, inputs, artifacts)
+    get_run_logger().info("%s: %s %s", label or name, "reused" if reused else "built", path)
+    return path
+
+
+@task
+def start_ray(address: str | None, num_cpus: int | None) -> None:
+    ray_init(address, num_cpus)
+
+
+@task
+def publish_leaderboard(path: str, artifacts: str) -> str:
+    from pipeline.ranking import publish
+
+    table, markdown = publish(path, artifacts)
+    create_table_artifact(key="leaderboard", table=table.astype(object).where(table.notna(), None).to_dict("records"),
+                          description=markdown)
+    get_run_logger().info("leaderboard:\n%s", markdown)
+    return f"{artifacts.rstrip('/')}/leaderboard.md"
