@@ -192,7 +192,9 @@ def run(config: dict, inputs: dict, out) -> None:
         raise ValueError(f"train: {rows} pairs are fewer than one batch of {cfg['batch_size']}")
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     ray_init(None, None)  # a no-op when the caller already connected to Ray
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    data_context = ray.data.DataContext.get_current()
+    data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
+    data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead
     parts = sorted(f"{pairs}/{f}" for f in os.listdir(pairs) if f.startswith("part-"))
     columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
     dataset = ray.data.read_parquet(parts, columns=columns)

@@ -159,7 +159,7 @@ class DatasetWriter:
         else:
             # Rows arrive one document at a time; convert to Arrow in chunks, not per row.
             self._pending.extend(rows)
-            if len(self._pending) >= 4096:
+            if len(self._pending) >= min(4096, self.rows_per_shard):
                 self._append(self._convert_pending())
 
     def _convert_pending(self) -> pa.Table:
@@ -170,11 +170,14 @@ class DatasetWriter:
     def _append(self, table: pa.Table) -> None:
         if self.schema is not None:
             table = table.select(self.schema.names).cast(self.schema)
-        self._buffer.append(table)
-        self._buffered += table.num_rows
         self.rows += table.num_rows
-        if self._buffered >= self.rows_per_shard:
-            self._flush()
+        while table.num_rows:
+            room = self.rows_per_shard - self._buffered
+            self._buffer.append(table.slice(0, room))
+            self._buffered += min(room, table.num_rows)
+            table = table.slice(room)
+            if self._buffered >= self.rows_per_shard:
+                self._flush()
 
     def _flush(self) -> None:
         if not self._buffer:

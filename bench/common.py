@@ -1,0 +1,39 @@
+"""Helpers for benchmarks: a corpus to measure on, and timing of alternating runs."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def shared_corpus() -> Path:
+    """The State of the Union addresses from the team's shared data (real, long documents)."""
+    root = Path(os.environ.get("CPIPE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    sotu = root / "corpus" / "sotu"
+    if not sotu.is_dir():
+        raise SystemExit(f"benchmark data not found at {sotu}: set CPIPE_SHARED_DATA")
+    return sotu
+
+
+def alternate(a: Callable[[], None], b: Callable[[], None], repeats: int) -> tuple[list[float], list[float]]:
+    """Time a and b in turn (A B A B ...), so drift in machine speed hits both alike."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, times in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return ta, tb
+
+
+def ratio_report(name_a: str, ta: list[float], name_b: str, tb: list[float], work: float, unit: str) -> str:
+    ratios = sorted(b / a for a, b in zip(ta, tb))
+    return "\n".join([
+        f"{name_a}: median {statistics.median(ta):.3f}s  ({work / statistics.median(ta):,.0f} {unit}/s)",
+        f"{name_b}: median {statistics.median(tb):.3f}s  ({work / statistics.median(tb):,.0f} {unit}/s)",
+        f"throughput ratio {name_a} / {name_b}: median {statistics.median(ratios):.3f} "
+        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, {len(ratios)} pairs)",
+    ])

@@ -1,0 +1,101 @@
+"""One training step inside Ray Train against the same step in a plain torch loop.
+
+Both run `pipeline.train.train_step` on the same pairs, model and thread count;
+Ray's side reads the pairs through Ray Data (`get_dataset_shard`) inside a
+TorchTrainer worker, the plain side slices an in-memory Arrow table. Steady-state
+step times are compared (the first steps are warm-up); Ray's one-off start-up
+is reported apart. Target: overhead <= 15%.
+
+    .venv/bin/python -m bench.train_step_overhead [--steps 60] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bench.common import shared_corpus
+from pipeline import augment, corpus, filter, init, tokenizer, train
+from pipeline.config import load_config
+from pipeline.model import HF_DIR, SpanEncoder, load_mlm
+from pipeline.stage import run_stage
+from pipeline.tokenizer import load_tokenizer
+from pipeline.train import collate, make_optimizer, special_ids, train_step
+from storage import read_table
+
+WARMUP = 10
+
+
+def prepare(work: str, cfg) -> tuple[str, str]:
+    docs = run_stage(corpus, corpus.stage_config([str(shared_corpus())], None), {}, work)
+    tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
+    kept = run_stage(filter, cfg.filter.model_dump(), {"corpus": docs, "tokenizer": tok}, work)
+    pairs = run_stage(augment, cfg.augment.model_dump(), {"documents": kept, "tokenizer": tok}, work)
+    return pairs, run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+
+
+def plain_loop(pairs: str, init_path: str, cfg: dict, steps: int) -> list[float]:
+    torch.set_num_threads(cfg["torch_threads"] or os.cpu_count())
+    torch.manual_seed(cfg["seed"])
+    model = SpanEncoder(load_mlm(f"{init_path}/{HF_DIR}")).train()
+    optimizer, scheduler = make_optimizer(model, cfg, steps)
+    special = special_ids(load_tokenizer(f"{init_path}/{HF_DIR}"))
+    table = read_table(pairs, columns=["anchor_ids", "positive_ids"])
+    generator = torch.Generator().manual_seed(cfg["seed"])
+    times = []
+    for step in range(steps):
+        start = time.perf_counter()
+        batch = collate(table.slice(step * cfg["batch_size"], cfg["batch_size"]), special, cfg["max_length"], True)
+        train_step(model, optimizer, scheduler, batch, cfg, special, generator)
+        times.append(time.perf_counter() - start)
+    return times[WARMUP:]
+
+
+def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str, attempt: int) -> tuple[list[float], float]:
+    start = time.perf_counter()
+    path = run_stage(train, {"train": {**cfg, "max_steps": steps, "checkpoint_every": steps}, "attempt": attempt},
+                     {"pairs": pairs, "init": init_path}, work)
+    wall = time.perf_counter() - start
+    seconds = pd.read_parquet(f"{path}/metrics.parquet")["seconds"].to_numpy()
+    step_times = np.diff(seconds)[WARMUP - 1:].tolist()
+    return step_times, wall - seconds[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    cfg = load_config("configs/default.yaml")
+    run_cfg = cfg.run_configs()["declutr"].model_dump()
+    work = tempfile.mkdtemp(prefix="bench-train-")
+    try:
+        pairs, init_path = prepare(work, cfg)
+        train.ray_init(None, cfg.ray.num_cpus)
+        plain, ray_steps, startup = [], [], []
+        for attempt in range(args.repeats):
+            plain += plain_loop(pairs, init_path, run_cfg, args.steps)
+            steps, overhead = ray_loop(pairs, init_path, run_cfg, args.steps, work, attempt)
+            ray_steps += steps
+            startup.append(overhead)
+        p, r = statistics.median(plain), statistics.median(ray_steps)
+        print(f"batch {run_cfg['batch_size']} anchors x {cfg.augment.num_positives} positives, "
+              f"{args.steps} steps x {args.repeats} repeats, {WARMUP} warm-up steps dropped each")
+        print(f"plain torch loop: median step {p * 1000:.1f} ms")
+        print(f"Ray Train worker: median step {r * 1000:.1f} ms")
+        print(f"Ray Train step overhead: {100 * (r / p - 1):+.1f}%")
+        print(f"Ray Train one-off start-up and export per fit: median {statistics.median(startup):.1f}s")
+    finally:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Shared fixtures: tiny corpora, tiny evaluation data and a tiny config, all made in the test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = os.environ.get("CPIPE_SHARED_DATA")
+
+WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu", "va", "ze") for b in
+         ("bar", "dos", "fen", "gil", "hom", "jut", "kes", "lim", "mor", "nap", "pix", "qua")]
+
+
+def make_document(rng: np.random.Generator, n_words: int) -> str:
+    """Sentences of Zipf-distributed made-up words: enough structure for BPE and fastText to learn."""
+    ranks = np.minimum(rng.zipf(1.3, size=n_words), len(WORDS)) - 1
+    words = [WORDS[r] for r in ranks]
+    sentences, i = [], 0
+    while i < len(words):
+        k = int(rng.integers(5, 15))
+        sentences.append(" ".join(words[i : i + k]).capitalize() + ".")
+        i += k
+    return " ".join(sentences)
+
+
+def write_corpus(root: Path, n_docs: int = 16, n_words: int = 400, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n_docs):
+        (root / f"doc{i:03d}.txt").write_text(make_document(rng, n_words), encoding="utf-8")
+    return root
+
+
+def write_sts(root: Path, n_pairs: int = 40, seed: int = 1) -> Path:
+    """A tiny STS12 task and STS-B in SentEval's file layout."""
+    rng = np.random.default_rng(seed)
+    sts12 = root / "STS12-en-test"
+    sts12.mkdir(parents=True, exist_ok=True)
+    pairs, gold = [], []
+    for _ in range(n_pairs):
+        a = make_document(rng, 8).rstrip(".")
+        words = a.split()
+        keep = int(rng.integers(0, len(words) + 1))
+        b = " ".join(words[:keep] + [WORDS[int(rng.integers(len(WORDS)))] for _ in words[keep:]])
+        pairs.append(f"{a}\t{b}")
+        gold.append(f"{5 * keep / len(words):.3f}")
+    (sts12 / "STS.input.MSRvid.txt").write_text("\n".join(pairs) + "\n")
+    (sts12 / "STS.gs.MSRvid.txt").write_text("\n".join(gold) + "\n")
+    stsb = root / "STSBenchmark"
+    stsb.mkdir(exist_ok=True)
+    for split in ("dev", "test"):
+        lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{g}\t{p}" for i, (p, g) in enumerate(zip(pairs, gold))]
+        (stsb / f"sts-{split}.csv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+TINY_CONFIG = """
+tokenizer: {vocab_size: 400, min_frequency: 2}
+filter: {min_tokens: 200}
+augment: {epochs: 2, num_anchors: 2, num_positives: 2, min_length: 8, max_length: 32}
+model: {hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, max_position_embeddings: 66}
+train: {batch_size: 4, max_steps: 6, lr: 1.0e-3, max_length: 34, checkpoint_every: 2, log_every: 2}
+runs:
+  declutr: {}
+  mlm-only: {contrastive: false}
+evaluate:
+  batch_size: 32
+  max_length: 64
+  fasttext: {dim: 8, epoch: 1, bucket: 1000}
+ray: {num_cpus: 2}
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "tiny.yaml"
+    path.write_text(TINY_CONFIG)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "docs")
+
+
+@pytest.fixture(scope="session")
+def tiny_sts(tmp_path_factory) -> Path:
+    return write_sts(tmp_path_factory.mktemp("eval") / "senteval")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_prefect(tmp_path_factory):
+    """Each test session gets its own Prefect home (embedded SQLite server) and no external API."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    old = {k: os.environ.get(k) for k in ("PREFECT_HOME", "PREFECT_API_URL")}
+    os.environ["PREFECT_HOME"] = str(home)
+    os.environ.pop("PREFECT_API_URL", None)
+    yield home
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+CPIPE = str(Path(sys.executable).parent / "cpipe")
+
+
+def cpipe(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the installed console script, as a user would."""
+    return subprocess.run([CPIPE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)

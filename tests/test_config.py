@@ -1,0 +1,58 @@
+import pytest
+
+from pipeline.config import ConfigError, load_config
+from tests.conftest import ROOT
+
+
+def test_default_profile_loads_with_the_paper_ablation():
+    cfg = load_config(ROOT / "configs/default.yaml")
+    runs = cfg.run_configs()
+    assert set(runs) == {"declutr", "contrastive-only", "mlm-only"}
+    assert runs["declutr"].contrastive and runs["declutr"].mlm
+    assert not runs["contrastive-only"].mlm and not runs["mlm-only"].contrastive
+    assert cfg.model.base is None and cfg.filter.min_tokens == 2048
+
+
+def test_declutr_small_profile_follows_the_paper():
+    cfg = load_config(ROOT / "configs/declutr-small.yaml")
+    assert cfg.model.base == "distilroberta-base"
+    assert (cfg.augment.min_length, cfg.augment.max_length) == (32, 512)
+    assert cfg.train.lr == 5e-5 and cfg.train.temperature == 0.05 and cfg.train.weight_decay == 0.1
+
+
+def test_set_overrides_nested_values_and_parses_yaml_scalars():
+    cfg = load_config(ROOT / "configs/default.yaml", ["filter.min_tokens=1024", "filter.dedup=false",
+                                                      "runs.mlm-only.max_steps=7"])
+    assert cfg.filter.min_tokens == 1024 and cfg.filter.dedup is False
+    assert cfg.run_configs()["mlm-only"].max_steps == 7
+
+
+@pytest.mark.parametrize("override, message", [
+    ("filter.min_tokenz=3", "unknown key 'filter.min_tokenz'"),
+    ("bogus=1", "unknown key 'bogus'"),
+    ("filter.min_tokens=many", "filter.min_tokens"),
+    ("train.temperature=-1", "train.temperature"),
+    ("runs.declutr.lr_typo=1", "unknown key 'runs.declutr.lr_typo'"),
+    ("runs.declutr.mlm=false", None),
+])
+def test_bad_keys_and_values_name_the_key(override, message):
+    overrides = [override] + (["runs.declutr.contrastive=false"] if message is None else [])
+    with pytest.raises(ConfigError) as e:
+        load_config(ROOT / "configs/default.yaml", overrides)
+    assert (message or "runs.declutr") in str(e.value)
+
+
+def test_batch_must_hold_whole_documents():
+    with pytest.raises(ConfigError, match="multiple of augment.num_anchors"):
+        load_config(None, ["train.batch_size=5"])
+
+
+def test_missing_file_and_malformed_set(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["filter.min_tokens"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("filter: [1, 2")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)

@@ -1,0 +1,87 @@
+"""`cpipe serve` against a real Prefect server on 127.0.0.1, driven by `prefect deployment run`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CPIPE, ROOT
+
+pytestmark = pytest.mark.e2e
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, what: str, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not check():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(1)
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def prefect_server(tmp_path):
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": api,
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: healthy(api), "the Prefect server")
+        yield env
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
+
+
+def test_served_deployment_runs_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts):
+    env = prefect_server
+    artifacts = tmp_path / "artifacts"
+    serve_log = open(tmp_path / "serve.log", "w")
+    serve = subprocess.Popen([CPIPE, "serve", "--config", str(tiny_config), "--set", "runs={declutr: {}}"],
+                             cwd=ROOT, env=env, stdout=serve_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def deployed() -> bool:
+            out = subprocess.run([PREFECT, "deployment", "ls"], env=env, capture_output=True, text=True)
+            return "full-pipeline/local" in out.stdout
+
+        wait_for(deployed, "the deployment full-pipeline/local")
+        run = subprocess.run(
+            [PREFECT, "deployment", "run", "full-pipeline/local", "--param", f"corpus={tiny_corpus}",
+             "--param", f"eval_data={tiny_sts}", "--param", f"artifacts={artifacts}", "--watch"],
+            env=env, capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stdout[-3000:] + (tmp_path / "serve.log").read_text()[-5000:]
+        assert "Completed" in run.stdout
+        assert "| declutr |" in (artifacts / "leaderboard.md").read_text()
+        artifact = subprocess.run([PREFECT, "artifact", "inspect", "leaderboard"], env=env, capture_output=True,
+                                  text=True)
+        assert artifact.returncode == 0 and "declutr" in artifact.stdout and "fasttext-bow" in artifact.stdout
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=60)
+        serve_log.close()

@@ -1,0 +1,154 @@
+"""The whole pipeline through the real CLI: Prefect's embedded server, a local Ray instance, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from storage import list_datasets, read_manifest
+from tests.conftest import CPIPE, ROOT, cpipe
+
+pytestmark = pytest.mark.e2e
+
+
+def stage_log(output: str) -> dict[str, str]:
+    """{'filter': 'built', 'train-declutr': 'reused', ...} from the flow's log."""
+    return dict((m.group(1), m.group(2)) for m in re.finditer(r" - ([\w-]+): (built|reused) ", output))
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
+    artifacts = tmp_path_factory.mktemp("artifacts")
+    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
+            "--artifacts", str(artifacts)]
+    result = cpipe(*args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return args, artifacts, result.stdout + result.stderr
+
+
+def test_full_pipeline_writes_a_leaderboard_with_every_row(first_run):
+    _, artifacts, output = first_run
+    table = pd.read_csv(artifacts / "leaderboard.csv")
+    assert set(table["model"]) == {"declutr", "mlm-only", "untrained", "fasttext-bow"}
+    for column in ("STS12 senteval", "STS12 simcse", "STSB senteval", "STSB simcse"):
+        assert table[column].between(-100, 100).all(), column
+    markdown = (artifacts / "leaderboard.md").read_text()
+    assert "| declutr |" in markdown and "Absent from the evaluation data: STS13" in markdown
+    assert set(stage_log(output).values()) == {"built"}
+
+
+def test_stage_datasets_follow_the_contract(first_run):
+    _, artifacts, _ = first_run
+    stages = {d["stage"] for d in list_datasets(str(artifacts))}
+    assert stages == {"corpus", "tokenizer", "filter", "augment", "init", "train", "baseline", "evaluate", "leaderboard"}
+    train = [d for d in list_datasets(str(artifacts)) if d["stage"] == "train"]
+    for d in train:
+        manifest = read_manifest(d["path"])
+        assert manifest["steps"] == 6
+        metrics = pd.read_parquet(Path(d["path"]) / "metrics.parquet")
+        assert list(metrics["step"]) == list(range(1, 7)) and metrics["loss"].notna().all()
+        assert (Path(d["path"]) / "hf" / "config.json").exists()
+        assert (Path(d["path"]) / "sentence-transformers" / "modules.json").exists()
+    assert not list(artifacts.glob("*/.tmp-*")), "temporary directories left behind"
+
+
+def test_exported_model_loads_in_sentence_transformers_without_our_code(first_run):
+    _, artifacts, _ = first_run
+    path = next(d["path"] for d in list_datasets(str(artifacts)) if d["stage"] == "train")
+    script = ("import sys; from sentence_transformers import SentenceTransformer; "
+              "m = SentenceTransformer(sys.argv[1], device='cpu'); print(m.encode(['a b', 'c']).shape)")
+    out = subprocess.run([os.sys.executable, "-c", script, f"{path}/sentence-transformers"], capture_output=True,
+                         text=True, cwd="/", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("(2, 32)")
+
+
+def test_second_run_reuses_every_stage(first_run):
+    args, artifacts, _ = first_run
+    result = cpipe(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = stage_log(result.stdout + result.stderr)
+    assert log and set(log.values()) == {"reused"}, log
+    assert {"corpus", "filter", "augment", "train-declutr", "train-mlm-only", "evaluate-untrained"} <= set(log)
+
+
+def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(first_run):
+    args, _, _ = first_run
+    result = cpipe(*args, "--set", "filter.min_tokens=150")
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = stage_log(result.stdout + result.stderr)
+    assert log["corpus"] == log["tokenizer"] == log["init"] == "reused"
+    assert log["filter"] == log["augment"] == log["train-declutr"] == log["leaderboard"] == "built"
+
+
+def test_until_stops_after_the_stage(tmp_path, tiny_config, tiny_corpus):
+    result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts", str(tmp_path),
+                   "--until", "filter")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {d["stage"] for d in list_datasets(str(tmp_path))} == {"corpus", "tokenizer", "filter"}
+
+
+def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_config, tiny_corpus, tiny_sts):
+    args = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
+            "--artifacts", str(tmp_path), "--until", "train", "--set", "runs={declutr: {}}",
+            "--set", "train.max_steps=30", "--set", "augment.epochs=8", "--set", "train.checkpoint_every=3"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not list(tmp_path.glob("_ray/train-*/checkpoint_*")):
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not list(tmp_path.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [train] = [d for d in list_datasets(str(tmp_path)) if d["stage"] == "train"]
+    metrics = pd.read_parquet(Path(train["path"]) / "metrics.parquet")
+    assert list(metrics["step"]) == list(range(1, 31)), "steps repeated or skipped across the restart"
+    assert read_manifest(train["path"])["steps"] == 30
+
+
+@pytest.mark.parametrize("case", ["empty_corpus", "unknown_key", "no_task", "too_short"])
+def test_bad_input_is_one_line_without_traceback(case, tmp_path, tiny_config, tiny_corpus, tiny_sts):
+    corpus, eval_data, extra = str(tiny_corpus), str(tiny_sts), []
+    if case == "empty_corpus":
+        (tmp_path / "empty").mkdir()
+        corpus, expected = str(tmp_path / "empty"), "no documents under"
+    elif case == "unknown_key":
+        extra, expected = ["--set", "filter.min_tokenz=3"], "unknown key 'filter.min_tokenz'"
+    elif case == "no_task":
+        (tmp_path / "eval").mkdir()
+        eval_data, expected = str(tmp_path / "eval"), "no known STS task"
+    else:
+        extra, expected = ["--set", "filter.min_tokens=100000"], "no document has at least 100000 tokens: saw 16"
+    result = cpipe("run", "--config", str(tiny_config), "--corpus", corpus, "--eval-data", eval_data,
+                   "--artifacts", str(tmp_path / "artifacts"), *extra)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("cpipe: error: ") and expected in last, result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_inspect_lists_datasets_and_shows_one(first_run):
+    _, artifacts, _ = first_run
+    listing = cpipe("inspect", str(artifacts))
+    assert listing.returncode == 0 and "filter" in listing.stdout and "augment" in listing.stdout
+    augment = next(d["path"] for d in list_datasets(str(artifacts)) if d["stage"] == "augment")
+    shown = cpipe("inspect", augment, "--rows", "2")
+    assert shown.returncode == 0
+    assert "anchor_ids" in shown.stdout and "first 2 rows" in shown.stdout
+    assert f"rows: {read_manifest(augment)['rows']}" in shown.stdout
+    missing = cpipe("inspect", str(artifacts / "nowhere"))
+    assert missing.returncode == 2 and "not a directory" in missing.stderr

@@ -1,0 +1,84 @@
+import json
+
+import pyarrow as pa
+import pytest
+
+from storage import DatasetError, DatasetWriter, complete, fingerprint, list_datasets, read_manifest, read_table
+from storage.dataset import SUCCESS
+
+SCHEMA = pa.schema([("doc_id", pa.string()), ("n", pa.int32())])
+
+
+def write(root, fp="abc", rows=5, rows_per_shard=2):
+    with DatasetWriter(str(root), "demo", fp, config={"k": 1}, inputs={"x": "fp0"}, schema=SCHEMA,
+                       rows_per_shard=rows_per_shard) as out:
+        out.write([{"doc_id": str(i), "n": i} for i in range(rows)])
+        out.count("dropped_for_test", 3)
+    return out.path
+
+
+def test_fingerprint_is_stable_and_sensitive():
+    base = fingerprint("filter", "1", {"min_tokens": 2048}, {"corpus": "a"})
+    assert base == fingerprint("filter", "1", {"min_tokens": 2048}, {"corpus": "a"})
+    assert len({base,
+                fingerprint("filter", "2", {"min_tokens": 2048}, {"corpus": "a"}),
+                fingerprint("filter", "1", {"min_tokens": 1024}, {"corpus": "a"}),
+                fingerprint("filter", "1", {"min_tokens": 2048}, {"corpus": "b"}),
+                fingerprint("augment", "1", {"min_tokens": 2048}, {"corpus": "a"})}) == 5
+
+
+def test_finished_dataset_has_shards_manifest_and_success(tmp_path):
+    path = write(tmp_path)
+    assert complete(path)
+    assert read_table(path).num_rows == 5
+    assert read_table(path).schema.field("n").type == pa.int32()
+    manifest = read_manifest(path)
+    assert manifest["rows"] == 5 and manifest["shards"] == 3
+    assert manifest["counts"] == {"dropped_for_test": 3}
+    assert manifest["config"] == {"k": 1} and manifest["inputs"] == {"x": "fp0"}
+    assert {"name": "n", "type": "int32"} in manifest["schema"]
+    assert [d["fingerprint"] for d in list_datasets(str(tmp_path))] == ["abc"]
+
+
+def test_failed_write_leaves_nothing_that_looks_finished(tmp_path):
+    with pytest.raises(RuntimeError):
+        with DatasetWriter(str(tmp_path), "demo", "abc", config={}, inputs={}, schema=SCHEMA) as out:
+            out.write([{"doc_id": "1", "n": 1}])
+            raise RuntimeError("killed")
+    assert not (tmp_path / "demo" / "abc").exists()
+    assert list((tmp_path / "demo").iterdir()) == []
+
+
+def test_incomplete_directory_is_never_read_and_is_replaced(tmp_path):
+    stale = tmp_path / "demo" / "abc"
+    stale.mkdir(parents=True)
+    (stale / "part-00000.parquet").write_bytes(b"half a file")
+    assert not complete(str(stale))
+    with pytest.raises(DatasetError, match="not a finished dataset"):
+        read_table(str(stale))
+    path = write(tmp_path)
+    assert read_table(path).num_rows == 5
+
+
+def test_empty_dataset_keeps_its_schema(tmp_path):
+    path = write(tmp_path, rows=0)
+    table = read_table(path)
+    assert table.num_rows == 0 and table.schema.names == ["doc_id", "n"]
+
+
+def test_manifest_is_written_before_success(tmp_path, monkeypatch):
+    order = []
+    import fsspec.implementations.local as local
+
+    real_open = local.LocalFileSystem.open
+
+    def spy(self, path, mode="rb", **kw):
+        if "w" in mode:
+            order.append(str(path).rsplit("/", 1)[-1])
+        return real_open(self, path, mode, **kw)
+
+    monkeypatch.setattr(local.LocalFileSystem, "open", spy)
+    write(tmp_path)
+    first_writes = list(dict.fromkeys(order))  # text-mode opens go through a binary open too
+    assert first_writes[-2:] == ["_manifest.json", SUCCESS]
+    assert json.loads((tmp_path / "demo" / "abc" / "_manifest.json").read_text())["stage"] == "demo"
