@@ -50,6 +50,8 @@ class LocalSource:
         self.root = Path(path)
         if not self.root.exists():
             raise SourceError(f"corpus path does not exist: {path}")
+        if not self.files():
+            raise SourceError(f"no documents under {path} (looked for {', '.join(SUFFIXES)} files)")
         self.skipped: list[str] = []
 
     def files(self) -> list[Path]:

@@ -136,8 +136,8 @@ def test_bad_input_is_one_line_without_traceback(case, tmp_path, tiny_config, ti
     result = cpipe("run", "--config", str(tiny_config), "--corpus", corpus, "--eval-data", eval_data,
                    "--artifacts", str(tmp_path / "artifacts"), *extra)
     assert result.returncode == 2
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("cpipe: error: ") and expected in last, result.stderr[-2000:]
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("cpipe: error: ")]
+    assert expected in error, result.stderr[-2000:]
     assert "Traceback" not in result.stdout + result.stderr
 
 
