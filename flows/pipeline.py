@@ -10,7 +10,7 @@ from pipeline import corpus as corpus_stage
 from pipeline import evaluate as evaluate_stage
 from pipeline.config import STAGES, Config, ConfigError, load_config
 from pipeline.sts import find_sts
-from tasks.stages import publish_leaderboard, run, start_ray
+from tasks.stages import built, publish_leaderboard, run, start_ray
 
 
 def resolve(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
@@ -60,11 +60,11 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
     done["init"] = run("init", cfg.model.model_dump(), {"tokenizer": done["tokenizer"]}, a)
     if finished("init"):
         return done
-    start_ray(cfg.ray.address, cfg.ray.num_cpus)
-    models = {}
-    for name, run_cfg in cfg.run_configs().items():
-        models[name] = run("train", {"train": run_cfg.model_dump()},
-                           {"pairs": done["augment"], "init": done["init"]}, a, label=f"train-{name}")
+    train_inputs = {"pairs": done["augment"], "init": done["init"]}
+    trainings = {name: {"train": run_cfg.model_dump()} for name, run_cfg in cfg.run_configs().items()}
+    if not all(built("train", config_, train_inputs, a) for config_ in trainings.values()):
+        start_ray(cfg.ray.address, cfg.ray.num_cpus)  # only when something trains: a rerun needs no Ray
+    models = {name: run("train", config_, train_inputs, a, label=f"train-{name}") for name, config_ in trainings.items()}
     done.update({f"train/{k}": v for k, v in models.items()})
     if finished("train"):
         return done

@@ -67,7 +67,13 @@ class FastTextEncoder:
         self.model = fasttext.load_model(str(model_path))
         self.dim = self.model.get_dimension()
 
-    def encode(self, sentences: list[str]) -> np.ndarray:
+    @property
+    def parameters(self) -> int:
+        rows, dim = self.model.get_input_matrix().shape  # word and subword-bucket vectors
+        return rows * dim
+
+    def encode(self, sentences: list[str], batch_size: int | None = None) -> np.ndarray:
+        """`batch_size` is accepted for a common encoder interface; fastText embeds one sentence at a time."""
         out = np.zeros((len(sentences), self.dim), dtype=np.float32)
         for i, sentence in enumerate(sentences):
             out[i] = self.model.get_sentence_vector(_one_line(sentence))

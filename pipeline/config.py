@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import InputError
 
@@ -27,6 +27,11 @@ class Strict(BaseModel):
 class CorpusConfig(Strict):
     sources: list[str] = Field(default_factory=list, description="local files/directories (later: URLs)")
     max_docs: int | None = Field(None, ge=1)
+
+    @field_validator("sources")
+    @classmethod
+    def _absolute_sources(cls, v: list[str]) -> list[str]:
+        return [absolute(s) for s in v]
 
 
 class TokenizerConfig(Strict):
@@ -122,10 +127,20 @@ class EvaluateConfig(Strict):
     untrained: bool = True
     fasttext: FastTextBaseline = FastTextBaseline()
 
+    @field_validator("data")
+    @classmethod
+    def _absolute_data(cls, v: str | None) -> str | None:
+        return None if v is None else absolute(v)
+
 
 class RayConfig(Strict):
     address: str | None = Field(None, description="existing cluster; null starts a local instance")
     num_cpus: int | None = Field(None, ge=1)
+
+
+def absolute(path: str) -> str:
+    """Local paths become absolute: Ray workers and served deployments run in other directories."""
+    return path if "://" in path else str(Path(path).expanduser().resolve())
 
 
 class Config(Strict):
@@ -142,6 +157,11 @@ class Config(Strict):
     )
     evaluate: EvaluateConfig = EvaluateConfig()
     ray: RayConfig = RayConfig()
+
+    @field_validator("artifacts")
+    @classmethod
+    def _absolute_artifacts(cls, v: str) -> str:
+        return absolute(v)
 
     @model_validator(mode="after")
     def _runs(self) -> "Config":

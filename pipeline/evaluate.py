@@ -34,7 +34,7 @@ log = logging.getLogger("cpipe")
 def stage_config(evaluate: dict, data: str, model: str, kind: str) -> dict:
     """The evaluation settings plus the data's content hash, so changed files invalidate scores."""
     subsets, _ = find_sts(data)
-    return {"data": os.path.abspath(data), "data_hash": data_hash(subsets), "model": model, "kind": kind,
+    return {"data": data, "data_hash": data_hash(subsets), "model": model, "kind": kind,
             "batch_size": evaluate["batch_size"], "max_length": evaluate["max_length"]}
 
 
@@ -47,19 +47,18 @@ def load_encoder(path: str, max_length: int):
 def run(config: dict, inputs: dict, out) -> None:
     subsets, absent = find_sts(config["data"])
     encoder = load_encoder(inputs["model"], config["max_length"])
-    parameters = getattr(encoder, "parameters", 0)
-    dims = {}
+    dims = set()
 
     def encode(sentences: list[str]):
-        vectors = encoder.encode(sentences, batch_size=config["batch_size"]) if isinstance(encoder, Encoder) \
-            else encoder.encode(sentences)
-        dims["d"] = vectors.shape[1]
+        vectors = encoder.encode(sentences, batch_size=config["batch_size"])
+        dims.add(vectors.shape[1])
         return vectors
 
     rows = score_sts(encode, subsets)
-    fp = inputs["model"].rstrip("/").rsplit("/", 1)[-1]
-    out.write([{**row, "model": config["model"], "kind": config["kind"], "model_fingerprint": fp,
-                "parameters": parameters, "dimension": dims.get("d", 0), "data_hash": config["data_hash"]}
-               for row in rows])
+    [dimension] = dims
+    model = {"model": config["model"], "kind": config["kind"], "parameters": encoder.parameters,
+             "dimension": dimension, "model_fingerprint": inputs["model"].rstrip("/").rsplit("/", 1)[-1],
+             "data_hash": config["data_hash"]}
+    out.write([{**row, **model} for row in rows])
     out.extra["absent_tasks"] = absent
     log.info("evaluate: %s on %d STS subsets (absent: %s)", config["model"], len(subsets), ", ".join(absent) or "none")

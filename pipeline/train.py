@@ -8,7 +8,6 @@ latest one (Ray Train restores its run state from the same storage path).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -19,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from pipeline.errors import InputError
 from pipeline.losses import mask_tokens, nt_xent, slanted_triangular
 from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
 from pipeline.tokenizer import load_tokenizer
@@ -138,7 +138,8 @@ def train_loop(config: dict) -> None:
     generator = torch.Generator().manual_seed(cfg["seed"] * 7919 + rank + state["step"])
     batches = ray.train.get_dataset_shard("train").iter_batches(
         batch_size=cfg["batch_size"] // world, drop_last=True, batch_format="pyarrow")
-    step, started = 0, time.perf_counter()
+    # "seconds" counts training time across restarts, not since the latest one.
+    step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
     for table in batches:
         if step >= config["total_steps"]:
             break
@@ -189,7 +190,7 @@ def run(config: dict, inputs: dict, out) -> None:
     rows = read_manifest(pairs)["rows"]
     total_steps = min(rows // cfg["batch_size"], cfg["max_steps"] or rows)
     if total_steps < 1:
-        raise ValueError(f"train: {rows} pairs are fewer than one batch of {cfg['batch_size']}")
+        raise InputError(f"train: {rows} pairs are fewer than one batch of {cfg['batch_size']}")
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     ray_init(None, None)  # a no-op when the caller already connected to Ray
     data_context = ray.data.DataContext.get_current()
@@ -222,7 +223,5 @@ def run(config: dict, inputs: dict, out) -> None:
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
     out.extra.update({"steps": saved["step"], "final_loss": saved["metrics"][-1]["loss"],
                       "train_seconds": saved["metrics"][-1]["seconds"]})
-    out.count("steps", saved["step"])
+    # Ray's run state has served its purpose (resuming); the dataset holds the result.
     shutil.rmtree(f"{runs_dir}/train-{out.fp}", ignore_errors=True)
-    with open(f"{out.local_dir}/train_config.json", "w") as f:
-        json.dump(cfg, f, indent=2)

@@ -20,10 +20,10 @@ from storage import complete
 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
-    stage = STAGES[params["name"]]
-    if not complete(stage_path(stage, params["config"], params["inputs"], params["artifacts"])):
+    name, config, inputs = params["name"], params["config"], params["inputs"]
+    if not built(name, config, inputs, params["artifacts"]):
         return None
-    return f"{stage.NAME}-{stage_fingerprint(stage, params['config'], params['inputs'])}"
+    return f"{name}-{stage_fingerprint(STAGES[name], config, inputs)}"
 
 
 @task(task_run_name="{name}", cache_key_fn=_cache_key, persist_result=True)
@@ -31,9 +31,14 @@ def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str) 
     return run_stage(STAGES[name], config, inputs, artifacts)
 
 
+def built(name: str, config: dict, inputs: dict[str, str], artifacts: str) -> bool:
+    """Whether the stage's dataset for these inputs is already finished."""
+    return complete(stage_path(STAGES[name], config, inputs, artifacts))
+
+
 def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None) -> str:
     """Run a stage as a task and log whether it was reused or built."""
-    reused = complete(stage_path(STAGES[name], config, inputs, artifacts))
+    reused = built(name, config, inputs, artifacts)
     path = stage_task.with_options(task_run_name=label or name)(name, config, inputs, artifacts)
     get_run_logger().info("%s: %s %s", label or name, "reused" if reused else "built", path)
     return path

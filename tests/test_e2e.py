@@ -97,24 +97,26 @@ def test_until_stops_after_the_stage(tmp_path, tiny_config, tiny_corpus):
 
 
 def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_config, tiny_corpus, tiny_sts):
+    # A relative --artifacts, as `make run` passes: Ray workers run elsewhere and must still find it.
     args = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", str(tmp_path), "--until", "train", "--set", "runs={declutr: {}}",
+            "--artifacts", "artifacts", "--until", "train", "--set", "runs={declutr: {}}",
             "--set", "train.max_steps=30", "--set", "augment.epochs=8", "--set", "train.checkpoint_every=3"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    artifacts = tmp_path / "artifacts"
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         deadline = time.time() + 300
-        while not list(tmp_path.glob("_ray/train-*/checkpoint_*")):
+        while not list(artifacts.glob("_ray/train-*/checkpoint_*")):
             assert proc.poll() is None, "the run ended before it could be killed"
             assert time.time() < deadline, "no checkpoint appeared"
             time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert not list(tmp_path.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
-    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert not list(artifacts.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
+    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    [train] = [d for d in list_datasets(str(tmp_path)) if d["stage"] == "train"]
+    [train] = [d for d in list_datasets(str(artifacts)) if d["stage"] == "train"]
     metrics = pd.read_parquet(Path(train["path"]) / "metrics.parquet")
     assert list(metrics["step"]) == list(range(1, 31)), "steps repeated or skipped across the restart"
     assert read_manifest(train["path"])["steps"] == 30
