@@ -64,8 +64,10 @@ def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str, attem
     path = run_stage(train, {"train": {**cfg, "max_steps": steps, "checkpoint_every": steps}, "attempt": attempt},
                      {"pairs": pairs, "init": init_path}, work)
     wall = time.perf_counter() - start
-    seconds = pd.read_parquet(f"{path}/metrics.parquet")["seconds"].to_numpy()
+    metrics = pd.read_parquet(f"{path}/metrics.parquet")
+    seconds = metrics["seconds"].to_numpy()
     step_times = np.diff(seconds)[WARMUP - 1:].tolist()
+    print(f"  Ray worker waited on data: median {metrics['data_seconds'][WARMUP:].median() * 1000:.1f} ms a step")
     return step_times, wall - seconds[-1]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 
 import pyarrow as pa
 from tqdm import tqdm
@@ -17,7 +16,6 @@ from storage import iter_batches, read_manifest
 NAME, VERSION = "filter", "1"
 SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32()))
 log = logging.getLogger("cpipe")
-_SPACE = re.compile(r"\s+")
 
 
 class FilterError(InputError):
@@ -26,7 +24,7 @@ class FilterError(InputError):
 
 def text_key(text: str) -> bytes:
     """Exact-duplicate key: case and whitespace differences do not make a new document."""
-    return hashlib.sha1(_SPACE.sub(" ", text).strip().lower().encode()).digest()
+    return hashlib.sha1(" ".join(text.lower().split()).encode()).digest()
 
 
 def count_tokens(backend, texts: list[str]) -> list[int]:
@@ -41,21 +39,22 @@ def run(config: dict, inputs: dict, out) -> None:
     total, longest, kept = read_manifest(inputs["corpus"])["rows"], 0, 0
     with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar:
         for batch in iter_batches(inputs["corpus"], batch_size=256):
-            rows = batch.to_pylist()
-            for row, n in zip(rows, count_tokens(backend, [r["text"] for r in rows])):
-                longest = max(longest, n)
-                if n < config["min_tokens"]:
-                    out.count("too_short")
-                    continue
-                if config["dedup"]:
-                    key = text_key(row["text"])
-                    if key in seen_keys:
-                        out.count("duplicate")
-                        continue
-                    seen_keys.add(key)
-                out.write([{**row, "n_tokens": n}])
-                kept += 1
-            bar.update(len(rows))
+            texts = batch.column("text").to_pylist()
+            counts = count_tokens(backend, texts)
+            keep = [n >= config["min_tokens"] for n in counts]
+            out.count("too_short", keep.count(False))
+            if config["dedup"]:
+                for i, text in enumerate(texts):
+                    if keep[i]:
+                        key = text_key(text)
+                        keep[i] = key not in seen_keys
+                        out.count("duplicate", not keep[i])
+                        seen_keys.add(key)
+            table = pa.Table.from_batches([batch]).append_column("n_tokens", pa.array(counts, pa.int32()))
+            out.write(table.filter(pa.array(keep)))
+            kept += sum(keep)
+            longest = max(longest, *counts)
+            bar.update(len(texts))
     out.count("kept", kept)
     if kept == 0:
         raise FilterError(

@@ -140,20 +140,24 @@ def train_loop(config: dict) -> None:
         batch_size=cfg["batch_size"] // world, drop_last=True, batch_format="pyarrow")
     # "seconds" counts training time across restarts, not since the latest one.
     step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
+    waited = time.perf_counter()
     for table in batches:
         if step >= config["total_steps"]:
             break
         step += 1
         if step <= state["step"]:
             continue  # resumed: these batches were trained on before the checkpoint
+        data_seconds = time.perf_counter() - waited  # time blocked on Ray Data: is training input-bound?
         batch = collate(table, config["special"], cfg["max_length"], cfg["contrastive"])
         metrics = train_step(model, optimizer, scheduler, batch, cfg, config["special"], generator)
-        state["metrics"].append({"step": step, **metrics, "seconds": time.perf_counter() - started})
+        state["metrics"].append({"step": step, **metrics, "data_seconds": data_seconds,
+                                 "seconds": time.perf_counter() - started})
         state["step"] = step
         if step % cfg["checkpoint_every"] == 0 or step == config["total_steps"]:
             _report(model, optimizer, scheduler, state, rank)
         if step % cfg["log_every"] == 0 and rank == 0:
             print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
+        waited = time.perf_counter()
 
 
 def _report(model, optimizer, scheduler, state: dict, rank: int) -> None:
