@@ -39,9 +39,9 @@ def run(config: dict, inputs: dict, out) -> None:
             seen += 1
             if config["max_docs"] and seen >= config["max_docs"]:
                 break
-        for skipped in source.skipped:
-            out.count("not_utf8")
-        out.extra.setdefault("skipped_files", []).extend(source.skipped)
+        for reason, n in source.counts.items():
+            out.count(reason, n)
+        out.extra.setdefault("skipped", []).extend(source.skipped)
         if config["max_docs"] and seen >= config["max_docs"]:
             break
     if seen == 0:

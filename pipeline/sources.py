@@ -10,6 +10,8 @@ import hashlib
 import json
 import logging
 import re
+from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,21 +40,41 @@ class Document:
     text: str
 
 
-def _doc_id(key: str) -> str:
-    # Stable across runs and machines: derived from where the document sits, not from when it was read.
+def doc_id(key: str) -> str:
+    """Stable across runs and machines: derived from where the document sits, not from when it was read."""
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
-class LocalSource:
+class Source(ABC):
+    """Yields documents; tallies what it skipped and why in `counts`, naming skipped files in `skipped`."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.skipped: list[str] = []
+
+    @abstractmethod
+    def snapshot(self) -> str:
+        """A short string that changes whenever the source's content may have changed."""
+
+    @abstractmethod
+    def documents(self) -> Iterator[Document]:
+        ...
+
+    def skip(self, what: str, reason: str) -> None:
+        log.warning("corpus: skipping %s: %s", what, reason)
+        self.skipped.append(f"{what}: {reason}")
+
+
+class LocalSource(Source):
     """A file or a directory (searched recursively) of .txt, .jsonl, .parquet and WikiText .raw files."""
 
     def __init__(self, path: str):
+        super().__init__()
         self.root = Path(path)
         if not self.root.exists():
             raise SourceError(f"corpus path does not exist: {path}")
         if not self.files():
             raise SourceError(f"no documents under {path} (looked for {', '.join(SUFFIXES)} files)")
-        self.skipped: list[str] = []
 
     def files(self) -> list[Path]:
         if self.root.is_file():
@@ -70,17 +92,17 @@ class LocalSource:
             try:
                 yield from self._read(path, rel)
             except UnicodeDecodeError as e:
-                log.warning("corpus: skipping %s: not UTF-8 (byte %d)", path, e.start)
-                self.skipped.append(f"{path}: not UTF-8")
+                self.skip(str(path), f"not UTF-8 (byte {e.start})")
+                self.counts["not_utf8"] += 1
 
     def _read(self, path: Path, rel: str) -> Iterator[Document]:
         src = str(path)
         if path.suffix == ".txt":
             text = path.read_text(encoding="utf-8")
-            yield Document(_doc_id(rel), src, path.stem, text)
+            yield Document(doc_id(rel), src, path.stem, text)
         elif path.suffix == ".raw":
             for i, (title, text) in enumerate(_wikitext_articles(path.read_text(encoding="utf-8"))):
-                yield Document(_doc_id(f"{rel}#{i}"), src, title, text)
+                yield Document(doc_id(f"{rel}#{i}"), src, title, text)
         elif path.suffix == ".jsonl":
             with path.open(encoding="utf-8") as f:
                 for line_no, line in enumerate(f, 1):
@@ -92,7 +114,7 @@ class LocalSource:
                     except (json.JSONDecodeError, KeyError, TypeError):
                         raise SourceError(f"{path}:{line_no}: expected a JSON object with a 'text' field") from None
                     title = str(record.get("title") or record.get("url") or f"{path.stem}:{line_no}")
-                    yield Document(_doc_id(f"{rel}:{line_no}"), src, title, text)
+                    yield Document(doc_id(f"{rel}:{line_no}"), src, title, text)
         elif path.suffix == ".parquet":
             pf = pq.ParquetFile(path)
             if "text" not in pf.schema_arrow.names:
@@ -103,7 +125,7 @@ class LocalSource:
                 records = batch.to_pylist()
                 for record in records:
                     title = str(record.get(title_col) or f"{path.stem}:{row}")
-                    yield Document(_doc_id(f"{rel}:{row}"), src, title, record["text"] or "")
+                    yield Document(doc_id(f"{rel}:{row}"), src, title, record["text"] or "")
                     row += 1
 
 
@@ -121,7 +143,7 @@ def _wikitext_articles(raw: str) -> Iterator[tuple[str, str]]:
         yield title, "\n".join(lines).strip()
 
 
-def open_source(spec: str) -> LocalSource:
+def open_source(spec: str) -> Source:
     """Pick the source class for a path or URL by its name."""
     if "://" in spec and not spec.startswith("file://"):
         raise SourceError(f"remote corpus sources are not supported yet: {spec}")

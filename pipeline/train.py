@@ -225,7 +225,8 @@ def run(config: dict, inputs: dict, out) -> None:
     export(encoder.mlm_model, tokenizer, out.local_dir)
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
-    out.extra.update({"steps": saved["step"], "final_loss": saved["metrics"][-1]["loss"],
-                      "train_seconds": saved["metrics"][-1]["seconds"]})
+    last = saved["metrics"][-1]
+    out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
+    log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     shutil.rmtree(f"{runs_dir}/train-{out.fp}", ignore_errors=True)

@@ -64,6 +64,8 @@ def test_empty_texts_rejected(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_nonzero_seed_rejected(tmp_path):
-    with pytest.raises(ValueError, match="seed"):
-        train_fasttext(["a b c"], str(tmp_path / "m.bin"), seed=1)
+def test_bucket_bounds_the_model_size(model_path):
+    encoder = FastTextEncoder(str(model_path))
+    # rows = vocabulary + subword buckets (200,000 by default, not fastText's 2M)
+    assert encoder.parameters == (len(encoder.model.get_words()) + 200_000) * 16
+    assert model_path.stat().st_size < 20 * 2**20

@@ -55,7 +55,7 @@ def test_non_utf8_file_is_skipped_counted_and_named(tmp_path, caplog):
     path = build(tmp_path, [root])
     manifest = read_manifest(path)
     assert manifest["rows"] == 1 and manifest["counts"]["not_utf8"] == 1
-    assert any("bad.txt" in s for s in manifest["skipped_files"])
+    assert any("bad.txt" in s for s in manifest["skipped"])
     assert "bad.txt" in caplog.text and "not UTF-8" in caplog.text
 
 
