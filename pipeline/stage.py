@@ -1,7 +1,8 @@
 """One contract for every stage: `run(config, inputs, out)` writes one dataset.
 
 A stage module exposes NAME, VERSION (bump it when the output would change),
-SCHEMA (None for stages that write files, such as models) and `run`. The
+SCHEMA (None for stages that write files, such as models) and `run`. A config
+may set `rows_per_shard` and `shard_mb` (default 256) to size the shards. The
 runner fingerprints the stage, reuses a finished dataset, and otherwise writes
 it atomically. Stats go into the manifest through `out.count(...)`.
 """
@@ -38,9 +39,9 @@ def run_stage(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str],
         log.info("%s: reusing %s", stage.NAME, path)
         return path
     log.info("%s: building %s", stage.NAME, path)
-    rows_per_shard = config.get("rows_per_shard", 100_000)
     with DatasetWriter(artifacts, stage.NAME, fp, config=config, inputs=input_fingerprints(inputs),
-                       schema=stage.SCHEMA, rows_per_shard=rows_per_shard) as out:
+                       schema=stage.SCHEMA, rows_per_shard=config.get("rows_per_shard"),
+                       shard_bytes=config.get("shard_mb", 256) * 2**20) as out:
         stage.run(config, inputs, out)
     log.info("%s: wrote %s", stage.NAME, path)
     return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 import uuid
 from collections import Counter
@@ -119,26 +120,33 @@ def code_version() -> str:
 class DatasetWriter:
     """Writes one stage's output atomically; use as a context manager.
 
-    On a clean exit the manifest and `_SUCCESS` are written and the temporary
-    directory is renamed to the final path; on an exception it is removed.
+    Rows stream into Parquet shards, row group by row group, so memory stays
+    bounded by a row group whatever the dataset's size; a shard is closed at
+    `rows_per_shard` rows or `shard_bytes` bytes. On a clean exit the manifest
+    and `_SUCCESS` are written and the temporary directory is renamed to the
+    final path; on an exception it is removed.
     """
 
+    ROW_GROUP_ROWS = 4096
+
     def __init__(self, artifacts: str, stage: str, fp: str, *, config: Any, inputs: dict[str, str],
-                 schema: pa.Schema | None = None, rows_per_shard: int = 100_000):
+                 schema: pa.Schema | None = None, rows_per_shard: int | None = None,
+                 shard_bytes: int = 256 * 2**20):
         self.path = dataset_path(artifacts, stage, fp)
         self.fs, final = _fs(self.path)
         self._final = final
         self.tmp = f"{final.rsplit('/', 1)[0]}/{TMP_PREFIX}{fp}-{uuid.uuid4().hex[:8]}"
         self.stage, self.fp, self.config, self.inputs = stage, fp, config, inputs
         self.schema = schema
-        self.rows_per_shard = rows_per_shard
+        self.rows_per_shard = rows_per_shard or sys.maxsize
+        self.shard_bytes = shard_bytes
         self.counts: Counter[str] = Counter()
         self.extra: dict[str, Any] = {}
         self.rows = 0
         self._pending: list[dict] = []
-        self._buffer: list[pa.Table] = []
-        self._buffered = 0
         self._shards = 0
+        self._file = self._writer = None
+        self._shard_rows = 0
         self._started = time.time()
 
     @property
@@ -153,13 +161,13 @@ class DatasetWriter:
         return self
 
     def write(self, rows: list[dict] | pa.Table) -> None:
-        """Buffer rows; a shard is flushed every `rows_per_shard` rows."""
+        """Append rows (dicts or an Arrow table) to the current shard."""
         if isinstance(rows, pa.Table):
             self._append(rows)
         else:
-            # Rows arrive one document at a time; convert to Arrow in chunks, not per row.
+            # Rows often arrive one at a time; convert to Arrow a row group at a time.
             self._pending.extend(rows)
-            if len(self._pending) >= min(4096, self.rows_per_shard):
+            if len(self._pending) >= min(self.ROW_GROUP_ROWS, self.rows_per_shard):
                 self._append(self._convert_pending())
 
     def _convert_pending(self) -> pa.Table:
@@ -172,21 +180,23 @@ class DatasetWriter:
             table = table.select(self.schema.names).cast(self.schema)
         self.rows += table.num_rows
         while table.num_rows:
-            room = self.rows_per_shard - self._buffered
-            self._buffer.append(table.slice(0, room))
-            self._buffered += min(room, table.num_rows)
-            table = table.slice(room)
-            if self._buffered >= self.rows_per_shard:
-                self._flush()
+            room = self.rows_per_shard - self._shard_rows
+            head, table = table.slice(0, room), table.slice(room)
+            if self._writer is None:
+                self._file = self.fs.open(f"{self.tmp}/part-{self._shards:05d}.parquet", "wb")
+                self._writer = pq.ParquetWriter(self._file, head.schema)
+            self._writer.write_table(head, row_group_size=self.ROW_GROUP_ROWS)
+            self._shard_rows += head.num_rows
+            if self._shard_rows >= self.rows_per_shard or self._file.tell() >= self.shard_bytes:
+                self._close_shard()
 
-    def _flush(self) -> None:
-        if not self._buffer:
-            return
-        table = pa.concat_tables(self._buffer)
-        with self.fs.open(f"{self.tmp}/part-{self._shards:05d}.parquet", "wb") as f:
-            pq.write_table(table, f)
-        self._shards += 1
-        self._buffer, self._buffered = [], 0
+    def _close_shard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._file.close()
+            self._shards += 1
+            self._file = self._writer = None
+            self._shard_rows = 0
 
     def count(self, reason: str, n: int = 1) -> None:
         """Record why rows were dropped (or any other tally) in the manifest."""
@@ -194,11 +204,13 @@ class DatasetWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
+            if self._writer is not None:
+                self._file.close()
             self.fs.rm(self.tmp, recursive=True)
             return
         if self._pending:
             self._append(self._convert_pending())
-        self._flush()
+        self._close_shard()
         if self.schema is not None and self._shards == 0:
             with self.fs.open(f"{self.tmp}/part-00000.parquet", "wb") as f:
                 pq.write_table(self.schema.empty_table(), f)

@@ -82,3 +82,14 @@ def test_manifest_is_written_before_success(tmp_path, monkeypatch):
     first_writes = list(dict.fromkeys(order))  # text-mode opens go through a binary open too
     assert first_writes[-2:] == ["_manifest.json", SUCCESS]
     assert json.loads((tmp_path / "demo" / "abc" / "_manifest.json").read_text())["stage"] == "demo"
+
+
+def test_shards_rotate_by_size_and_keep_every_row(tmp_path):
+    with DatasetWriter(str(tmp_path), "demo", "big", config={}, inputs={}, schema=SCHEMA,
+                       shard_bytes=64 * 1024) as out:
+        for start in range(0, 100_000, 1000):
+            out.write(pa.table({"doc_id": [f"document-{i:08d}" for i in range(start, start + 1000)],
+                                "n": pa.array(range(start, start + 1000), pa.int32())}))
+    table = read_table(out.path)
+    assert read_manifest(out.path)["shards"] > 3
+    assert table.column("n").to_pylist() == list(range(100_000))

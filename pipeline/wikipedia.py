@@ -1,0 +1,151 @@
+"""Wikipedia as documents: the MediaWiki `pages-articles` XML dump, or the `wikimedia/wikipedia` Parquet files.
+
+The dump is streamed with ElementTree.iterparse and each <page> is dropped once
+read, so memory stays flat over a multi-gigabyte dump; bz2 handles the
+multistream dumps, which are bz2 streams laid end to end.
+
+Wikitext is cleaned with mwparserfromhell rather than wikiextractor.
+wikiextractor is a command-line, multiprocess script that writes its own output
+files, while mwparserfromhell is a maintained library that parses one page at a
+time in-process, which is what a streaming Source needs.
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Iterator
+
+import mwparserfromhell
+import pyarrow.parquet as pq
+
+from pipeline.sources import Document, Source, SourceError, doc_id
+
+# Split dumps are named like enwiki-...-pages-articles1.xml-p1p41242.bz2.
+_DUMP_NAME = re.compile(r"pages-articles.*\.xml(-p\d+p\d+)?(\.bz2)?$")
+_DISAMBIGUATION = {"disambiguation", "disambig", "dab", "hndis", "geodis"}
+_DROPPED_LINKS = {"file", "image", "category"}
+_DROPPED_TAGS = {"ref", "table"}  # references and tables are not running text
+_MAGIC_WORD = re.compile(r"__[A-Z]+__")  # __NOTOC__ and friends survive strip_code as text
+PARQUET_COLUMNS = ["id", "url", "title", "text"]
+
+
+def is_wikipedia_dump(spec: str) -> bool:
+    return bool(_DUMP_NAME.search(spec.split("?", 1)[0]))
+
+
+def clean_wikitext(code: mwparserfromhell.wikicode.Wikicode) -> str:
+    """Running text of a parsed page: headings become plain lines; templates, refs, tables, files and categories go."""
+    unwanted = [n for n in code.ifilter_tags() if str(n.tag).strip().lower() in _DROPPED_TAGS]
+    unwanted += [n for n in code.ifilter_wikilinks()
+                 if str(n.title).strip().split(":", 1)[0].lower() in _DROPPED_LINKS]
+    for node in unwanted:
+        try:
+            code.remove(node)
+        except ValueError:
+            pass  # nested inside a node removed just before (a file link in a table, say)
+    lines = (_MAGIC_WORD.sub("", line).strip() for line in code.strip_code(normalize=True, collapse=True).splitlines())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def _is_disambiguation(title: str, code) -> bool:
+    if title.endswith("(disambiguation)"):
+        return True
+    names = (str(t.name).strip().replace("_", " ").lower() for t in code.ifilter_templates(recursive=False))
+    return any(n in _DISAMBIGUATION or n.endswith(" disambiguation") for n in names)
+
+
+def _snapshot(files: list[Path]) -> str:
+    listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+class WikipediaDumpSource(Source):
+    """One `*pages-articles*.xml[.bz2]` dump; keeps articles (namespace 0) and counts what it drops and why."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise SourceError(f"Wikipedia dump does not exist: {path}")
+
+    def snapshot(self) -> str:
+        return _snapshot([self.path])
+
+    def documents(self) -> Iterator[Document]:
+        opener = bz2.open if self.path.suffix == ".bz2" else open
+        try:
+            with opener(self.path, "rb") as f:
+                yield from self._pages(f)
+        except ET.ParseError as e:
+            raise SourceError(f"{self.path}: malformed XML ({e})") from None
+        except (OSError, EOFError) as e:  # bad or cut bz2 data
+            raise SourceError(f"{self.path}: cannot read ({e})") from None
+
+    def _pages(self, f) -> Iterator[Document]:
+        root, ns = None, ""
+        for event, elem in ET.iterparse(f, events=("start", "end")):
+            if root is None:
+                # The export namespace changes with the schema version (export-0.10, 0.11, ...).
+                root, ns = elem, elem.tag[: elem.tag.index("}") + 1] if elem.tag.startswith("{") else ""
+            elif event == "end" and elem.tag == f"{ns}page":
+                doc = self._page(elem, ns)
+                root.clear()  # drop the page (and any siteinfo) so memory stays flat
+                if doc is not None:
+                    yield doc
+
+    def _page(self, page: ET.Element, ns: str) -> Document | None:
+        title = page.findtext(f"{ns}title", "")
+        if page.findtext(f"{ns}ns", "0").strip() != "0":
+            self.counts["non_article_namespace"] += 1
+            return None
+        revisions = page.findall(f"{ns}revision")
+        wikitext = (revisions[-1].findtext(f"{ns}text") or "") if revisions else ""
+        if page.find(f"{ns}redirect") is not None or wikitext.lstrip().upper().startswith("#REDIRECT"):
+            self.counts["redirect"] += 1
+            return None
+        code = mwparserfromhell.parse(wikitext)
+        if _is_disambiguation(title, code):
+            self.counts["disambiguation"] += 1
+            return None
+        text = clean_wikitext(code)
+        if not text:
+            self.counts["empty_after_cleaning"] += 1
+            return None
+        page_id = page.findtext(f"{ns}id", "").strip()
+        return Document(doc_id(f"{self.path.name}/{page_id}"), str(self.path), title, text)
+
+
+class WikipediaParquetSource(Source):
+    """`wikimedia/wikipedia` Parquet files (id, url, title, text): one file or a directory of them, by batches."""
+
+    def __init__(self, path: str, batch_size: int = 1024):
+        super().__init__()
+        self.root = Path(path)
+        self.batch_size = batch_size
+        if not self.root.exists():
+            raise SourceError(f"Wikipedia Parquet path does not exist: {path}")
+        if not self.files():
+            raise SourceError(f"no .parquet files under {path}")
+
+    def files(self) -> list[Path]:
+        return [self.root] if self.root.is_file() else sorted(self.root.rglob("*.parquet"))
+
+    def snapshot(self) -> str:
+        return _snapshot(self.files())
+
+    def documents(self) -> Iterator[Document]:
+        for path in self.files():
+            pf = pq.ParquetFile(path)
+            missing = [c for c in PARQUET_COLUMNS if c not in pf.schema_arrow.names]
+            if missing:
+                raise SourceError(f"{path}: not a wikimedia/wikipedia file, missing column(s) {', '.join(missing)}")
+            # iter_batches decodes one row group at a time, so memory is bounded by a row group.
+            for batch in pf.iter_batches(batch_size=self.batch_size, columns=PARQUET_COLUMNS):
+                for row in batch.to_pylist():
+                    yield Document(doc_id(f"{path.name}/{row['id']}"), str(path),
+                                   row["url"] or row["title"] or "", row["text"] or "")
