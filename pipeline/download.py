@@ -64,7 +64,7 @@ def fetch(url: str, cache_dir: str | Path, *, sha256: str | None = None, size: i
         final.unlink()
     final.parent.mkdir(parents=True, exist_ok=True)
     part = final.with_name(final.name + ".part")
-    for attempt in range(retries):
+    for attempt in range(retries + 1):
         try:
             _download(url, part, timeout, progress)
             break

@@ -18,7 +18,7 @@ HALF = len(DATA) // 2
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Serves DATA at any path but /missing, honouring `Range: bytes=N-` unless switched off."""
+    """Serves DATA at any path but /missing, honouring `Range: bytes=N-` unless switched off or shifted."""
 
     def do_GET(self) -> None:
         srv = self.server
@@ -28,6 +28,7 @@ class Handler(BaseHTTPRequestHandler):
         if srv.statuses:
             return self.send_error(srv.statuses.pop(0))
         start = int(self.headers["Range"][len("bytes="):-1]) if self.headers["Range"] and srv.ranges else 0
+        start += srv.shift if start else 0
         if start >= len(DATA):
             self.send_response(416)
             self.send_header("Content-Range", f"bytes */{len(DATA)}")
@@ -52,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
 def server():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.ranges_seen, srv.statuses, srv.served = [], [], 0
-    srv.ranges, srv.cut_first = True, False
+    srv.ranges, srv.cut_first, srv.shift = True, False, 0
     srv.url = f"http://127.0.0.1:{srv.server_port}/data/file.bin"
     thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -105,6 +106,14 @@ def test_complete_part_answered_416_is_finished(server, tmp_path):
     final.with_name(final.name + ".part").write_bytes(DATA)
     assert quick_fetch(server.url, tmp_path, size=len(DATA)).read_bytes() == DATA
     assert server.ranges_seen == [f"bytes={len(DATA)}-"] and server.served == 0
+
+
+def test_range_answered_at_another_offset_is_restarted(server, tmp_path):
+    server.shift = 1
+    final = cache_path(server.url, tmp_path)
+    final.with_name(final.name + ".part").write_bytes(DATA[:1000])
+    assert quick_fetch(server.url, tmp_path).read_bytes() == DATA
+    assert server.ranges_seen == ["bytes=1000-", None]
 
 
 def test_part_longer_than_file_is_restarted(server, tmp_path):
