@@ -35,11 +35,14 @@ PARQUET_COLUMNS = ["id", "url", "title", "text"]
 
 
 def is_wikipedia_dump(spec: str) -> bool:
+    """True for a path or URL naming a pages-articles dump (single, multistream or split), plain or bz2."""
     return bool(_DUMP_NAME.search(spec.split("?", 1)[0]))
 
 
 def clean_wikitext(code: mwparserfromhell.wikicode.Wikicode) -> str:
     """Running text of a parsed page: headings become plain lines; templates, refs, tables, files and categories go."""
+    # strip_code drops templates and comments by itself, but keeps the text of refs,
+    # tables and file/category links, so those are removed from the tree first.
     unwanted = [n for n in code.ifilter_tags() if str(n.tag).strip().lower() in _DROPPED_TAGS]
     unwanted += [n for n in code.ifilter_wikilinks()
                  if str(n.title).strip().split(":", 1)[0].lower() in _DROPPED_LINKS]
@@ -52,7 +55,7 @@ def clean_wikitext(code: mwparserfromhell.wikicode.Wikicode) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def _is_disambiguation(title: str, code) -> bool:
+def _is_disambiguation(title: str, code: mwparserfromhell.wikicode.Wikicode) -> bool:
     if title.endswith("(disambiguation)"):
         return True
     names = (str(t.name).strip().replace("_", " ").lower() for t in code.ifilter_templates(recursive=False))
@@ -103,8 +106,7 @@ class WikipediaDumpSource(Source):
         if page.findtext(f"{ns}ns", "0").strip() != "0":
             self.counts["non_article_namespace"] += 1
             return None
-        revisions = page.findall(f"{ns}revision")
-        wikitext = (revisions[-1].findtext(f"{ns}text") or "") if revisions else ""
+        wikitext = page.findtext(f"{ns}revision/{ns}text") or ""  # pages-articles holds only the latest revision
         if page.find(f"{ns}redirect") is not None or wikitext.lstrip().upper().startswith("#REDIRECT"):
             self.counts["redirect"] += 1
             return None
