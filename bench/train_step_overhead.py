@@ -24,7 +24,7 @@ import torch
 
 from bench.common import shared_corpus
 from pipeline import augment, corpus, filter, init, tokenizer, train
-from pipeline.config import load_config
+from pipeline.config import CorpusConfig, load_config
 from pipeline.model import HF_DIR, SpanEncoder, load_mlm
 from pipeline.stage import run_stage
 from pipeline.tokenizer import load_tokenizer
@@ -35,7 +35,7 @@ WARMUP = 10
 
 
 def prepare(work: str, cfg) -> tuple[str, str]:
-    docs = run_stage(corpus, corpus.stage_config([str(shared_corpus())], None), {}, work)
+    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()), {}, work)
     tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
     kept = run_stage(filter, cfg.filter.model_dump(), {"corpus": docs, "tokenizer": tok}, work)
     pairs = run_stage(augment, cfg.augment.model_dump(), {"documents": kept, "tokenizer": tok}, work)

@@ -21,7 +21,7 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     sources = [corpus] if isinstance(corpus, str) else corpus
     cfg = load_config(config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None,
                                             "evaluate.data": eval_data})
-    corpus_stage.stage_config(cfg.corpus.sources, cfg.corpus.max_docs)  # sources exist and are readable
+    corpus_stage.stage_config(cfg.corpus.model_dump())  # sources exist and are readable
     if STAGES.index(until or STAGES[-1]) >= STAGES.index("evaluate"):
         if not cfg.evaluate.data:
             raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
@@ -42,7 +42,7 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
     def finished(stage: str) -> bool:
         return until == stage
 
-    done["corpus"] = run("corpus", corpus_stage.stage_config(cfg.corpus.sources, cfg.corpus.max_docs), {}, a)
+    done["corpus"] = run("corpus", corpus_stage.stage_config(cfg.corpus.model_dump()), {}, a)
     if finished("corpus"):
         return done
     scratch = cfg.model.base is None
@@ -50,7 +50,9 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
                             {"corpus": done["corpus"]} if scratch else {}, a)
     if finished("tokenizer"):
         return done
-    done["filter"] = run("filter", cfg.filter.model_dump(), {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}, a)
+    runtime = {**cfg.parallel.model_dump(), "download_dir": cfg.corpus.download_dir}
+    done["filter"] = run("filter", {**cfg.filter.model_dump(), "runtime": runtime},
+                         {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}, a)
     if finished("filter"):
         return done
     done["augment"] = run("augment", cfg.augment.model_dump(),

@@ -25,13 +25,23 @@ class Strict(BaseModel):
 
 
 class CorpusConfig(Strict):
-    sources: list[str] = Field(default_factory=list, description="local files/directories (later: URLs)")
+    sources: list[str] = Field(default_factory=list, description=(
+        "local files/directories, OpenWebText tarballs (urlsf_subset*.tar) and Wikipedia dumps "
+        "(*pages-articles*.xml[.bz2]), as paths or URLs"))
     max_docs: int | None = Field(None, ge=1)
+    subsets: list[int] | None = Field(None, description="OpenWebText subsets to read (urlsf_subsetNN); null = all")
+    download_dir: str = Field("downloads", description="cache of downloaded sources, keyed by URL")
+    shard_mb: int = Field(256, ge=1)
 
     @field_validator("sources")
     @classmethod
     def _absolute_sources(cls, v: list[str]) -> list[str]:
         return [absolute(s) for s in v]
+
+    @field_validator("download_dir")
+    @classmethod
+    def _absolute_downloads(cls, v: str) -> str:
+        return absolute(v)
 
 
 class TokenizerConfig(Strict):
@@ -44,7 +54,14 @@ class TokenizerConfig(Strict):
 
 class FilterConfig(Strict):
     min_tokens: int = Field(2048, ge=0)
-    dedup: bool = True
+    dedup: bool = Field(True, description="drop exact duplicates (case and whitespace normalised)")
+    near_dedup: bool = Field(False, description="drop near-duplicates (MinHash-LSH)")
+    near_dedup_threshold: float = Field(0.8, gt=0, le=1, description="estimated Jaccard of word 5-grams")
+    language: str | None = Field(None, description="keep only this fastText lid.176 label (e.g. en); null = no language filter")
+    min_lang_score: float = Field(0.65, ge=0, le=1, description="datatrove's default")
+    langid_model: str = Field("https://dl.fbaipublicfiles.com/fasttext/supervised-models/lid.176.ftz",
+                              description="lid.176 model: path or URL (downloaded once into corpus.download_dir)")
+    shard_mb: int = Field(256, ge=1)
 
 
 class AugmentConfig(Strict):
@@ -133,6 +150,13 @@ class EvaluateConfig(Strict):
         return None if v is None else absolute(v)
 
 
+class ParallelConfig(Strict):
+    """How the corpus and filter stages spread their work; the output is the same either way."""
+
+    backend: Literal["serial", "processes", "ray"] = "serial"
+    workers: int = Field(2, ge=1)
+
+
 class RayConfig(Strict):
     address: str | None = Field(None, description="existing cluster; null starts a local instance")
     num_cpus: int | None = Field(None, ge=1)
@@ -156,6 +180,7 @@ class Config(Strict):
         description="named runs: train overrides per run; all share the data stages",
     )
     evaluate: EvaluateConfig = EvaluateConfig()
+    parallel: ParallelConfig = ParallelConfig()
     ray: RayConfig = RayConfig()
 
     @field_validator("artifacts")

@@ -1,20 +1,35 @@
-"""filter stage: count tokens, keep documents with n_tokens >= min_tokens, drop exact duplicates."""
+"""filter stage: count tokens, identify the language, keep long documents in the wanted
+language, and drop exact (and optionally near) duplicates; the manifest counts every drop.
+
+The per-document work (tokenising, language ID) runs batch by batch through
+`ordered_map`, serially or on worker processes or Ray; the keep/drop decisions
+are then made in corpus order in this process, so every backend writes the
+same dataset and duplicates are found across the whole corpus.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections import deque
+from functools import lru_cache
 
 import pyarrow as pa
 from tqdm import tqdm
 
 from pipeline.corpus import SCHEMA as CORPUS_SCHEMA
+from pipeline.download import fetch
 from pipeline.errors import InputError
+from pipeline.langid import LanguageIdentifier
+from pipeline.neardup import NearDuplicates
+from pipeline.parallel import ordered_map
 from pipeline.tokenizer import load_tokenizer
 from storage import iter_batches, read_manifest
 
-NAME, VERSION = "filter", "1"
-SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32()))
+NAME, VERSION = "filter", "2"
+SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32())) \
+    .append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float32()))
+BATCH = 256
 log = logging.getLogger("cpipe")
 
 
@@ -33,30 +48,86 @@ def count_tokens(backend, texts: list[str]) -> list[int]:
     return [len(e.ids) for e in encode(texts, add_special_tokens=False)]
 
 
+@lru_cache(maxsize=2)
+def _tokenizer(path: str):
+    return load_tokenizer(path).backend_tokenizer
+
+
+@lru_cache(maxsize=2)
+def _identifier(path: str) -> LanguageIdentifier:
+    return LanguageIdentifier(path)
+
+
+@lru_cache(maxsize=2)
+def _minhasher(threshold: float) -> NearDuplicates:
+    return NearDuplicates(threshold=threshold)  # seeded: every process computes the same signatures
+
+
+def analyse(job: tuple[list[str], str, str | None, float | None]) -> dict:
+    """Per-batch work that needs no other batch; runs in any process (models load once per process)."""
+    texts, tokenizer, langid_model, near_threshold = job
+    langs = _identifier(langid_model).predict(texts) if langid_model else [(None, None)] * len(texts)
+    return {"n_tokens": count_tokens(_tokenizer(tokenizer), texts), "keys": [text_key(t) for t in texts],
+            "lang": [lang for lang, _ in langs], "lang_score": [score for _, score in langs],
+            "signatures": [_minhasher(near_threshold).signature(t) for t in texts] if near_threshold else None}
+
+
 def run(config: dict, inputs: dict, out) -> None:
-    backend = load_tokenizer(inputs["tokenizer"]).backend_tokenizer
-    seen_keys: set[bytes] = set()
+    runtime = config.get("runtime", {})
+    langid_model = str(fetch(config["langid_model"], runtime.get("download_dir", "downloads"))) \
+        if config["language"] else None
+    near_threshold = config["near_dedup_threshold"] if config["near_dedup"] else None
+    near = NearDuplicates(threshold=near_threshold) if near_threshold else None
+    seen: set[bytes] = set()
     total, longest, kept = read_manifest(inputs["corpus"])["rows"], 0, 0
+    batches: deque[pa.RecordBatch] = deque()
+
+    def jobs():
+        for batch in iter_batches(inputs["corpus"], batch_size=BATCH):
+            batches.append(batch)
+            yield batch.column("text").to_pylist(), inputs["tokenizer"], langid_model, near_threshold
+
+    results = ordered_map(analyse, jobs(), runtime.get("backend", "serial"), runtime.get("workers", 1))
     with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar:
-        for batch in iter_batches(inputs["corpus"], batch_size=256):
-            texts = batch.column("text").to_pylist()
-            counts = count_tokens(backend, texts)
-            keep = [n >= config["min_tokens"] for n in counts]
-            out.count("too_short", keep.count(False))
-            if config["dedup"]:
-                for i, text in enumerate(texts):
-                    if keep[i]:
-                        key = text_key(text)
-                        keep[i] = key not in seen_keys
-                        out.count("duplicate", not keep[i])
-                        seen_keys.add(key)
-            table = pa.Table.from_batches([batch]).append_column("n_tokens", pa.array(counts, pa.int32()))
+        for result in results:
+            batch = batches.popleft()
+            keep = [_decide(config, i, result, seen, near, out) for i in range(batch.num_rows)]
+            table = pa.Table.from_batches([batch]).append_column("n_tokens", pa.array(result["n_tokens"], pa.int32())) \
+                .append_column("lang", pa.array(result["lang"], pa.string())) \
+                .append_column("lang_score", pa.array(result["lang_score"], pa.float32()))
             out.write(table.filter(pa.array(keep)))
             kept += sum(keep)
-            longest = max(longest, *counts)
-            bar.update(len(texts))
+            longest = max(longest, *result["n_tokens"])
+            bar.update(batch.num_rows)
     out.count("kept", kept)
     if kept == 0:
-        raise FilterError(
-            f"no document has at least {config['min_tokens']} tokens: saw {total} documents, "
-            f"the longest has {longest} tokens (lower filter.min_tokens?)")
+        raise FilterError(_nothing_kept(config, total, longest, out.counts))
+
+
+def _nothing_kept(config: dict, total: int, longest: int, counts) -> str:
+    if counts["too_short"] == total:
+        return (f"no document has at least {config['min_tokens']} tokens: saw {total} documents, "
+                f"the longest has {longest} tokens (lower filter.min_tokens?)")
+    dropped = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(counts.items()) if n and reason != "kept")
+    return f"no document kept: of {total} documents, dropped {dropped} (language wanted: {config['language']})"
+
+
+def _decide(config: dict, i: int, result: dict, seen: set, near: NearDuplicates | None, out) -> bool:
+    """Keep document i of the batch? Counts the reason when not. Order matters: cheapest checks first."""
+    if result["n_tokens"][i] < config["min_tokens"]:
+        out.count("too_short")
+        return False
+    if config["dedup"]:
+        key = result["keys"][i]
+        if key in seen:
+            out.count("duplicate")
+            return False
+        seen.add(key)
+    if config["language"] and (result["lang"][i] != config["language"]
+                               or result["lang_score"][i] < config["min_lang_score"]):
+        out.count("language")
+        return False
+    if near is not None and near.seen(result["signatures"][i]):
+        out.count("near_duplicate")
+        return False
+    return True

@@ -1,7 +1,7 @@
 """Where documents come from. A Source yields Documents and can say whether it changed.
 
-Local files now; the OpenWebText and Wikipedia downloaders plug in here as
-further Source classes chosen by `open_source` from the path or URL's name.
+This module holds the contract and local files; OpenWebText and Wikipedia live
+beside it, and `pipeline.corpus.open_source` picks one by the path or URL's name.
 """
 
 from __future__ import annotations
@@ -141,10 +141,3 @@ def _wikitext_articles(raw: str) -> Iterator[tuple[str, str]]:
             lines.append(line.strip())
     if title is not None:
         yield title, "\n".join(lines).strip()
-
-
-def open_source(spec: str) -> Source:
-    """Pick the source class for a path or URL by its name."""
-    if "://" in spec and not spec.startswith("file://"):
-        raise SourceError(f"remote corpus sources are not supported yet: {spec}")
-    return LocalSource(spec.removeprefix("file://"))

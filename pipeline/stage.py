@@ -2,7 +2,8 @@
 
 A stage module exposes NAME, VERSION (bump it when the output would change),
 SCHEMA (None for stages that write files, such as models) and `run`. A config
-may set `rows_per_shard` and `shard_mb` (default 256) to size the shards. The
+may set `rows_per_shard` and `shard_mb` (default 256) to size the shards, and
+`runtime` for settings that do not change the output (left out of the fingerprint). The
 runner fingerprints the stage, reuses a finished dataset, and otherwise writes
 it atomically. Stats go into the manifest through `out.count(...)`.
 """
@@ -24,7 +25,9 @@ def input_fingerprints(inputs: dict[str, str]) -> dict[str, str]:
 
 
 def stage_fingerprint(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str]) -> str:
-    return fingerprint(stage.NAME, stage.VERSION, config, input_fingerprints(inputs))
+    # "runtime" settings (how many workers, which backend) change how a dataset is built, not what it holds.
+    content = {k: v for k, v in config.items() if k != "runtime"}
+    return fingerprint(stage.NAME, stage.VERSION, content, input_fingerprints(inputs))
 
 
 def stage_path(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str], artifacts: str) -> str:

@@ -7,14 +7,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import corpus
-from pipeline.sources import SourceError, open_source
+from pipeline.config import CorpusConfig
+from pipeline.corpus import open_source
+from pipeline.sources import SourceError
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED
 
 
+def corpus_config(sources, max_docs=None) -> dict:
+    return corpus.stage_config(CorpusConfig(sources=[str(s) for s in sources], max_docs=max_docs).model_dump())
+
+
 def build(tmp_path, sources, max_docs=None):
-    return run_stage(corpus, corpus.stage_config([str(s) for s in sources], max_docs), {}, str(tmp_path / "artifacts"))
+    return run_stage(corpus, corpus_config(sources, max_docs), {}, str(tmp_path / "artifacts"))
 
 
 def test_every_local_format_recursively(tmp_path):
@@ -64,7 +70,7 @@ def test_empty_directory_and_missing_path_are_clear_errors(tmp_path):
     with pytest.raises(SourceError, match="no documents under .*empty"):
         build(tmp_path, [tmp_path / "empty"])
     with pytest.raises(SourceError, match="does not exist: .*nowhere"):
-        corpus.stage_config([str(tmp_path / "nowhere")], None)
+        corpus_config([tmp_path / "nowhere"])
 
 
 def test_jsonl_without_text_names_file_and_line(tmp_path):
@@ -78,9 +84,9 @@ def test_snapshot_changes_when_a_file_changes(tmp_path):
     root = tmp_path / "in"
     root.mkdir()
     (root / "a.txt").write_text("one")
-    before = corpus.stage_config([str(root)], None)
+    before = corpus_config([root])
     (root / "a.txt").write_text("one, edited")
-    assert corpus.stage_config([str(root)], None) != before
+    assert corpus_config([root]) != before
 
 
 def test_max_docs_stops_early(tmp_path):
