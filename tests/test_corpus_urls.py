@@ -1,0 +1,72 @@
+"""The corpus stage on URLs: an OpenWebText tarball and a Wikipedia dump served from 127.0.0.1,
+read through the same download path as a real URL, with a connection cut mid-file."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from pipeline import corpus
+from pipeline.config import CorpusConfig
+from pipeline.stage import run_stage
+from storage import read_manifest, read_table
+from tests.test_openwebtext import release, texts  # noqa: F401  (fixtures)
+from tests.test_wikipedia import expected_articles, paras, write_dump  # noqa: F401  (fixture)
+
+
+class FileHandler(BaseHTTPRequestHandler):
+    """Serves server.files by path with `Range: bytes=N-`; the first request for each file is cut in half."""
+
+    def do_GET(self) -> None:
+        data = self.server.files.get(self.path)
+        if data is None:
+            return self.send_error(404)
+        self.server.requests.append((self.path, self.headers.get("Range")))
+        start = int(self.headers["Range"][len("bytes="):-1]) if self.headers["Range"] else 0
+        self.send_response(206 if start else 200)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        first = sum(1 for path, _ in self.server.requests if path == self.path) == 1
+        self.wfile.write(data[start : len(data) // 2 if first else len(data)])
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), FileHandler)
+    srv.files, srv.requests = {}, []
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join()
+
+
+def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_downloads(server, release, tmp_path, paras):
+    owt_dir, expected_owt = release
+    dump = write_dump(tmp_path / "enwiki-20240501-pages-articles-multistream.xml.bz2", paras, streams=2)
+    server.files = {"/owt/urlsf_subset00.tar": (owt_dir / "urlsf_subset00.tar").read_bytes(),
+                    f"/dumps/{dump.name}": dump.read_bytes()}
+    base = f"http://127.0.0.1:{server.server_port}"
+    cfg = CorpusConfig(sources=[f"{base}/owt/urlsf_subset00.tar", f"{base}/dumps/{dump.name}"],
+                       download_dir=str(tmp_path / "downloads")).model_dump()
+    path = run_stage(corpus, corpus.stage_config(cfg), {}, str(tmp_path / "artifacts"))
+
+    table = read_table(path)
+    docs = dict(zip(table.column("title_or_url").to_pylist(), table.column("text").to_pylist()))
+    owt = {name: text for name, (key, text) in expected_owt.items() if key.startswith("urlsf_subset00.tar/")}
+    assert {name: docs[name] for name in owt} == owt
+    assert {title: docs[title] for title in expected_articles(paras)} == expected_articles(paras)
+    assert table.num_rows == len(owt) + len(expected_articles(paras))
+    assert read_manifest(path)["counts"]["redirect"] == 2  # the dump's drops are counted in the manifest
+    # each file: a first request cut in half, then one range request for the rest
+    for url_path, data in server.files.items():
+        ranges = [r for p, r in server.requests if p == url_path]
+        assert ranges == [None, f"bytes={len(data) // 2}-"]
