@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +118,17 @@ CPIPE = str(Path(sys.executable).parent / "cpipe")
 def cpipe(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run the installed console script, as a user would."""
     return subprocess.run([CPIPE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def http_server(handler):
+    """A real HTTP server on 127.0.0.1 (a free port) serving `handler` in a thread, stopped afterwards."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join()

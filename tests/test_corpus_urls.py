@@ -3,8 +3,7 @@ read through the same download path as a real URL, with a connection cut mid-fil
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -12,6 +11,7 @@ from pipeline import corpus
 from pipeline.config import CorpusConfig
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
+from tests.conftest import http_server
 from tests.test_openwebtext import release, texts  # noqa: F401  (fixtures)
 from tests.test_wikipedia import expected_articles, paras, write_dump  # noqa: F401  (fixture)
 
@@ -39,14 +39,9 @@ class FileHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), FileHandler)
-    srv.files, srv.requests = {}, []
-    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join()
+    with http_server(FileHandler) as srv:
+        srv.files, srv.requests = {}, []
+        yield srv
 
 
 def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_downloads(server, release, tmp_path, paras):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from pipeline.download import DownloadError, cache_path, fetch
+from tests.conftest import http_server
 
 # Not a multiple of the 1 MiB read size, so the last chunk is a short one.
 DATA = random.Random(0).randbytes(3 * 2**20 + 12345)
@@ -51,16 +51,11 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.ranges_seen, srv.statuses, srv.served = [], [], 0
-    srv.ranges, srv.cut_first, srv.shift = True, False, 0
-    srv.url = f"http://127.0.0.1:{srv.server_port}/data/file.bin"
-    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join()
+    with http_server(Handler) as srv:
+        srv.ranges_seen, srv.statuses, srv.served = [], [], 0
+        srv.ranges, srv.cut_first, srv.shift = True, False, 0
+        srv.url = f"http://127.0.0.1:{srv.server_port}/data/file.bin"
+        yield srv
 
 
 def quick_fetch(url, cache_dir, **kwargs):
