@@ -13,11 +13,10 @@ import shutil
 import tempfile
 
 from bench.common import alternate, ratio_report, shared_corpus
-from pipeline import corpus, filter, tokenizer
+from pipeline import corpus, docstats, filter, tokenizer
 from pipeline.config import CorpusConfig
-from pipeline.filter import count_tokens
+from pipeline.docstats import count_tokens
 from pipeline.stage import run_stage
-from pipeline.tokenizer import load_tokenizer
 from storage import read_table
 
 
@@ -31,7 +30,7 @@ def main() -> None:
         tok = run_stage(tokenizer, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
                         {"corpus": docs}, work)
         texts = read_table(docs, columns=["text"]).column("text").to_pylist()
-        backend = load_tokenizer(tok).backend_tokenizer
+        backend = docstats.tokenizer(tok)
         n_tokens = sum(count_tokens(backend, texts))
         runs = iter(range(10_000))
 

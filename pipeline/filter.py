@@ -1,7 +1,7 @@
 """filter stage: count tokens, identify the language, keep long documents in the wanted
 language, and drop exact (and optionally near) duplicates; the manifest counts every drop.
 
-The per-document work (tokenising, language ID) runs batch by batch through
+The per-document work (pipeline.docstats) runs batch by batch through
 `ordered_map`, serially or on worker processes or Ray; the keep/drop decisions
 are then made in corpus order in this process, so every backend writes the
 same dataset and duplicates are found across the whole corpus.
@@ -9,21 +9,18 @@ same dataset and duplicates are found across the whole corpus.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import deque
-from functools import lru_cache
 
 import pyarrow as pa
 from tqdm import tqdm
 
 from pipeline.corpus import SCHEMA as CORPUS_SCHEMA
+from pipeline.docstats import analyse
 from pipeline.download import fetch
 from pipeline.errors import InputError
-from pipeline.langid import LanguageIdentifier
 from pipeline.neardup import NearDuplicates
 from pipeline.parallel import ordered_map
-from pipeline.tokenizer import load_tokenizer
 from storage import iter_batches, read_manifest
 
 NAME, VERSION = "filter", "2"
@@ -35,41 +32,6 @@ log = logging.getLogger("cpipe")
 
 class FilterError(InputError):
     pass
-
-
-def text_key(text: str) -> bytes:
-    """Exact-duplicate key: case and whitespace differences do not make a new document."""
-    return hashlib.sha1(" ".join(text.lower().split()).encode()).digest()
-
-
-def count_tokens(backend, texts: list[str]) -> list[int]:
-    """Token counts without special tokens, in the tokenizer's parallel Rust batch path."""
-    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
-    return [len(e.ids) for e in encode(texts, add_special_tokens=False)]
-
-
-@lru_cache(maxsize=2)
-def _tokenizer(path: str):
-    return load_tokenizer(path).backend_tokenizer
-
-
-@lru_cache(maxsize=2)
-def _identifier(path: str) -> LanguageIdentifier:
-    return LanguageIdentifier(path)
-
-
-@lru_cache(maxsize=2)
-def _minhasher(threshold: float) -> NearDuplicates:
-    return NearDuplicates(threshold=threshold)  # seeded: every process computes the same signatures
-
-
-def analyse(job: tuple[list[str], str, str | None, float | None]) -> dict:
-    """Per-batch work that needs no other batch; runs in any process (models load once per process)."""
-    texts, tokenizer, langid_model, near_threshold = job
-    langs = _identifier(langid_model).predict(texts) if langid_model else [(None, None)] * len(texts)
-    return {"n_tokens": count_tokens(_tokenizer(tokenizer), texts), "keys": [text_key(t) for t in texts],
-            "lang": [lang for lang, _ in langs], "lang_score": [score for _, score in langs],
-            "signatures": [_minhasher(near_threshold).signature(t) for t in texts] if near_threshold else None}
 
 
 def run(config: dict, inputs: dict, out) -> None:

@@ -128,6 +128,7 @@ class DatasetWriter:
     """
 
     ROW_GROUP_ROWS = 4096
+    ROW_GROUP_BYTES = 64 * 2**20  # long documents: 4096 of them can be hundreds of MB
 
     def __init__(self, artifacts: str, stage: str, fp: str, *, config: Any, inputs: dict[str, str],
                  schema: pa.Schema | None = None, rows_per_shard: int | None = None,
@@ -144,6 +145,7 @@ class DatasetWriter:
         self.extra: dict[str, Any] = {}
         self.rows = 0
         self._pending: list[dict] = []
+        self._pending_bytes = 0
         self._shards = 0
         self._file = self._writer = None
         self._shard_rows = 0
@@ -167,12 +169,14 @@ class DatasetWriter:
         else:
             # Rows often arrive one at a time; convert to Arrow a row group at a time.
             self._pending.extend(rows)
-            if len(self._pending) >= min(self.ROW_GROUP_ROWS, self.rows_per_shard):
+            self._pending_bytes += sum(len(v) for row in rows for v in row.values() if isinstance(v, (str, bytes)))
+            if (len(self._pending) >= min(self.ROW_GROUP_ROWS, self.rows_per_shard)
+                    or self._pending_bytes >= self.ROW_GROUP_BYTES):
                 self._append(self._convert_pending())
 
     def _convert_pending(self) -> pa.Table:
         table = pa.Table.from_pylist(self._pending, schema=self.schema)
-        self._pending = []
+        self._pending, self._pending_bytes = [], 0
         return table
 
     def _append(self, table: pa.Table) -> None:
