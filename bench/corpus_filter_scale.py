@@ -93,7 +93,7 @@ def child(args) -> None:
     """Runs in the fresh process: corpus + filter (or only the imports and tokenizer), then one JSON line."""
     start = time.perf_counter()
     if args.child == "baseline":
-        filter._tokenizer(args.child_tokenizer)
+        docstats.tokenizer(args.child_tokenizer)
         print(json.dumps({"rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT}))
         return
     docs = run_stage(corpus, corpus_config(Path(args.child_corpus)), {}, args.child_artifacts)
