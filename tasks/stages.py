@@ -13,6 +13,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.context import TaskRunContext
 
+from pipeline.ranking import publish
 from pipeline.stage import run_stage, stage_fingerprint, stage_path
 from pipeline.stages import STAGES
 from pipeline.train import ray_init
@@ -51,8 +52,6 @@ def start_ray(address: str | None, num_cpus: int | None) -> None:
 
 @task
 def publish_leaderboard(path: str, artifacts: str) -> str:
-    from pipeline.ranking import publish
-
     table, markdown = publish(path, artifacts)
     create_table_artifact(key="leaderboard", table=table.astype(object).where(table.notna(), None).to_dict("records"),
                           description=markdown)
