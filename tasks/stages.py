@@ -1,4 +1,4 @@
-"""One Prefect task runs any stage; its cache key is the stage's fingerprint.
+"""One Prefect task runs any stage; its cache key is the stage's fingerprint (and artifacts directory).
 
 The key is offered only while the dataset it names is finished on disk, so a
 deleted or half-written artifact is rebuilt rather than served from Prefect's
@@ -7,6 +7,7 @@ cache. Tasks pass paths, never data.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -21,10 +22,12 @@ from storage import complete
 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
-    name, config, inputs = params["name"], params["config"], params["inputs"]
-    if not built(name, config, inputs, params["artifacts"]):
+    name, config, inputs, artifacts = params["name"], params["config"], params["inputs"], params["artifacts"]
+    if not built(name, config, inputs, artifacts):
         return None
-    return f"{name}-{stage_fingerprint(STAGES[name], config, inputs)}"
+    # The same fingerprint under another artifacts directory is another dataset (another path).
+    where = hashlib.sha256(artifacts.encode()).hexdigest()[:8]
+    return f"{name}-{stage_fingerprint(STAGES[name], config, inputs)}-{where}"
 
 
 @task(task_run_name="{name}", cache_key_fn=_cache_key, persist_result=True)

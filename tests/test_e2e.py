@@ -89,6 +89,19 @@ def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(first_run
     assert log["filter"] == log["augment"] == log["train-declutr"] == log["leaderboard"] == "built"
 
 
+def test_reuse_stays_within_its_artifacts_directory(tmp_path, tiny_config, tiny_corpus):
+    """Prefect's cache is shared by every run on the machine; a hit must not hand back another directory's dataset."""
+    outputs = []
+    for artifacts in ("a", "a", "b", "b"):  # the second run of a leaves a cache record naming a's dataset
+        result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus),
+                       "--artifacts", str(tmp_path / artifacts), "--until", "tokenizer")
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append(result.stdout + result.stderr)
+    assert re.search(rf"corpus: reused {tmp_path}/a/corpus/", outputs[1])
+    assert re.search(rf"corpus: built {tmp_path}/b/corpus/", outputs[2])
+    assert re.search(rf"corpus: reused {tmp_path}/b/corpus/", outputs[3])
+
+
 def test_until_stops_after_the_stage(tmp_path, tiny_config, tiny_corpus):
     result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts", str(tmp_path),
                    "--until", "filter")
