@@ -36,6 +36,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.filter_throughput
 	$(BIN)/python -m bench.train_step_overhead
+	$(BIN)/python -m bench.corpus_filter_scale
 
 clean:
 	rm -rf $(VENV) artifacts
