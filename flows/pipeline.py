@@ -78,8 +78,9 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
         evaluated["fasttext-bow"] = ("baseline", run("baseline", ft,
                                                      {"documents": done["filter"]}, a))
     scores = {}
+    data_hash = evaluate_stage.data_fingerprint(cfg.evaluate.data)  # read and hashed once, not per model
     for name, (kind, path) in evaluated.items():
-        config_ = evaluate_stage.stage_config(cfg.evaluate.model_dump(), cfg.evaluate.data, name, kind)
+        config_ = evaluate_stage.stage_config(cfg.evaluate.model_dump(), cfg.evaluate.data, data_hash, name, kind)
         scores[f"scores-{name}"] = run("evaluate", config_, {"model": path}, a, label=f"evaluate-{name}")
     done.update({f"evaluate/{k}": v for k, v in scores.items()})
     if finished("evaluate"):

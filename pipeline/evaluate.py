@@ -31,10 +31,14 @@ SCHEMA = pa.schema([
 log = logging.getLogger("cpipe")
 
 
-def stage_config(evaluate: dict, data: str, model: str, kind: str) -> dict:
-    """The evaluation settings plus the data's content hash, so changed files invalidate scores."""
+def data_fingerprint(data: str) -> str:
+    """A hash of the evaluation data's content, so changed files invalidate every model's scores."""
     subsets, _ = find_sts(data)
-    return {"data": data, "data_hash": data_hash(subsets), "model": model, "kind": kind,
+    return data_hash(subsets)
+
+
+def stage_config(evaluate: dict, data: str, data_fingerprint: str, model: str, kind: str) -> dict:
+    return {"data": data, "data_hash": data_fingerprint, "model": model, "kind": kind,
             "batch_size": evaluate["batch_size"], "max_length": evaluate["max_length"]}
 
 

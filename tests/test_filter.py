@@ -1,6 +1,5 @@
 import random
 
-import fasttext
 import pytest
 
 from pipeline import corpus, filter, tokenizer
@@ -9,7 +8,7 @@ from pipeline.filter import FilterError
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED
-from tests.test_langid import DE_WORDS, EN_WORDS, sentence
+from tests.test_langid import DE_WORDS, EN_WORDS, sentence, tiny_model  # noqa: F401  (fixture)
 
 
 def document(rng: random.Random, words: list[str], n_sentences: int = 40) -> str:
@@ -17,18 +16,9 @@ def document(rng: random.Random, words: list[str], n_sentences: int = 40) -> str
 
 
 @pytest.fixture(scope="module")
-def lid_model(tmp_path_factory) -> str:
-    """fastText's lid.176 from the shared data, or a two-language model trained here without it."""
-    if SHARED:
-        return f"{SHARED}/models/lid.176.ftz"
-    rng = random.Random(0)
-    root = tmp_path_factory.mktemp("lid")
-    lines = [f"__label__{lang} {sentence(rng, words)}" for _ in range(300)
-             for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))]
-    (root / "train.txt").write_text("\n".join(lines) + "\n")
-    fasttext.train_supervised(str(root / "train.txt"), epoch=10, dim=16, minCount=1, thread=12,
-                              verbose=0).save_model(str(root / "lid.bin"))
-    return str(root / "lid.bin")
+def lid_model(request) -> str:
+    """fastText's lid.176 from the shared data, or test_langid's two-language model without it."""
+    return f"{SHARED}/models/lid.176.ftz" if SHARED else str(request.getfixturevalue("tiny_model"))
 
 
 @pytest.fixture(scope="module")
