@@ -14,6 +14,8 @@ from typing import Iterable
 import fasttext
 import numpy as np
 
+from storage import local_copy
+
 # fastText 0.9.3 built from sdist returns NaN vectors with fewer threads than
 # this on small machines (DESIGN.md, "What is known about the dependencies").
 MIN_THREADS = 11
@@ -64,7 +66,8 @@ class FastTextEncoder:
     """Sentence vector = fastText's average of L2-normalised word vectors."""
 
     def __init__(self, model_path: str):
-        self.model = fasttext.load_model(str(model_path))
+        with local_copy(str(model_path)) as local:  # any fsspec URL; fastText reads the file whole
+            self.model = fasttext.load_model(local)
         self.dim = self.model.get_dimension()
 
     @property

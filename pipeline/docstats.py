@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 
+import fsspec
 from tokenizers import Tokenizer
 
 from pipeline.langid import LanguageIdentifier
@@ -28,8 +29,9 @@ def count_tokens(backend: Tokenizer, texts: list[str]) -> list[int]:
 
 @lru_cache(maxsize=2)
 def tokenizer(path: str) -> Tokenizer:
-    """The fast tokenizer saved by the tokenizer stage (tokenizer.json), without transformers."""
-    return Tokenizer.from_file(f"{path}/tokenizer.json")
+    """The fast tokenizer saved by the tokenizer stage (tokenizer.json, on any fsspec URL), without transformers."""
+    with fsspec.open(f"{path}/tokenizer.json", "r", encoding="utf-8") as f:
+        return Tokenizer.from_str(f.read())
 
 
 @lru_cache(maxsize=2)

@@ -11,6 +11,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
 from pipeline.model import HF_DIR, ST_DIR, pool
+from storage import local_copy
 
 
 def export_pooling(path: str) -> str | None:
@@ -44,15 +45,16 @@ class Encoder:
     """
 
     def __init__(self, path: str, max_length: int = 128, device: str | None = None, pooling: str | None = None):
-        hf = f"{path}/{HF_DIR}" if os.path.isdir(f"{path}/{HF_DIR}") else path
-        if not os.path.isfile(f"{hf}/config.json"):
-            raise InputError(f"{path}: not a model directory (no config.json in {hf})")
-        self.tokenizer = AutoTokenizer.from_pretrained(hf)
-        self.model = AutoModel.from_pretrained(hf).eval()
+        with local_copy(path) as local:  # a model on any fsspec URL is read whole into memory
+            hf = f"{local}/{HF_DIR}" if os.path.isdir(f"{local}/{HF_DIR}") else local
+            if not os.path.isfile(f"{hf}/config.json"):
+                raise InputError(f"{path}: not a model directory (no config.json in {hf})")
+            self.tokenizer = AutoTokenizer.from_pretrained(hf)
+            self.model = AutoModel.from_pretrained(hf).eval()
+            self.pooling = pooling or export_pooling(local) or "mean"
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device)
         self.max_length = min(max_length, _model_limit(self.model.config, self.tokenizer))
-        self.pooling = pooling or export_pooling(path) or "mean"
 
     @property
     def parameters(self) -> int:

@@ -10,7 +10,6 @@ shows as missing, never as zero, and averages over incomplete rows are marked.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,6 +20,7 @@ import pandas as pd
 from pipeline.sts import LEADERBOARD_SPLIT, SICK_TASK, STS_TASKS
 from pipeline.transfer import AVERAGE_PROTOCOL, AVERAGE_TASK
 from pipeline.transfer_data import TRANSFER_TASKS
+from storage import put_file
 
 PROTOCOLS = ("senteval", "simcse")
 SIMILARITY_TASKS = (*STS_TASKS, SICK_TASK)
@@ -151,30 +151,22 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str) -> str:
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    # A temporary sibling on the same filesystem makes os.replace atomic.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
                       name: str = "leaderboard") -> dict[str, str]:
-    """Write <name>.md/.csv/.parquet/.png into out_dir atomically; return their paths by format."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {fmt: out / f"{name}.{fmt}" for fmt in ("md", "csv", "parquet", "png")}
-    markdown = to_markdown(table, absent, title)
-    _atomic_write(paths["md"], lambda tmp: Path(tmp).write_text(markdown, encoding="utf-8"))
-    _atomic_write(paths["csv"], lambda tmp: table.to_csv(tmp, index=False))
-    _atomic_write(paths["parquet"], lambda tmp: table.to_parquet(tmp, index=False))
-    _atomic_write(paths["png"], lambda tmp: plot(table, title, tmp))
-    return {fmt: str(p) for fmt, p in paths.items()}
+    """Write <name>.md/.csv/.parquet/.png into out_dir (any fsspec URL), each file replaced whole;
+    return their paths by format."""
+    writers: dict[str, Callable[[str], object]] = {
+        "md": lambda f: Path(f).write_text(to_markdown(table, absent, title), encoding="utf-8"),
+        "csv": lambda f: table.to_csv(f, index=False),
+        "parquet": lambda f: table.to_parquet(f, index=False),
+        "png": lambda f: plot(table, title, f),
+    }
+    paths = {fmt: f"{out_dir.rstrip('/')}/{name}.{fmt}" for fmt in writers}
+    with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
+        for fmt, write in writers.items():
+            write(f"{tmp}/{name}.{fmt}")
+            put_file(f"{tmp}/{name}.{fmt}", paths[fmt])
+    return paths
 
 
 def plot(table: pd.DataFrame, title: str, path: str) -> None:

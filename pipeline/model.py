@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, RobertaConfig
 
+from storage import local_copy
+
 HF_DIR, ST_DIR = "hf", "sentence-transformers"
 
 
@@ -92,7 +94,8 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean")
 
 
 def load_mlm(path: str) -> nn.Module:
-    return AutoModelForMaskedLM.from_pretrained(path)
+    with local_copy(path) as local:  # any fsspec URL, as load_tokenizer
+        return AutoModelForMaskedLM.from_pretrained(local)
 
 
 def describe(path: str) -> dict:

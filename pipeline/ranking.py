@@ -10,12 +10,13 @@ fingerprint.
 from __future__ import annotations
 
 import logging
-import os
+import tempfile
 
+import fsspec
 import pandas as pd
 
 from pipeline.leaderboard import absent_tasks, leaderboard, to_markdown, write_leaderboard
-from storage import read_manifest, read_table
+from storage import put_file, read_manifest, read_table
 
 NAME, VERSION = "leaderboard", "2"
 SCHEMA = None
@@ -52,15 +53,24 @@ def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFr
 
 
 def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
-    """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (atomically)."""
-    table = pd.read_parquet(f"{path}/leaderboard.parquet")
+    """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (each file
+    replaced whole)."""
+    table = _read_parquet(f"{path}/leaderboard.parquet")
     absent = read_manifest(path)["absent_tasks"]
     write_leaderboard(table, absent, artifacts, title=TITLE)
-    store = f"{artifacts}/{CUMULATIVE}.{SCORES}"
-    previous = pd.read_parquet(store) if os.path.exists(store) else None
-    merged = cumulative(previous, pd.read_parquet(f"{path}/{SCORES}"))
+    store = f"{artifacts.rstrip('/')}/{CUMULATIVE}.{SCORES}"
+    fs, p = fsspec.core.url_to_fs(store)
+    merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
     write_leaderboard(leaderboard(merged), absent_tasks(merged), artifacts, title=f"{TITLE}: every run",
                       name=CUMULATIVE)
-    merged.to_parquet(f"{store}.tmp", index=False)
-    os.replace(f"{store}.tmp", store)
+    with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
+        merged.to_parquet(f"{tmp}/{SCORES}", index=False)
+        put_file(f"{tmp}/{SCORES}", store)
     return table, to_markdown(table, absent, title=TITLE)
+
+
+def _read_parquet(path: str) -> pd.DataFrame:
+    # Through fsspec, whose settings (an S3 endpoint, say) the whole pipeline shares; pandas alone would
+    # open s3:// URLs with pyarrow's own client.
+    with fsspec.open(path, "rb") as f:
+        return pd.read_parquet(f)

@@ -9,7 +9,7 @@ from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from storage import iter_batches
+from storage import iter_batches, local_copy
 
 NAME, VERSION = "tokenizer", "1"
 SCHEMA = None
@@ -18,7 +18,9 @@ log = logging.getLogger("cpipe")
 
 
 def load_tokenizer(path: str):
-    return AutoTokenizer.from_pretrained(path)
+    """Any fsspec URL: a tokenizer is read whole into memory, so a remote one's local copy can go."""
+    with local_copy(path) as local:
+        return AutoTokenizer.from_pretrained(local)
 
 
 def _texts(corpus: str):

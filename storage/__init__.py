@@ -3,23 +3,33 @@
 from storage.dataset import (
     DatasetError,
     DatasetWriter,
+    arrow_filesystem,
     complete,
     dataset_path,
     fingerprint,
+    is_local,
     list_datasets,
+    local_copy,
+    put_file,
     read_manifest,
     read_table,
     iter_batches,
+    shards,
 )
 
 __all__ = [
     "DatasetError",
     "DatasetWriter",
+    "arrow_filesystem",
     "complete",
     "dataset_path",
     "fingerprint",
+    "is_local",
     "list_datasets",
+    "local_copy",
+    "put_file",
     "read_manifest",
     "read_table",
     "iter_batches",
+    "shards",
 ]

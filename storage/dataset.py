@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from importlib import metadata
 from typing import Any, Iterator
 
@@ -48,6 +52,59 @@ def dataset_path(artifacts: str, stage: str, fp: str) -> str:
 
 def _fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(path)
+
+
+def is_local(path: str) -> bool:
+    return isinstance(_fs(path)[0], fsspec.implementations.local.LocalFileSystem)
+
+
+@contextmanager
+def local_copy(path: str) -> Iterator[str]:
+    """`path` as a local file or directory, for libraries that read only local files (tokenizers, models,
+    fastText): the path itself when it is local, else a temporary copy, removed on exit."""
+    if is_local(path):
+        yield path
+        return
+    fs, p = _fs(path)
+    p = p.rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="cpipe-") as d:
+        local = f"{d}/{p.rsplit('/', 1)[-1]}"  # the same last part: a dataset's is its fingerprint
+        if fs.isdir(p):
+            fs.get(f"{p}/", f"{local}/", recursive=True)
+        elif fs.isfile(p):
+            fs.get_file(p, local)
+        else:
+            raise DatasetError(f"{path} does not exist")
+        yield local
+
+
+def arrow_filesystem(path: str):
+    """The pyarrow filesystem that reads `path` (None for local paths), for Ray Data and Ray Train,
+    which take pyarrow filesystems; any fsspec filesystem works through pyarrow's handler."""
+    if is_local(path):
+        return None
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    return PyFileSystem(FSSpecHandler(_fs(path)[0]))
+
+
+def put_file(local: str, path: str) -> None:
+    """Replace the file at `path` (any fsspec URL) with a local file, so that readers see the old file or the
+    new one, never half of one: a rename from a sibling on local disk, a single PUT on an object store."""
+    fs, p = _fs(path)
+    parent = p.rsplit("/", 1)[0]
+    fs.makedirs(parent, exist_ok=True)
+    if not isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        fs.put_file(local, p)
+        return
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.rsplit('/', 1)[-1]}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def complete(path: str) -> bool:
@@ -152,26 +209,31 @@ class DatasetWriter:
         self._shard_rows = 0
         self._started = time.time()
         self._work: str | None = None
+        self._local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
+        self._upload: str | None = None  # a remote dataset's local_dir
 
     @property
     def local_dir(self) -> str:
-        """The temporary directory, for libraries that write files themselves (models, tokenizers)."""
-        self._require_local()
-        return self.tmp
-
-    def _require_local(self) -> None:
-        if not isinstance(self.fs, fsspec.implementations.local.LocalFileSystem):
-            raise DatasetError(f"stage {self.stage} writes files directly and needs a local artifacts path, got {self.path}")
+        """A local directory for libraries that write files themselves (models, tokenizers): the temporary
+        directory itself, or for remote artifacts a local one uploaded into it before the manifest."""
+        if self._local:
+            return self.tmp
+        if self._upload is None:
+            self._upload = tempfile.mkdtemp(prefix=f"cpipe-{self.stage}-")
+        return self._upload
 
     @property
     def work_dir(self) -> str:
-        """A directory that outlives a failed run, for stages that resume from their own partial work;
-        removed once the dataset is finished. Local, like `local_dir`."""
-        self._require_local()
-        path = f"{self._final.rsplit('/', 2)[0]}/{WORK_DIR}/{self.stage}-{self.fp}"
-        self.fs.makedirs(path, exist_ok=True)
-        self._work = path
-        return path
+        """A directory for stages that resume from their own partial work, removed once the dataset is
+        finished. Beside the artifacts it outlives a failed run; for remote artifacts it is a local
+        temporary directory, so a killed stage starts over."""
+        if self._work is None:
+            if self._local:
+                self._work = f"{self._final.rsplit('/', 2)[0]}/{WORK_DIR}/{self.stage}-{self.fp}"
+                self.fs.makedirs(self._work, exist_ok=True)
+            else:
+                self._work = tempfile.mkdtemp(prefix=f"cpipe-{self.stage}-work-")
+        return self._work
 
     def __enter__(self) -> "DatasetWriter":
         self.fs.makedirs(self.tmp, exist_ok=True)
@@ -222,11 +284,22 @@ class DatasetWriter:
         self.counts[reason] += n
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._finish(exc_type)
+        finally:
+            for d in (self._upload, None if self._local else self._work):
+                if d:
+                    shutil.rmtree(d, ignore_errors=True)
+
+    def _finish(self, exc_type) -> None:
         if exc_type is not None:
             if self._writer is not None:
                 self._file.close()
-            self.fs.rm(self.tmp, recursive=True)
+            if self.fs.exists(self.tmp):  # an object store holds no empty directory
+                self.fs.rm(self.tmp, recursive=True)
             return
+        if self._upload:
+            self.fs.put(f"{self._upload}/", f"{self.tmp}/", recursive=True)
         if self._pending:
             self._append(self._convert_pending())
         self._close_shard()
@@ -252,12 +325,19 @@ class DatasetWriter:
         }
         with self.fs.open(f"{self.tmp}/{MANIFEST}", "w") as f:
             json.dump(manifest, f, indent=2, default=str)
-        with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
-            f.write("")
         # A leftover directory without _SUCCESS (a killed run on a filesystem
         # without atomic rename) is never read; replace it.
         if self.fs.exists(self._final):
             self.fs.rm(self._final, recursive=True)
-        self.fs.mv(self.tmp, self._final, recursive=True)
-        if self._work:
-            self.fs.rm(self._work, recursive=True)
+        if self._local:
+            with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
+                f.write("")
+            self.fs.mv(self.tmp, self._final, recursive=True)  # a rename: readers see all or nothing
+            if self._work:
+                self.fs.rm(self._work, recursive=True)
+        else:
+            # Object stores have no rename: copy, then mark the copy finished, last.
+            self.fs.copy(f"{self.tmp}/", f"{self._final}/", recursive=True)
+            with self.fs.open(f"{self._final}/{SUCCESS}", "w") as f:
+                f.write("")
+            self.fs.rm(self.tmp, recursive=True)

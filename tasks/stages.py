@@ -7,19 +7,23 @@ cache. Tasks pass paths, never data.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.context import TaskRunContext
+from prefect.filesystems import RemoteFileSystem
 
 from pipeline.parallel import ordered_map
 from pipeline.ranking import publish
 from pipeline.stage import run_stage, stage_fingerprint, stage_path
 from pipeline.stages import STAGES
 from pipeline.train import ray_init
-from storage import complete
+from storage import complete, is_local
+
+RESULTS = "_prefect"  # under remote artifacts: Prefect's results of the stage tasks
 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
@@ -41,17 +45,31 @@ def built(name: str, config: dict, inputs: dict[str, str], artifacts: str) -> bo
     return complete(stage_path(STAGES[name], config, inputs, artifacts))
 
 
+@functools.cache
+def result_storage(artifacts: str) -> str | None:
+    """Remote artifacts keep Prefect's task results beside them, where any machine of a cluster can read
+    them (local result storage breaks Prefect on a remote Ray cluster); local ones use Prefect's default.
+    Prefect wants the storage saved as a block, which names it for every process that reads the results."""
+    if is_local(artifacts):
+        return None
+    name = f"cpipe-results-{hashlib.sha256(artifacts.encode()).hexdigest()[:12]}"
+    RemoteFileSystem(basepath=f"{artifacts.rstrip('/')}/{RESULTS}").save(name, overwrite=True)
+    return f"remote-file-system/{name}"
+
+
 def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None) -> str:
     """Run a stage as a task and log whether it was reused or built."""
     reused = built(name, config, inputs, artifacts)
-    path = stage_task.with_options(task_run_name=label or name)(name, config, inputs, artifacts)
+    path = stage_task.with_options(task_run_name=label or name, result_storage=result_storage(artifacts))(
+        name, config, inputs, artifacts)
     get_run_logger().info("%s: %s %s", label or name, "reused" if reused else "built", path)
     return path
 
 
 @task
 def evaluate_on_ray(jobs: list[tuple[dict, dict]], artifacts: str, workers: int) -> list[str]:
-    """Score several models at once as Ray tasks; each writes its own evaluate dataset."""
+    """Score several models at once as Ray tasks; each writes its own evaluate dataset, its configs' runtime
+    fanning its tasks out as nested Ray tasks (a task waiting on them gives its CPU back meanwhile)."""
     return list(ordered_map(evaluate_one, [(config, inputs, artifacts) for config, inputs in jobs], "ray", workers))
 
 
