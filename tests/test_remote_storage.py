@@ -125,6 +125,8 @@ def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpu
     assert len(fs.find(f"{BUCKET}/runs/_prefect")) >= len(stages) - 1
     assert not (isolated_prefect / "storage").exists() or not any((isolated_prefect / "storage").iterdir())
 
+    listing = _run(["inspect", artifacts], env, cwd).stdout
+    assert all(stage in listing for stage in stages), listing
     train = next(d["path"] for d in list_datasets(artifacts) if d["stage"] == "train")
     from pipeline.encoder import Encoder
 
