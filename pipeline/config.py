@@ -188,6 +188,11 @@ class TrainConfig(Strict):
     memory_bank: int = Field(0, ge=0, description="XBM: earlier batches' embeddings kept as extra negatives")
     grad_cache: int | None = Field(None, ge=1, description="GradCache: encode this many rows at a time; "
                                    "same gradients as the whole batch, in a chunk's memory")
+    grad_accumulation: int = Field(1, ge=1, description="micro-batches of batch_size per optimizer step "
+                                   "(an effective batch k x batch_size); contrastive negatives still come from one "
+                                   "micro-batch: grad_cache gives negatives from a whole large batch in small memory")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="the encoder's forward under autocast "
+                                                        "(fp16 with loss scaling); weights and losses stay float32")
     num_workers: int = Field(1, ge=1)
     use_gpu: bool = False
     cpus_per_worker: int = Field(1, ge=1)
@@ -221,7 +226,9 @@ class TrainConfig(Strict):
         parts += [label for on, label in ((not self.contrastive, "no contrastive"), (self.mlm, "+MLM"),
                                           (self.projection, f"{self.projection} head"),
                                           (self.memory_bank, f"XBM {self.memory_bank}"),
-                                          (self.grad_cache, f"grad cache {self.grad_cache}")) if on]
+                                          (self.grad_cache, f"grad cache {self.grad_cache}"),
+                                          (self.grad_accumulation > 1, f"grad accumulation {self.grad_accumulation}"),
+                                          (self.precision != "fp32", self.precision)) if on]
         return ", ".join(parts)
 
     @property
@@ -331,6 +338,13 @@ class Config(Strict):
     @field_validator("artifacts")
     @classmethod
     def _absolute_artifacts(cls, v: str) -> str:
+        if "://" in v:  # fsspec names the package a protocol needs (s3fs for s3://, gcsfs for gs://)
+            import fsspec
+
+            try:
+                fsspec.get_filesystem_class(v.split("://", 1)[0])
+            except (ImportError, ValueError) as e:
+                raise ValueError(f"{v}: {e}") from None
         return absolute(v)
 
     @model_validator(mode="after")

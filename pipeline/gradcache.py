@@ -19,7 +19,8 @@ The price is a second forward pass of every chunk.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -49,7 +50,8 @@ def _split(out: Encoded) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def cached_step(encode: Callable[[int, int], Encoded], n: int, chunk_size: int,
-                loss_fn: Callable[[torch.Tensor], torch.Tensor]) -> CachedStep:
+                loss_fn: Callable[[torch.Tensor], torch.Tensor],
+                scale: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> CachedStep:
     """Accumulate into `.grad` the gradient of `loss_fn(encode(0, n))` plus the chunks' extra
     losses, running the encoder on at most `chunk_size` rows at a time.
 
@@ -64,8 +66,12 @@ def cached_step(encode: Callable[[int, int], Encoded], n: int, chunk_size: int,
     draw such randomness (token masking) before calling this. Under DDP, `encode` should run
     the forward of every chunk but the last (`end < n`) inside `model.no_sync()`, so that the
     accumulated gradients are all-reduced once, in the last chunk's backward; every rank must
-    then cut the same number of chunks, and `loss_fn` sees this rank's rows only. Under
-    autocast, call this inside the autocast context: both passes and the loss run in it.
+    then cut the same number of chunks, and `loss_fn` sees this rank's rows only.
+
+    Mixed precision: `encode` enters autocast around the model's forward only and returns float32
+    embeddings, so that the loss and dL/dz are float32. `scale` multiplies what each replay
+    backpropagates through the encoder, where fp16 gradients can underflow: pass a GradScaler's
+    `scale`. The loss's own backward, to the float32 embeddings only, needs none.
     """
     starts = range(0, n, chunk_size)
     states, embeddings = [], []
@@ -84,5 +90,5 @@ def cached_step(encode: Callable[[int, int], Encoded], n: int, chunk_size: int,
         if chunk_extra is not None:
             surrogate = surrogate + chunk_extra
             extra += chunk_extra.detach().float()
-        surrogate.backward()
+        scale(surrogate).backward()
     return CachedStep(loss.detach(), extra, z.detach())

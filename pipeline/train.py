@@ -8,14 +8,16 @@ latest one (Ray Train restores its run state from the same storage path).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import shutil
 import tempfile
 import time
+import warnings
 import zlib
 from contextlib import nullcontext
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
@@ -26,7 +28,7 @@ from pipeline.losses import mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank, nt_xent_with_bank
 from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
 from pipeline.tokenizer import load_tokenizer
-from storage import read_manifest
+from storage import arrow_filesystem, read_manifest, shards
 
 NAME, VERSION = "train", "1"
 SCHEMA = None
@@ -79,38 +81,99 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     return {"ids": ids, "mask": mask, "positions": positions, "original": original, "anchors": b}
 
 
-def train_step(model, optimizer, scheduler, batch: dict, cfg: dict, special: dict, generator, bank=None) -> dict:
-    """One optimizer step: anchors and positives through the encoder; NT-Xent between each anchor
-    and the mean of its positives (with a memory bank's negatives, if any), plus MLM on the anchors.
-    With `grad_cache` smaller than the step's rows, the encoder sees that many rows at a time and the
-    gradients are still the whole batch's (pipeline.gradcache)."""
-    x = step_inputs(batch, cfg, special, generator)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(precision: str, device_type: str):
+    """The context the encoder's forward runs in (the losses run outside it, in float32). Where
+    torch.autocast would warn and fall back to float32, as for a dtype the device lacks, this fails."""
+    if precision == "fp32":
+        return nullcontext()
+    if precision == "bf16" and device_type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise InputError(f"train.precision bf16: {torch.cuda.get_device_name()} has no native bfloat16 "
+                         "(it needs compute capability 8.0); use fp16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            return torch.autocast(device_type, dtype=DTYPES[precision])
+        except UserWarning as e:
+            raise InputError(f"train.precision {precision}: torch {torch.__version__} cannot autocast to it "
+                             f"on {device_type}: {e}") from None
+
+
+def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
+    """fp16's loss scaling, a pass-through in bf16 and fp32; fails here if the device cannot run `precision`."""
+    autocast(precision, device_type)
+    return torch.amp.GradScaler(device_type, enabled=precision == "fp16")
+
+
+def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, generator, bank=None,
+               scaler=None) -> dict:
+    """One optimizer step over `batches`: a micro-batch or a list of them (train.grad_accumulation),
+    whose gradients add up to those of the step's loss: the micro-batches' mean contrastive loss
+    plus MLM's mean over all their masked tokens. `scaler` is the run's make_scaler (needed in fp16).
+    A step whose fp16 gradients overflowed is skipped, and then neither are the weights updated nor
+    the learning-rate schedule advanced (as the HF Trainer and Accelerate do): the schedule counts updates."""
+    batches = [batches] if isinstance(batches, dict) else batches
+    if scaler is None:
+        if cfg["precision"] == "fp16":
+            raise ValueError("fp16 needs the run's GradScaler, kept across steps: pass make_scaler(...)")
+        scaler = torch.amp.GradScaler(next(model.parameters()).device.type, enabled=False)
+    inputs = [step_inputs(batch, cfg, special, generator) for batch in batches]
+    n_masked = sum(int(x["positions"].sum()) for x in inputs if x["positions"] is not None)
+    optimizer.zero_grad(set_to_none=True)
+    losses, tokens = {}, sum(int(x["mask"].sum()) for x in inputs)
+    for i, (batch, x) in enumerate(zip(batches, inputs)):
+        for name, share in accumulate(model, batch, x, cfg, n_masked, len(batches), bank, scaler.scale,
+                                      last=i == len(batches) - 1).items():
+            losses[name] = losses.get(name, 0.0) + share
+    if not losses:  # an MLM-only step that drew no masked token has no gradient to step with
+        return {"loss": 0.0, "grad_norm": 0.0, "lr": scheduler.get_last_lr()[0], "skipped": True,
+                "grad_scale": scaler.get_scale(), "tokens": tokens}
+    scaler.unscale_(optimizer)  # so that the norm is clipped on the true gradients
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+    scale = scaler.get_scale()
+    scaler.step(optimizer)  # skips the update if the gradients hold an inf or a NaN (fp16 only)
+    scaler.update()
+    skipped = scaler.get_scale() < scale
+    if not skipped:
+        scheduler.step()
+    return {"loss": sum(losses.values()), **losses, "grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0],
+            "skipped": skipped, "grad_scale": scaler.get_scale(), "tokens": tokens}
+
+
+def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, bank, scale, last: bool) -> dict:
+    """Forward and backward of one of a step's `k` micro-batches: anchors and positives through the
+    encoder; NT-Xent between each anchor and the mean of its positives (with a memory bank's negatives,
+    if any), plus MLM on the anchors. Returns the micro-batch's shares of the step's losses, which its
+    backward adds (`scale`d) into `.grad`. With `grad_cache` smaller than its rows, the encoder sees that
+    many rows at a time and the gradients are still the whole micro-batch's (pipeline.gradcache)."""
     device, n, b = next(model.parameters()).device, x["ids"].size(0), x["anchors"]
-    n_masked = int(x["positions"].sum()) if x["positions"] is not None else 0
 
     def encode(start: int, end: int):
         rows = slice(start, end)
         positions = x["positions"][rows].to(device) if n_masked else None
-        # Under DDP, only the last chunk's backward all-reduces the accumulated gradients.
-        with model.no_sync() if end < n and hasattr(model, "no_sync") else nullcontext():
+        # Under DDP, only the step's last backward all-reduces the accumulated gradients.
+        sync = last and end == n
+        with model.no_sync() if not sync and hasattr(model, "no_sync") else nullcontext(), \
+                autocast(cfg["precision"], device.type):
             pooled, logits = model(x["ids"][rows].to(device), x["mask"][rows].to(device), positions)
         if not n_masked:
-            return pooled
+            return pooled.float()
         labels = x["original"][rows].to(device)[positions]
-        return pooled, torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_masked
+        return pooled.float(), torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_masked
 
     def contrastive(z: torch.Tensor) -> torch.Tensor:
         anchors, positives = gather(z[:b]), gather(z[b:].view(b, batch["num_positives"], -1).mean(1))
         negatives = bank.negatives() if bank is not None else z.new_zeros(0, z.size(1))
         if bank is not None:
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
-        return nt_xent_with_bank(anchors, positives, negatives, cfg["temperature"])
+        return nt_xent_with_bank(anchors, positives, negatives, cfg["temperature"]) / k
 
-    optimizer.zero_grad(set_to_none=True)
     losses = {}
     if cfg["contrastive"] and cfg["grad_cache"] and cfg["grad_cache"] < n:
-        step = cached_step(encode, n, cfg["grad_cache"], contrastive)
-        z, losses["contrastive_loss"] = step.embeddings, step.loss
+        step = cached_step(encode, n, cfg["grad_cache"], contrastive, scale)
+        losses["contrastive_loss"] = step.loss
         if n_masked:
             losses["mlm_loss"] = step.extra_loss
     else:
@@ -119,14 +182,9 @@ def train_step(model, optimizer, scheduler, batch: dict, cfg: dict, special: dic
             losses["contrastive_loss"] = contrastive(z)
         if mlm is not None:
             losses["mlm_loss"] = mlm
-        if losses:  # an MLM-only batch may draw no masked token
-            sum(losses.values()).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-    optimizer.step()
-    scheduler.step()
-    losses = {k: float(v) for k, v in losses.items()}
-    return {"loss": sum(losses.values()), **losses, "grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0],
-            "tokens": int(x["mask"].sum())}
+        if losses:
+            scale(sum(losses.values())).backward()
+    return {name: loss.item() for name, loss in losses.items()}
 
 
 def ddp_options(cfg: dict) -> dict:
@@ -194,35 +252,45 @@ def train_loop(config: dict) -> None:
                 bank.load_state_dict(saved["bank"])
             state = {"step": saved["step"], "metrics": saved["metrics"]}
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp_options(cfg))
+    scaler = make_scaler(cfg["precision"], next(model.parameters()).device.type)
     generator = torch.Generator().manual_seed(cfg["seed"] * 7919 + rank)  # MLM masks
     if checkpoint:
+        scaler.load_state_dict(saved["scaler"])
         generator.set_state(saved["generator"])  # so a resumed run masks as an unbroken one would
-    batches = ray.train.get_dataset_shard("train").iter_batches(
+    micro_batches = ray.train.get_dataset_shard("train").iter_batches(
         batch_size=cfg["batch_size"] // world, drop_last=True, batch_format="pyarrow")
     # "seconds" counts training time across restarts, not since the latest one.
     step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
     waited = time.perf_counter()
-    for table in batches:
+    for tables in grouped(micro_batches, cfg["grad_accumulation"]):
         if step >= config["total_steps"]:
             break
         step += 1
         if step <= state["step"]:
-            continue  # resumed: these batches were trained on before the checkpoint
+            continue  # resumed: these micro-batches were trained on before the checkpoint
         data_seconds = time.perf_counter() - waited  # time blocked on Ray Data: is training input-bound?
-        batch = collate(table, config["special"], cfg["max_length"], cfg["contrastive"])
-        metrics = train_step(model, optimizer, scheduler, batch, cfg, config["special"], generator, bank)
+        batches = [collate(table, config["special"], cfg["max_length"], cfg["contrastive"]) for table in tables]
+        metrics = train_step(model, optimizer, scheduler, batches, cfg, config["special"], generator, bank, scaler)
         # "batch" identifies the rows trained on: a resumed run must neither repeat nor skip any.
-        state["metrics"].append({"step": step, **metrics, "batch": zlib.crc32(batch["anchors"][0].numpy().tobytes()),
+        state["metrics"].append({"step": step, **metrics,
+                                 "batch": zlib.crc32(batches[0]["anchors"][0].numpy().tobytes()),
                                  "data_seconds": data_seconds, "seconds": time.perf_counter() - started})
         state["step"] = step
         if step % cfg["checkpoint_every"] == 0 or step == config["total_steps"]:
-            _report(model, optimizer, scheduler, bank, generator, state, rank)
+            _report(model, optimizer, scheduler, scaler, bank, generator, state, rank)
         if step % cfg["log_every"] == 0 and rank == 0:
             print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
         waited = time.perf_counter()
 
 
-def _report(model, optimizer, scheduler, bank, generator, state: dict, rank: int) -> None:
+def grouped(items, k: int):
+    """Lists of k consecutive items; a shorter last group is dropped, as Ray drops a short last batch."""
+    items = iter(items)
+    while len(group := list(itertools.islice(items, k))) == k:
+        yield group
+
+
+def _report(model, optimizer, scheduler, scaler, bank, generator, state: dict, rank: int) -> None:
     import ray.train
 
     module = model.module if hasattr(model, "module") else model
@@ -230,8 +298,8 @@ def _report(model, optimizer, scheduler, bank, generator, state: dict, rank: int
         checkpoint = None
         if rank == 0:
             torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(),
-                        "generator": generator.get_state(),
+                        "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                        "rng": torch.get_rng_state(), "generator": generator.get_state(),
                         "bank": bank.state_dict() if bank is not None else None, **state}, f"{d}/state.pt")
             checkpoint = ray.train.Checkpoint.from_directory(d)
         ray.train.report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint=checkpoint)
@@ -259,18 +327,24 @@ def run(config: dict, inputs: dict, out) -> None:
     cfg = config["train"]
     pairs = inputs["pairs"]
     rows = read_manifest(pairs)["rows"]
-    total_steps = min(rows // cfg["batch_size"], cfg["max_steps"] or rows)
+    per_step = cfg["batch_size"] * cfg["grad_accumulation"]
+    total_steps = min(rows // per_step, cfg["max_steps"] or rows)
     if total_steps < 1:
-        raise InputError(f"train: {rows} pairs are fewer than one batch of {cfg['batch_size']}")
+        raise InputError(f"train: {rows} pairs are fewer than one step of {per_step} "
+                         f"(batch_size {cfg['batch_size']} x grad_accumulation {cfg['grad_accumulation']})")
+    if not cfg["use_gpu"]:
+        make_scaler(cfg["precision"], "cpu")  # a precision the CPU cannot run fails here, before Ray starts
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     ray_init(None, None)  # a no-op when the caller already connected to Ray
     data_context = ray.data.DataContext.get_current()
     data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
     data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead
-    parts = sorted(f"{pairs}/{f}" for f in os.listdir(pairs) if f.startswith("part-"))
     columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
-    dataset = ray.data.read_parquet(parts, columns=columns)
-    runs_dir = os.path.abspath(f"{out.path.rsplit('/', 2)[0]}/_ray")
+    dataset = ray.data.read_parquet(shards(pairs), columns=columns, filesystem=arrow_filesystem(pairs))
+    # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
+    # every worker of a cluster can reach when it is an object store.
+    runs = f"{out.path.rsplit('/', 2)[0]}/_ray"
+    runs_fs, runs_dir = fsspec.core.url_to_fs(runs)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
@@ -278,11 +352,13 @@ def run(config: dict, inputs: dict, out) -> None:
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
+                             storage_filesystem=arrow_filesystem(runs),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
                              failure_config=FailureConfig(max_failures=cfg["max_failures"])),
         datasets={"train": dataset},
     )
-    log.info("train: %d steps of %d pairs on %d worker(s)", total_steps, cfg["batch_size"], cfg["num_workers"])
+    log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
+             cfg["precision"])
     result = trainer.fit()
     with result.checkpoint.as_directory() as d:
         saved = torch.load(f"{d}/state.pt", weights_only=False)
@@ -296,4 +372,5 @@ def run(config: dict, inputs: dict, out) -> None:
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
-    shutil.rmtree(f"{runs_dir}/train-{out.fp}", ignore_errors=True)
+    if runs_fs.exists(f"{runs_dir}/train-{out.fp}"):
+        runs_fs.rm(f"{runs_dir}/train-{out.fp}", recursive=True)
