@@ -24,9 +24,11 @@ EXCLUDES = [".venv", ".git", "artifacts", "downloads", "**/__pycache__", ".pytes
 
 
 def project_dependencies() -> list[str]:
-    """The distribution's own requirements, as pyproject.toml lists them."""
+    """The distribution's own requirements, as pyproject.toml lists them, with the `s3` extra: jobs on a
+    cluster usually keep their artifacts on an object store."""
     with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["dependencies"]
+        project = tomllib.load(f)["project"]
+    return project["dependencies"] + project["optional-dependencies"]["s3"]
 
 
 def runtime_env(install: bool) -> dict:

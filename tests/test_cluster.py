@@ -19,6 +19,7 @@ def test_the_job_ships_the_code_and_the_declared_dependencies():
     assert (Path(env["working_dir"]) / "flows" / "cli.py").is_file()  # `python -m flows.cli` runs from it
     assert ".venv" in EXCLUDES and "artifacts" in EXCLUDES
     assert env["pip"] == project_dependencies() and any(d.startswith("prefect") for d in env["pip"])
+    assert any(d.startswith("s3fs") for d in env["pip"])  # remote artifacts work on the cluster
     assert "pip" not in runtime_env(install=False)
 
 
