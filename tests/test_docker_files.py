@@ -299,7 +299,7 @@ def test_prefect_options_exist(services):
 def test_torch_is_installed_before_the_project(name):
     build = stages(DOCKER / name)[0]
     torch_at = position(build, r"pip install torch==2\.13\.0 --index-url https://download\.pytorch\.org/whl/")
-    project_at = position(build, r"""pip install (\.|"\.\[fairseq\]")( |$)""")
+    project_at = position(build, r"""pip install "\.\[(fairseq,)?s3\]"( |$)""")
     assert torch_at < project_at
     # No other install names torch loosely (a later unpinned one could swap the build).
     for run in runs(build):
@@ -333,7 +333,7 @@ def test_cuda_image_is_python_310_with_the_fairseq_extra():
         assert re.search(r"apt-get install .*\bpython3\.10\b", " ".join(runs(stage)))
     position(build, r"python3\.10 -m venv /opt/venv")  # fails when no RUN matches
     # pip 24.0 (fairseq's omegaconf 2.0.x has metadata pip 24.1+ rejects), before the extra.
-    assert position(build, r"pip install pip==24\.0\b") < position(build, r'pip install "\.\[fairseq\]"')
+    assert position(build, r"pip install pip==24\.0\b") < position(build, r'pip install "\.\[fairseq,s3\]"')
     assert re.search(r"import [^;]*\bfairseq\b", " ".join(runs(build)))
 
 
