@@ -135,7 +135,7 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
     configs = {name: evaluate_stage.stage_config(cfg.evaluate.model_dump(), data_hash, name, spec, about)
                for name, (spec, _, about) in jobs.items()}
     pending = [(configs[n], jobs[n][1]) for n in jobs if not built("evaluate", configs[n], jobs[n][1], a)]
-    if cfg.evaluate.workers > 1 and len(pending) > 1:
+    if cfg.evaluate.workers > 1 and pending:  # models as Ray tasks, each fanning its own tasks out on Ray
         start_ray(cfg.ray.address, cfg.ray.num_cpus)
         evaluate_on_ray(pending, a, cfg.evaluate.workers)  # the runs below then find them built
     scores = {f"scores-{name}": run("evaluate", configs[name], inputs, a, label=f"evaluate-{name}")

@@ -290,7 +290,10 @@ class EvaluateConfig(Strict):
     analysis: bool = Field(True, description="alignment, uniformity and anisotropy on STS-B")
     seed: int = Field(1111, description="the transfer classifiers' folds and initialisation (SentEval's seed)")
     kfold: int = Field(10, ge=2)
-    workers: int = Field(1, ge=1, description="models scored at once on Ray (the scores are the same)")
+    workers: int = Field(1, ge=1, description=(
+        "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "
+        "Ray tasks of their own, up to 2 * workers of each in flight (Ray's CPUs bound how many run); "
+        "the scores, and their cache, are the same as with 1"))
     untrained: bool = True
     fasttext: FastTextBaseline = FastTextBaseline()
     baselines: Baselines = Baselines()

@@ -8,9 +8,11 @@ them sequentially writes the same dataset as a serial run. At most
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Iterator, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 T, R = TypeVar("T"), TypeVar("R")
 Backend = Literal["serial", "processes", "ray"]
@@ -31,6 +33,22 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], backend: Backend = "se
         yield from _bounded(remote.remote, _ray_get, fn, items, workers)
     else:
         raise ValueError(f"unknown parallel backend {backend!r} (serial, processes, ray)")
+
+
+def share(obj: T, backend: Backend) -> Any:
+    """`obj` for many units' arguments: on Ray, one copy in the object store that each unit `fetch`es, rather
+    than one serialised into every unit."""
+    if backend != "ray":
+        return obj
+    import ray
+
+    return ray.put(obj)
+
+
+def fetch(shared: Any) -> Any:
+    """Inside a unit, the object `share` was given."""
+    ray = sys.modules.get("ray")
+    return ray.get(shared) if ray is not None and isinstance(shared, ray.ObjectRef) else shared
 
 
 def _call(fn: Callable[[T], R], item: T) -> R:
