@@ -28,7 +28,7 @@ from pipeline.losses import mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank, nt_xent_with_bank
 from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
 from pipeline.tokenizer import load_tokenizer
-from storage import arrow_filesystem, read_manifest, shards
+from storage import arrow_filesystem, read_manifest, remove, shards
 
 NAME, VERSION = "train", "1"
 SCHEMA = None
@@ -344,7 +344,7 @@ def run(config: dict, inputs: dict, out) -> None:
     # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
     # every worker of a cluster can reach when it is an object store.
     runs = f"{out.path.rsplit('/', 2)[0]}/_ray"
-    runs_fs, runs_dir = fsspec.core.url_to_fs(runs)
+    runs_dir = fsspec.core.url_to_fs(runs)[1]
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
@@ -372,5 +372,4 @@ def run(config: dict, inputs: dict, out) -> None:
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
-    if runs_fs.exists(f"{runs_dir}/train-{out.fp}"):
-        runs_fs.rm(f"{runs_dir}/train-{out.fp}", recursive=True)
+    remove(f"{runs}/train-{out.fp}")

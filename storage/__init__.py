@@ -13,6 +13,7 @@ from storage.dataset import (
     put_file,
     read_manifest,
     read_table,
+    remove,
     iter_batches,
     shards,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "put_file",
     "read_manifest",
     "read_table",
+    "remove",
     "iter_batches",
     "shards",
 ]

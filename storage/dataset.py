@@ -107,6 +107,16 @@ def put_file(local: str, path: str) -> None:
         raise
 
 
+def remove(path: str) -> None:
+    """Delete a file or directory tree, if it exists, on any filesystem."""
+    fs, p = _fs(path)
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        # fsspec's local rm asks for the working directory, which a Ray job's driver can outlive.
+        shutil.rmtree(p, ignore_errors=True)
+    elif fs.exists(p):  # an object store holds no empty directory
+        fs.rm(p, recursive=True)
+
+
 def complete(path: str) -> bool:
     fs, p = _fs(path)
     return fs.exists(f"{p}/{SUCCESS}")
@@ -235,6 +245,10 @@ class DatasetWriter:
                 self._work = tempfile.mkdtemp(prefix=f"cpipe-{self.stage}-work-")
         return self._work
 
+    def _url(self, p: str) -> str:
+        """A path on this dataset's filesystem as a URL that names the filesystem."""
+        return self.fs.unstrip_protocol(p)
+
     def __enter__(self) -> "DatasetWriter":
         self.fs.makedirs(self.tmp, exist_ok=True)
         return self
@@ -295,8 +309,7 @@ class DatasetWriter:
         if exc_type is not None:
             if self._writer is not None:
                 self._file.close()
-            if self.fs.exists(self.tmp):  # an object store holds no empty directory
-                self.fs.rm(self.tmp, recursive=True)
+            remove(self._url(self.tmp))
             return
         if self._upload:
             self.fs.put(f"{self._upload}/", f"{self.tmp}/", recursive=True)
@@ -327,17 +340,16 @@ class DatasetWriter:
             json.dump(manifest, f, indent=2, default=str)
         # A leftover directory without _SUCCESS (a killed run on a filesystem
         # without atomic rename) is never read; replace it.
-        if self.fs.exists(self._final):
-            self.fs.rm(self._final, recursive=True)
+        remove(self._url(self._final))
         if self._local:
             with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
                 f.write("")
             self.fs.mv(self.tmp, self._final, recursive=True)  # a rename: readers see all or nothing
             if self._work:
-                self.fs.rm(self._work, recursive=True)
+                remove(self._work)
         else:
             # Object stores have no rename: copy, then mark the copy finished, last.
             self.fs.copy(f"{self.tmp}/", f"{self._final}/", recursive=True)
             with self.fs.open(f"{self._final}/{SUCCESS}", "w") as f:
                 f.write("")
-            self.fs.rm(self.tmp, recursive=True)
+            remove(self._url(self.tmp))

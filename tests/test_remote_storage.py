@@ -87,8 +87,7 @@ def _run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.e2e
-def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpus, tiny_sts, tmp_path,
-                                                     isolated_prefect, request):
+def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpus, tiny_sts, tmp_path, request):
     fs, s3_env = s3
     cwd, tmp, home = tmp_path / "cwd", tmp_path / "tmp", tmp_path / "home"
     for d in (cwd, tmp, home):
@@ -96,7 +95,10 @@ def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpu
     # Ray's session (logs, sockets) is Ray's, not a stage's; a short path, as its socket paths must be.
     ray_tmp = tempfile.mkdtemp(prefix="cpipe-ray-", dir="/tmp")
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
-    env = {**os.environ, **s3_env, "TMPDIR": str(tmp), "HOME": str(home), "RAY_TMPDIR": ray_tmp}
+    # A Prefect home of its own, whose local result storage no other test's run can have written to.
+    prefect_home = tmp_path / "prefect"
+    env = {**os.environ, **s3_env, "TMPDIR": str(tmp), "HOME": str(home), "RAY_TMPDIR": ray_tmp,
+           "PREFECT_HOME": str(prefect_home)}
     artifacts = f"s3://{BUCKET}/runs"
     args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
             "--artifacts", artifacts]
@@ -123,7 +125,8 @@ def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpu
     # A stage's cache key is offered once its dataset is finished, so the rerun persisted the stage tasks'
     # results: in the bucket, none in Prefect's local result storage.
     assert len(fs.find(f"{BUCKET}/runs/_prefect")) >= len(stages) - 1
-    assert not (isolated_prefect / "storage").exists() or not any((isolated_prefect / "storage").iterdir())
+    assert (prefect_home / "prefect.db").is_file()  # the runs did use this home
+    assert not (prefect_home / "storage").exists() or not any((prefect_home / "storage").iterdir())
 
     listing = _run(["inspect", artifacts], env, cwd).stdout
     assert all(stage in listing for stage in stages), listing
