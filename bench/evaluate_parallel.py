@@ -1,0 +1,76 @@
+"""One model's evaluation, serial against `evaluate.workers: 2` (its tasks as Ray tasks), on the whole shared eval data.
+
+The model is configs/default.yaml's (2 layers x 128 hidden, byte-level BPE trained on the shared corpus, as
+the init stage exports it). Both sides score every task under `eval/` (STS, SICK, the transfer tasks, the
+analysis) into a fresh artifacts directory, so nothing is reused; the serial side runs in this process
+with torch's threads, the parallel side as the flow runs it, a Ray task per model fanning out one task
+per unit. Both write the same rows (checked). Runs alternate, so drift in the machine hits both alike.
+
+    .venv/bin/python -m bench.evaluate_parallel [--repeats 2] [--workers 2] [--kfold 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+import ray
+
+from bench.common import alternate, ratio_report, shared_corpus
+from pipeline import corpus, evaluate, init, tokenizer
+from pipeline.config import CorpusConfig, EvaluateConfig, load_config
+from pipeline.parallel import ordered_map
+from pipeline.stage import run_stage
+from storage import read_table
+from tasks.stages import evaluate_one  # what the flow runs on Ray
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--kfold", type=int, default=10)
+    args = parser.parse_args()
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+    data = str(shared_corpus().parents[1] / "eval")
+    work = tempfile.mkdtemp(prefix="bench-evaluate-")
+    try:
+        docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()),
+                         {}, work)
+        tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
+        model = run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+        fp = evaluate.data_fingerprint(data, True)
+
+        def job(workers: int) -> tuple[dict, dict]:
+            ev = EvaluateConfig(data=data, kfold=args.kfold, workers=workers).model_dump()
+            return evaluate.stage_config(ev, fp, "default", {"kind": "untrained"}, {}), {"model": model}
+
+        outputs: dict[str, list[str]] = {"serial": [], "ray": []}
+
+        def serial() -> None:
+            outputs["serial"].append(run_stage(evaluate, *job(1), tempfile.mkdtemp(dir=work)))
+
+        def parallel() -> None:
+            config, inputs = job(args.workers)
+            outputs["ray"] += ordered_map(evaluate_one, [(config, inputs, tempfile.mkdtemp(dir=work))], "ray",
+                                          args.workers)
+
+        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+        t_ray, t_serial = alternate(parallel, serial, args.repeats)
+        tables = [read_table(p) for p in outputs["serial"] + outputs["ray"]]
+        assert all(t.equals(tables[0]) for t in tables), "serial and Ray scores differ"
+        units = len(read_table(outputs["ray"][0]).column("task").unique())
+        print(f"{tables[0].num_rows} rows over {units} tasks; {args.workers} Ray workers; kfold {args.kfold}; "
+              f"{args.repeats} alternating pairs")
+        print(ratio_report(f"evaluate, workers {args.workers} (Ray)", t_ray, "evaluate, serial", t_serial, 3600,
+                           "evaluations an hour"))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
