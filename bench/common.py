@@ -18,6 +18,20 @@ def shared_corpus() -> Path:
     return sotu
 
 
+def default_model(work: str) -> str:
+    """configs/default.yaml's model as the init stage exports it (a BPE trained on the shared corpus, initial
+    weights), built under `work`."""
+    from pipeline import corpus, init, tokenizer
+    from pipeline.config import CorpusConfig, load_config
+    from pipeline.stage import run_stage
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()), {},
+                     work)
+    tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
+    return run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+
+
 def alternate(a: Callable[[], None], b: Callable[[], None], repeats: int) -> tuple[list[float], list[float]]:
     """Time a and b in turn (A B A B ...), so drift in machine speed hits both alike."""
     ta, tb = [], []

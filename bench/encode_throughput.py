@@ -16,18 +16,14 @@ import argparse
 import shutil
 import statistics
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-from bench.common import alternate, ratio_report, shared_corpus
-from pipeline import corpus, init, tokenizer
-from pipeline.config import CorpusConfig, load_config
+from bench.common import alternate, default_model, ratio_report, shared_corpus
 from pipeline.encoder import Encoder
 from pipeline.model import ST_DIR, pool
-from pipeline.stage import run_stage
 from pipeline.sts import find_sts
 
 
@@ -64,13 +60,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
     work = tempfile.mkdtemp(prefix="bench-encode-")
     try:
-        docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()),
-                         {}, work)
-        tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
-        model_dir = run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+        model_dir = default_model(work)
         sentences = stsb_sentences()
         ours = Encoder(model_dir, max_length=args.max_length, device="cpu")
         st = SentenceTransformer(f"{model_dir}/{ST_DIR}", device="cpu")

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-from pathlib import Path
 
 import ray
 
-from bench.common import alternate, ratio_report, shared_corpus
-from pipeline import corpus, evaluate, init, tokenizer
-from pipeline.config import CorpusConfig, EvaluateConfig, load_config
+from bench.common import alternate, default_model, ratio_report, shared_corpus
+from pipeline import evaluate
+from pipeline.config import EvaluateConfig
 from pipeline.parallel import ordered_map
 from pipeline.stage import run_stage
 from storage import read_table
@@ -33,14 +32,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--kfold", type=int, default=10)
     args = parser.parse_args()
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
     data = str(shared_corpus().parents[1] / "eval")
     work = tempfile.mkdtemp(prefix="bench-evaluate-")
     try:
-        docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()),
-                         {}, work)
-        tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
-        model = run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+        model = default_model(work)
         fp = evaluate.data_fingerprint(data, True)
 
         def job(workers: int) -> tuple[dict, dict]:
