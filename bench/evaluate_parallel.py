@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 
 import ray
 
-from bench.common import alternate, default_model, ratio_report, shared_corpus
+from bench.common import alternate, default_model, shared_corpus
 from pipeline import evaluate
 from pipeline.config import EvaluateConfig
 from pipeline.parallel import ordered_map
@@ -59,8 +60,11 @@ def main() -> None:
         units = len(read_table(outputs["ray"][0]).column("task").unique())
         print(f"{tables[0].num_rows} rows over {units} tasks; {args.workers} Ray workers; kfold {args.kfold}; "
               f"{args.repeats} alternating pairs")
-        print(ratio_report(f"evaluate, workers {args.workers} (Ray)", t_ray, "evaluate, serial", t_serial, 3600,
-                           "evaluations an hour"))
+        ratios = sorted(s / r for r, s in zip(t_ray, t_serial))
+        print(f"evaluate, serial: median {statistics.median(t_serial):.1f} s")
+        print(f"evaluate, workers {args.workers} (Ray): median {statistics.median(t_ray):.1f} s")
+        print(f"speed-up serial / Ray: median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, "
+              f"max {ratios[-1]:.3f}, {len(ratios)} pairs)")
     finally:
         if ray.is_initialized():
             ray.shutdown()
