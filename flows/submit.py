@@ -44,7 +44,7 @@ def submit(address: str, run_args: list[str], install: bool = True, follow: bool
 
     client = JobSubmissionClient(address)
     entrypoint = shlex.join(["python", "-m", "flows.cli", "run", *run_args])
-    job = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env(install))
+    job = _submit(client, entrypoint, runtime_env(install))
     print(f"cpipe: submitted job {job} to {address}: {entrypoint}", flush=True)
     if not follow:
         return 0
@@ -53,6 +53,19 @@ def submit(address: str, run_args: list[str], install: bool = True, follow: bool
         time.sleep(1)  # the log stream can end a moment before the status settles
     print(f"cpipe: job {job} {status.value.lower()}", flush=True)
     return 0 if status == JobStatus.SUCCEEDED else 1
+
+
+def _submit(client, entrypoint: str, env: dict, wait: float = 120) -> str:
+    """Submit, waiting while the head's job agent is not up yet (a cluster just started, or a loaded head),
+    which Ray answers with "No available agent to submit job, please try again later"."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return client.submit_job(entrypoint=entrypoint, runtime_env=env)
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
 
 
 async def _stream(client, job: str) -> None:
