@@ -54,8 +54,12 @@ def _fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(path)
 
 
+def _on_disk(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, fsspec.implementations.local.LocalFileSystem)
+
+
 def is_local(path: str) -> bool:
-    return isinstance(_fs(path)[0], fsspec.implementations.local.LocalFileSystem)
+    return _on_disk(_fs(path)[0])
 
 
 @contextmanager
@@ -94,7 +98,7 @@ def put_file(local: str, path: str) -> None:
     fs, p = _fs(path)
     parent = p.rsplit("/", 1)[0]
     fs.makedirs(parent, exist_ok=True)
-    if not isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+    if not _on_disk(fs):
         fs.put_file(local, p)
         return
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.rsplit('/', 1)[-1]}.", suffix=".tmp")
@@ -110,7 +114,7 @@ def put_file(local: str, path: str) -> None:
 def remove(path: str) -> None:
     """Delete a file or directory tree, if it exists, on any filesystem."""
     fs, p = _fs(path)
-    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+    if _on_disk(fs):
         # fsspec's local rm asks for the working directory, which a Ray job's driver can outlive.
         shutil.rmtree(p, ignore_errors=True)
     elif fs.exists(p):  # an object store holds no empty directory
@@ -219,7 +223,7 @@ class DatasetWriter:
         self._shard_rows = 0
         self._started = time.time()
         self._work: str | None = None
-        self._local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
+        self._local = _on_disk(self.fs)
         self._upload: str | None = None  # a remote dataset's local_dir
 
     @property
