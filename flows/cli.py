@@ -11,6 +11,7 @@ import time
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from pipeline.config import STAGES
+from pipeline.credentials import conceal
 from pipeline.errors import InputError
 from storage import DatasetError
 
@@ -18,7 +19,7 @@ USER_ERRORS = (InputError, DatasetError)
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML profile (default: configs/default.yaml values built in)")
+    p.add_argument("--config", help="YAML profile (default: configs/default.yaml)")
     p.add_argument("--corpus", action="append", help="local file or directory; repeat to mix; replaces the profile's sources")
     p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout")
     p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
@@ -47,11 +48,20 @@ def _quiet_user_errors() -> None:
             handler.addFilter(_NoUserTracebacks())
 
 
+def _concealed(value):
+    """Flow parameters are stored by Prefect and printed: credentials in URLs are masked before they get there."""
+    if isinstance(value, dict):
+        return {k: _concealed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_concealed(v) for v in value]
+    return conceal(value) if isinstance(value, str) else value
+
+
 def cmd_run(args) -> int:
     from flows.pipeline import full_pipeline, resolve
 
-    options = dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data, artifacts=args.artifacts,
-                   until=args.until, overrides=_overrides(args))
+    options = _concealed(dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
+                              artifacts=args.artifacts, until=args.until, overrides=_overrides(args)))
     resolve(**options)  # fail on bad input before Prefect or Ray start
     _quiet_user_errors()
     started = time.perf_counter()
@@ -63,9 +73,9 @@ def cmd_run(args) -> int:
 def cmd_serve(args) -> int:
     from flows.pipeline import full_pipeline, resolve
 
-    parameters = {k: v for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
-                                         artifacts=args.artifacts, until=args.until,
-                                         overrides=_overrides(args) or None).items() if v is not None}
+    parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
+                                                    artifacts=args.artifacts, until=args.until,
+                                                    overrides=_overrides(args) or None).items() if v is not None}
     if args.corpus and args.eval_data:
         resolve(**parameters)
     full_pipeline.serve(name=args.name, parameters=parameters)

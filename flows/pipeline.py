@@ -16,6 +16,8 @@ from pipeline import encoders
 from pipeline import evaluate as evaluate_stage
 from pipeline.config import STAGES, Config, ConfigError, load_config
 from pipeline.sts import find_sts
+from pipeline.transfer_data import find_transfer
+from storage import check_writable
 from tasks.stages import built, evaluate_on_ray, publish_leaderboard, run, start_ray
 
 
@@ -27,6 +29,7 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     sources = [corpus] if isinstance(corpus, str) else corpus
     cfg = load_config(config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None,
                                             "evaluate.data": eval_data})
+    check_writable(cfg.artifacts)
     corpus_stage.stage_config(cfg.corpus.model_dump())  # sources exist and are readable
     reaches = STAGES.index(until or STAGES[-1]) >= STAGES.index("backtranslate")
     if reaches and any(r.objective == "cert" for r in cfg.run_configs().values()):
@@ -35,6 +38,8 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
         if not cfg.evaluate.data:
             raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
         find_sts(cfg.evaluate.data)
+        if cfg.evaluate.transfer:
+            find_transfer(cfg.evaluate.data)  # every file parses, or the run would train models before failing
     return cfg
 
 
@@ -50,7 +55,9 @@ def evaluations(cfg: Config, runs: dict, models: dict[str, str], done: dict[str,
     if ev.fasttext.enabled:
         ft = ev.fasttext.model_dump(exclude={"enabled"})
         jobs["fasttext-bow"] = ({"kind": "fasttext"}, {"model": run("baseline", ft, {"documents": done["filter"]}, a)},
-                                {"objective": "fastText skipgram", "recipe": f"dim {ft['dim']}", "corpus": corpus})
+                                {"objective": "fastText skipgram", "corpus": corpus,
+                                 # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
+                                 "recipe": f"dim {ft['dim']}, {ft['threads']} threads: not bit-reproducible"})
     if base.random:
         jobs["random"] = ({"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"})
     for path in base.vectors:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline.credentials import conceal
 from pipeline.errors import InputError
 
 STAGES = ("corpus", "tokenizer", "filter", "backtranslate", "augment", "init", "train", "evaluate", "leaderboard")
@@ -36,7 +37,7 @@ class CorpusConfig(Strict):
     @field_validator("sources")
     @classmethod
     def _absolute_sources(cls, v: list[str]) -> list[str]:
-        return [absolute(s) for s in v]
+        return [absolute(conceal(s)) for s in v]
 
     @field_validator("download_dir")
     @classmethod
@@ -421,23 +422,27 @@ def _set(data: dict, path: list[str], value: Any, what: str) -> None:
     node[path[-1]] = value
 
 
+DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **replace: Any) -> Config:
-    """Load YAML (or the built-in defaults), apply `--set` overrides and validate.
+    """Load YAML (without a path: configs/default.yaml, the one source of defaults a run starts from), apply
+    `--set` overrides and validate.
 
     `replace` holds values from dedicated CLI options (artifacts, corpus sources,
     eval data) as dotted keys, applied after the overrides.
     """
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: expected a mapping at the top level")
+    p = Path(path) if path is not None else DEFAULT_PROFILE
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
     apply_overrides(data, list(overrides or []))
     for key, value in replace.items():
         if value is not None:
@@ -445,5 +450,4 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return Config(**data)
     except ValidationError as e:
-        where = f"{path}: " if path else ""
-        raise ConfigError(f"config error: {where}{_describe(e)}") from None
+        raise ConfigError(f"config error: {p}: {_describe(e)}") from None

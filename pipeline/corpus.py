@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from contextlib import closing
 from itertools import islice
 from pathlib import Path
@@ -88,6 +89,10 @@ def run(config: dict, inputs: dict, out) -> None:
             out.count(reason, n)
         out.extra.setdefault("skipped", []).extend(source.skipped)
     if seen == 0:
-        raise SourceError(f"no documents with text in {', '.join(config['sources'])}")
+        counts = sum((Counter(source.counts) for source in opened), Counter())
+        skipped = [what for source in opened for what in source.skipped]
+        why = f": {len(skipped)} skipped ({', '.join(f'{n} {r}' for r, n in sorted(counts.items()))}; " \
+              f"first: {skipped[0]})" if skipped else ""
+        raise SourceError(f"no documents with text in {', '.join(config['sources'])}{why}")
     out.count("documents", seen)
     log.info("corpus: %d documents from %d source(s)", seen, len(opened))

@@ -7,6 +7,7 @@ by a cut connection or a killed run is continued with an HTTP range request.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import logging
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from pipeline.credentials import reveal, split_credentials
 from pipeline.errors import InputError
 
 log = logging.getLogger("cpipe")
@@ -87,7 +89,11 @@ def fetch(url: str, cache_dir: str | Path, *, sha256: str | None = None, size: i
 def _download(url: str, part: Path, timeout: float, progress: bool) -> None:
     """Continue `part` until it holds as many bytes as the server says the file has."""
     have = _length(part)
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    address, user, password = split_credentials(reveal(url))
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    if user is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(address, headers=headers)
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as e:

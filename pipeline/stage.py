@@ -14,7 +14,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from storage import DatasetWriter, complete, dataset_path, fingerprint
+from storage import DatasetWriter, complete, dataset_path, fingerprint, leased, remove_temporaries
 
 log = logging.getLogger("cpipe")
 
@@ -35,16 +35,32 @@ def stage_path(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str]
 
 
 def run_stage(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str], artifacts: str) -> str:
-    """Return the stage's dataset path, building it only when no finished one exists."""
+    """Return the stage's dataset path, building it only when no finished one exists.
+
+    Runs sharing an artifacts directory build each dataset once: the builder holds the dataset's lease,
+    and another run that needs it waits, then reuses it."""
     fp = stage_fingerprint(stage, config, inputs)
     path = dataset_path(artifacts, stage.NAME, fp)
     if complete(path):
         log.info("%s: reusing %s", stage.NAME, path)
         return path
-    log.info("%s: building %s", stage.NAME, path)
-    with DatasetWriter(artifacts, stage.NAME, fp, config=config, inputs=input_fingerprints(inputs),
-                       schema=stage.SCHEMA, rows_per_shard=config.get("rows_per_shard"),
-                       shard_bytes=config.get("shard_mb", 256) * 2**20) as out:
-        stage.run(config, inputs, out)
+
+    def waiting(holder: dict) -> None:
+        log.info("%s: waiting for pid %s on %s, which is building %s", stage.NAME, holder.get("pid"),
+                 holder.get("host"), path)
+
+    with leased(path, waiting):
+        if complete(path):
+            log.info("%s: reusing %s, built meanwhile by another run", stage.NAME, path)
+            return path
+        # Holding the lease, no live writer of this dataset exists: any temporary directory is a killed run's.
+        if removed := remove_temporaries(artifacts, stage.NAME, fp):
+            log.info("%s: removed %d temporary director%s left by killed runs", stage.NAME, removed,
+                     "y" if removed == 1 else "ies")
+        log.info("%s: building %s", stage.NAME, path)
+        with DatasetWriter(artifacts, stage.NAME, fp, config=config, inputs=input_fingerprints(inputs),
+                           schema=stage.SCHEMA, rows_per_shard=config.get("rows_per_shard"),
+                           shard_bytes=config.get("shard_mb", 256) * 2**20) as out:
+            stage.run(config, inputs, out)
     log.info("%s: wrote %s", stage.NAME, path)
     return path

@@ -1,9 +1,11 @@
 """Parquet datasets on any fsspec filesystem: fingerprints, atomic writes, manifests."""
 
+from storage.lease import leased
 from storage.dataset import (
     DatasetError,
     DatasetWriter,
     arrow_filesystem,
+    check_writable,
     complete,
     dataset_path,
     fingerprint,
@@ -14,6 +16,7 @@ from storage.dataset import (
     read_manifest,
     read_table,
     remove,
+    remove_temporaries,
     iter_batches,
     shards,
 )
@@ -22,6 +25,7 @@ __all__ = [
     "DatasetError",
     "DatasetWriter",
     "arrow_filesystem",
+    "check_writable",
     "complete",
     "dataset_path",
     "fingerprint",
@@ -32,6 +36,8 @@ __all__ = [
     "read_manifest",
     "read_table",
     "remove",
+    "remove_temporaries",
+    "leased",
     "iter_batches",
     "shards",
 ]

@@ -121,6 +121,31 @@ def remove(path: str) -> None:
         fs.rm(p, recursive=True)
 
 
+def check_writable(artifacts: str) -> None:
+    """Write and delete a probe object under `artifacts`, so a location that cannot hold the run's datasets
+    (a path under a regular file, a read-only mount, an unreachable bucket) fails before any work starts."""
+    probe = f"{artifacts.rstrip('/')}/.probe-{uuid.uuid4().hex[:8]}"
+    try:
+        fs, p = _fs(probe)
+        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(p, "wb") as f:
+            f.write(b"")
+        fs.rm_file(p)
+    except Exception as e:  # whatever the filesystem raises, the user needs one line naming the place
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DatasetError(f"artifacts {artifacts}: cannot write there ({type(e).__name__}: {reason})") from None
+
+
+def remove_temporaries(artifacts: str, stage: str, fp: str) -> int:
+    """Remove the temporary directories of a dataset's earlier writers; call it only while holding the
+    dataset's lease, when every such writer is dead. Returns how many were removed."""
+    fs, parent = _fs(f"{artifacts.rstrip('/')}/{stage}")
+    found = fs.glob(f"{parent}/{TMP_PREFIX}{fp}-*")
+    for p in found:
+        remove(fs.unstrip_protocol(p))
+    return len(found)
+
+
 def complete(path: str) -> bool:
     fs, p = _fs(path)
     return fs.exists(f"{p}/{SUCCESS}")
@@ -342,18 +367,38 @@ class DatasetWriter:
         }
         with self.fs.open(f"{self.tmp}/{MANIFEST}", "w") as f:
             json.dump(manifest, f, indent=2, default=str)
-        # A leftover directory without _SUCCESS (a killed run on a filesystem
-        # without atomic rename) is never read; replace it.
-        remove(self._url(self._final))
+        if complete(self.path):
+            # Another writer finished the same fingerprint first (without a lease: an object store's race).
+            # Its dataset is the same and a reader may hold it: keep it, drop ours.
+            remove(self._url(self.tmp))
+            return
         if self._local:
             with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
                 f.write("")
-            self.fs.mv(self.tmp, self._final, recursive=True)  # a rename: readers see all or nothing
+            self._publish_local()
             if self._work:
                 remove(self._work)
         else:
-            # Object stores have no rename: copy, then mark the copy finished, last.
+            # Object stores have no rename: copy, then mark the copy finished, last. A leftover copy without
+            # _SUCCESS (a killed run's) is never read; replace it.
+            remove(self._url(self._final))
             self.fs.copy(f"{self.tmp}/", f"{self._final}/", recursive=True)
             with self.fs.open(f"{self._final}/{SUCCESS}", "w") as f:
                 f.write("")
             remove(self._url(self.tmp))
+
+    def _publish_local(self) -> None:
+        """Rename the finished temporary directory into place: readers see all of it or nothing. os.rename
+        refuses to replace a non-empty directory (where a move would nest one inside the other), so a
+        leftover unfinished copy is first renamed aside, and a finished one that won a race is kept."""
+        try:
+            os.rename(self.tmp, self._final)
+            return
+        except OSError:
+            if complete(self.path):
+                remove(self.tmp)
+                return
+        aside = f"{self._final.rsplit('/', 1)[0]}/{TMP_PREFIX}{self.fp}-unfinished-{uuid.uuid4().hex[:8]}"
+        os.rename(self._final, aside)
+        os.rename(self.tmp, self._final)
+        remove(aside)

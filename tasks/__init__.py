@@ -8,3 +8,6 @@ os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "cpipe")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Telemetry writes race with the run's own writes on the embedded SQLite database ("database is locked").
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The embedded server starts with the run; on a loaded machine, or beside another run starting on the same
+# database, it takes longer than Prefect's 20 s default, and the run would fail before any work.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import time
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -21,9 +23,22 @@ from pipeline.ranking import publish
 from pipeline.stage import run_stage, stage_fingerprint, stage_path
 from pipeline.stages import STAGES
 from pipeline.train import ray_init
-from storage import complete, is_local
+from storage import complete, is_local, read_manifest
 
-RESULTS = "_prefect"  # under remote artifacts: Prefect's results of the stage tasks
+RESULTS = "_prefect"
+
+
+def _show_pipeline_logs() -> None:
+    """Prefect gives the pipeline's "cpipe" logger (PREFECT_LOGGING_EXTRA_LOGGERS) its API handler but no level
+    and no console: set INFO, and print it as Prefect prints its own, so stage progress reaches the terminal."""
+    logger = logging.getLogger("cpipe")
+    logger.setLevel(logging.INFO)
+    for handler in logging.getLogger("prefect").handlers:
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
+
+
+_show_pipeline_logs()  # under remote artifacts: Prefect's results of the stage tasks
 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
@@ -59,9 +74,11 @@ def result_storage(artifacts: str) -> str | None:
 
 def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None) -> str:
     """Run a stage as a task and log whether it was reused or built."""
-    reused = built(name, config, inputs, artifacts)
+    started = time.time()
     path = stage_task.with_options(task_run_name=label or name, result_storage=result_storage(artifacts))(
         name, config, inputs, artifacts)
+    # Finished before this task started: a cache hit, or a dataset another run built while this one waited.
+    reused = read_manifest(path)["created"] < started
     get_run_logger().info("%s: %s %s", label or name, "reused" if reused else "built", path)
     return path
 

@@ -1,0 +1,54 @@
+"""Credentials in URLs (`https://user:password@host/corpus.txt`) are used for the request, never shown or stored.
+
+Everything the pipeline prints, fingerprints or writes (logs, manifests, Prefect's flow parameters) sees
+the concealed form `https://***@host/corpus.txt`, so a changed password neither leaks nor rebuilds a
+stage. The real URL is kept in this process's environment, which its subprocesses and local Ray workers
+inherit, and is revealed only where the request is made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+
+ENV = "CPIPE_URL_CREDENTIALS"
+MASK = "***"
+_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s/@]+)@", re.IGNORECASE)
+
+
+def _known() -> dict[str, str]:
+    return json.loads(os.environ.get(ENV) or "{}")
+
+
+def conceal(text: str) -> str:
+    """`text` with the credentials of every URL in it masked; the real URLs are remembered for `reveal`."""
+    known = _known()
+
+    def mask(match: re.Match) -> str:
+        return f"{match[1]}{MASK}@" if match[2] != MASK else match[0]
+
+    for url in re.findall(r"\b[a-z][a-z0-9+.-]*://[^\s/@]+@\S*", text, re.IGNORECASE):
+        url = url.rstrip("'\",]}")
+        concealed = _USERINFO.sub(mask, url)
+        if concealed != url:
+            known[concealed] = url
+    if known:
+        os.environ[ENV] = json.dumps(known)
+    return _USERINFO.sub(mask, text)
+
+
+def reveal(url: str) -> str:
+    """The URL with the credentials `conceal` masked."""
+    return _known().get(url, url)
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """(the URL without user info, user, password): urllib sends user info only as an Authorization header."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None, None
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return (urllib.parse.urlunsplit(parts._replace(netloc=netloc)), urllib.parse.unquote(parts.username),
+            urllib.parse.unquote(parts.password or ""))
