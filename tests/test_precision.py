@@ -145,7 +145,7 @@ def test_the_loss_scale_is_checkpointed_and_restored(tokenizer, monkeypatch):
 
     monkeypatch.setattr(ray.train, "report", report)
     state = {"step": 2, "metrics": [{"loss": 0.0}]}
-    train._report(model, optimizer, scheduler, scaler, None, generator, state, rank=0)
+    train._report(model, optimizer, scheduler, scaler, None, None, generator, state, rank=0)
     restored = make_scaler("fp16", "cpu")
     restored.load_state_dict(saved["scaler"])
     assert restored.state_dict() == scaler.state_dict()
