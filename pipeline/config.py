@@ -165,14 +165,33 @@ class ModelConfig(Strict):
         return self
 
 
+# What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
+# (dropped at export), the pooling, whether MLM is added, the temperature.
+OBJECTIVE_DEFAULTS = {
+    "declutr": {"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05},
+    "clear": {"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05},
+    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train.
+    "simcse": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05},
+    # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head (its builder.py, mlp=True), InfoNCE at 0.07.
+    "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07},
+}
+
+
 class TrainConfig(Strict):
-    objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: a "
-                                           "sentence and its back-translation; simcse: a sentence twice (dropout); "
+    """One run's training. loss, projection, pooling, mlm and temperature left null take the objective's
+    paper's values (OBJECTIVE_DEFAULTS); a value set here, or in a run, wins."""
+
+    objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: two "
+                                           "back-translations of a sentence; simcse: a sentence twice (dropout); "
                                            "clear: two augmented views of a sentence")
     augmentation: str | None = Field(None, description="clear only: del-word, del-span, reorder, subs, or two "
                                      "joined by '+' (subs needs synonyms); null = del-span+reorder")
     contrastive: bool = True
-    mlm: bool = True
+    mlm: bool | None = Field(None, description="add masked language modelling (15%, 80/10/10): on the anchors "
+                             "(declutr), on the original sentence (clear); null = the objective's default")
+    loss: Literal["nt-xent", "info-nce"] | None = Field(None, description=(
+        "nt-xent: symmetric, 2N-2 negatives (SimCLR; DeCLUTR, CLEAR); info-nce: one direction, N-1 negatives "
+        "(SimCSE's cl_forward; MoCo/CERT); null = the objective's default"))
     batch_size: int = Field(16, ge=2, description="anchors per step (N documents x A anchors)")
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
     lr: float = Field(5e-5, gt=0)
@@ -180,13 +199,19 @@ class TrainConfig(Strict):
     cut_frac: float = Field(0.1, gt=0, lt=1)
     lr_ratio: float = Field(32.0, ge=1, description="slanted-triangular max/min learning-rate ratio")
     grad_clip: float = Field(1.0, gt=0)
-    temperature: float = Field(0.05, gt=0)
+    temperature: float | None = Field(None, gt=0, description="null = the objective's default (0.05; cert 0.07)")
     mlm_probability: float = Field(0.15, gt=0, lt=1)
     max_length: int = Field(512, ge=8, description="truncate spans to this many tokens (model limit)")
-    pooling: Literal["mean", "cls"] = Field("mean", description="mean (DeCLUTR) or cls; the export records it")
-    projection: Literal["linear", "mlp"] | None = Field(None, description="a head on the embeddings in training "
-                                                        "only (SimCLR/CLEAR/SimCSE); dropped at export")
-    memory_bank: int = Field(0, ge=0, description="XBM: earlier batches' embeddings kept as extra negatives")
+    pooling: Literal["mean", "cls"] | None = Field(None, description="mean (DeCLUTR) or cls (SimCSE, CERT); the "
+                                                    "export records it; null = the objective's default")
+    projection: Literal["none", "linear", "tanh", "mlp"] | None = Field(None, description=(
+        "a head on the embeddings in training only, dropped at export: mlp (SimCLR's Linear-ReLU-Linear; CLEAR, "
+        "CERT), tanh (SimCSE's Linear+Tanh), linear, none; null = the objective's default"))
+    momentum: float | None = Field(None, gt=0, lt=1, description=(
+        "MoCo: a key encoder kept as this exponential moving average of the trained one embeds the positives "
+        "without gradient, and memory_bank becomes MoCo's queue of its keys (CERT: 0.999); null = off"))
+    memory_bank: int = Field(0, ge=0, description="earlier batches' positives kept as extra negatives: XBM, or "
+                             "with momentum MoCo's queue of keys")
     grad_cache: int | None = Field(None, ge=1, description="GradCache: encode this many rows at a time; "
                                    "same gradients as the whole batch, in a chunk's memory")
     grad_accumulation: int = Field(1, ge=1, description="micro-batches of batch_size per optimizer step "
@@ -205,8 +230,15 @@ class TrainConfig(Strict):
 
     @model_validator(mode="after")
     def _objective(self) -> "TrainConfig":
+        # Written past validate_assignment so that the fields stay unset: a run built from this config's
+        # explicit settings (Config.run_configs) then takes its own objective's defaults.
+        for name, value in OBJECTIVE_DEFAULTS[self.objective].items():
+            if getattr(self, name) is None:
+                self.__dict__[name] = value
         if not (self.contrastive or self.mlm):
             raise ValueError("at least one of contrastive and mlm must be true")
+        if self.momentum is not None and not self.contrastive:
+            raise ValueError("momentum (MoCo's key encoder) needs the contrastive loss")
         if self.augmentation is not None:
             if self.objective != "clear":
                 raise ValueError(f"augmentation is CLEAR's setting; objective {self.objective!r} takes none")
@@ -221,12 +253,16 @@ class TrainConfig(Strict):
         return (self.augmentation or DEFAULT_CLEAR) if self.objective == "clear" else None
 
     def recipe(self) -> str:
-        """The hyperparameters that tell runs apart, for the leaderboard's row."""
-        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g}",
-                 f"tau {self.temperature:g}", f"{self.pooling} pooling"]
+        """The hyperparameters that tell runs apart, for the leaderboard's row: always the loss, head and pooling."""
+        head = "no head" if self.projection == "none" else f"{self.projection} head"
+        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g}"]
+        if self.contrastive:
+            parts += [f"{self.loss} tau {self.temperature:g}", head]
+        parts.append(f"{self.pooling} pooling")
+        bank = f"{'MoCo queue' if self.momentum else 'XBM'} {self.memory_bank}"
         parts += [label for on, label in ((not self.contrastive, "no contrastive"), (self.mlm, "+MLM"),
-                                          (self.projection, f"{self.projection} head"),
-                                          (self.memory_bank, f"XBM {self.memory_bank}"),
+                                          (self.momentum, f"MoCo m {self.momentum}"),
+                                          (self.memory_bank, bank),
                                           (self.grad_cache, f"grad cache {self.grad_cache}"),
                                           (self.grad_accumulation > 1, f"grad accumulation {self.grad_accumulation}"),
                                           (self.precision != "fp32", self.precision)) if on]
@@ -375,7 +411,7 @@ class Config(Strict):
         out = {}
         for name, overrides in self.runs.items():
             try:
-                out[name] = TrainConfig(**{**self.train.model_dump(), **(overrides or {})})
+                out[name] = TrainConfig(**{**self.train.model_dump(exclude_unset=True), **(overrides or {})})
             except ValidationError as e:
                 raise ValueError(_describe(e, prefix=f"runs.{name}.").replace(f"runs.{name}.: ", f"runs.{name}: ")) from None
         return out

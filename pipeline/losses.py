@@ -1,4 +1,17 @@
-"""The DeCLUTR objective: NT-Xent over 2AN span embeddings, plus masked language modelling."""
+"""The training losses: the contrastive losses the objectives' papers define, BERT's masking, ULMFiT's schedule.
+
+Both contrastive losses score cosine similarities over a temperature and take the
+mean cross-entropy of picking each row's positive. They differ in their candidates:
+
+- `nt_xent` (SimCLR's NT-Xent; DeCLUTR eq. 2, CLEAR eq. 2): symmetric. Each of the
+  2N embeddings picks its partner among the other 2N-1, so the other rows of its
+  own view are negatives too.
+- `info_nce` (SimCSE's `cl_forward`; MoCo's and so CERT's InfoNCE): one direction.
+  Each query picks its key among the N keys, so N-1 negatives.
+
+`negatives` are K further candidates (a memory bank's or MoCo's queue of earlier
+keys), added to the anchors'/queries' rows only: they stand in for other positives.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +19,34 @@ import torch
 import torch.nn.functional as F
 
 
-def nt_xent(anchors: torch.Tensor, positives: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Symmetric NT-Xent (SimCLR's; DeCLUTR eq. 2) with cosine similarity.
+def _similarities(rows: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:
+    return F.normalize(rows, dim=-1) @ F.normalize(candidates.to(rows), dim=-1).T / temperature
 
-    Row i of `anchors` and row i of `positives` are a positive pair; every other
-    of the 2B embeddings is a negative for both. The mean over all 2B terms.
-    """
+
+def nt_xent(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,
+            negatives: torch.Tensor | None = None) -> torch.Tensor:
+    """Row i of `anchors` and of `positives` are a pair; the mean over all 2N rows of -log(partner's share).
+    The anchor rows' softmax also runs over `negatives`; the positive rows' over the 2N-1 only."""
     b = anchors.size(0)
-    z = F.normalize(torch.cat([anchors, positives]), dim=-1)
-    sim = (z @ z.T) / temperature
-    sim = sim.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=z.device), float("-inf"))
+    z = torch.cat([anchors, positives])
+    sim = _similarities(z, z, temperature).masked_fill(torch.eye(2 * b, dtype=torch.bool, device=z.device),
+                                                       float("-inf"))
+    if negatives is not None and negatives.numel():
+        extra = _similarities(anchors, negatives, temperature)
+        sim = torch.cat([sim, torch.cat([extra, extra.new_full(extra.shape, float("-inf"))])], dim=1)
     targets = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(z.device)
     return F.cross_entropy(sim, targets)
+
+
+def info_nce(queries: torch.Tensor, keys: torch.Tensor, temperature: float,
+             negatives: torch.Tensor | None = None) -> torch.Tensor:
+    """Row i of `queries` picks key i among all N `keys` and the K `negatives`; the mean over the N queries."""
+    candidates = keys if negatives is None or not negatives.numel() else torch.cat([keys, negatives.to(keys)])
+    sim = _similarities(queries, candidates, temperature)
+    return F.cross_entropy(sim, torch.arange(queries.size(0), device=queries.device))
+
+
+LOSSES = {"nt-xent": nt_xent, "info-nce": info_nce}
 
 
 def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, vocab_size: int,

@@ -1,4 +1,6 @@
-"""Cross-batch memory (XBM; Wang et al., 2020): earlier batches' embeddings as extra negatives.
+"""Earlier batches' embeddings as extra negatives: cross-batch memory (XBM; Wang et al., 2020), or,
+with train.momentum, MoCo's queue of keys (He et al., 2020), whose entries come from the momentum
+key encoder (pipeline.moco) and so drift slowly by construction.
 
 The bank holds *positives* (in train_step: the mean of each anchor's positive
 spans), not anchors, for two reasons. NT-Xent's anchor rows score each anchor
@@ -15,7 +17,6 @@ has settled, so start pushing after the first steps of warm-up).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 class MemoryBank:
@@ -48,19 +49,3 @@ class MemoryBank:
         # A bank shrunk since the checkpoint keeps its newest entries.
         self.queue = state["queue"][-self.size:]
 
-
-def nt_xent_with_bank(anchors: torch.Tensor, positives: torch.Tensor, bank_negatives: torch.Tensor,
-                      temperature: float) -> torch.Tensor:
-    """`pipeline.losses.nt_xent` with the bank's K entries as further negatives of each anchor.
-
-    The anchor rows' softmax runs over 2B - 1 + K candidates, the positive rows' over the
-    usual 2B - 1; the mean is still over the 2B terms. With K = 0 it is nt_xent exactly.
-    """
-    b = anchors.size(0)
-    z = F.normalize(torch.cat([anchors, positives]), dim=-1)
-    sim = (z @ z.T) / temperature
-    sim = sim.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=z.device), float("-inf"))
-    bank = (z[:b] @ F.normalize(bank_negatives.to(z), dim=-1).T) / temperature
-    bank = torch.cat([bank, bank.new_full(bank.shape, float("-inf"))])
-    targets = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(z.device)
-    return F.cross_entropy(torch.cat([sim, bank], dim=1), targets)

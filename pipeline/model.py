@@ -22,13 +22,18 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 
 
 def projection_head(kind: str | None, dim: int) -> nn.Module | None:
-    """SimCLR's head, as CLEAR and SimCSE train with: the loss sees projected embeddings, the
-    exported encoder does not (the head is never saved), which keeps the representation general."""
-    if kind is None:
+    """A head on the pooled embedding that only the loss sees; the exported encoder does not (the head is
+    never saved), which keeps the representation general. "mlp": SimCLR's Linear-ReLU-Linear (CLEAR;
+    MoCo v2, as CERT trains); "tanh": SimCSE's MLPLayer, Linear + Tanh; "linear"; "none" or None: no head."""
+    if kind in (None, "none"):
         return None
     if kind == "linear":
         return nn.Linear(dim, dim)
-    return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+    if kind == "tanh":
+        return nn.Sequential(nn.Linear(dim, dim), nn.Tanh())
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+    raise ValueError(f"unknown projection head {kind!r}: none, linear, tanh or mlp")
 
 
 def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:

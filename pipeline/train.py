@@ -1,4 +1,4 @@
-"""train stage on Ray Train: DeCLUTR's contrastive + MLM objective over the augment stage's pairs.
+"""train stage on Ray Train: each objective's contrastive loss (+ MLM where its paper has it) over the augment stage's pairs.
 
 The driver (`run`) starts a TorchTrainer over a Ray Dataset of the pair shards;
 each worker runs `train_loop`, whose whole step is `train_step`. Checkpoints go
@@ -24,15 +24,17 @@ import torch
 
 from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
-from pipeline.losses import mask_tokens, slanted_triangular
-from pipeline.memory_bank import MemoryBank, nt_xent_with_bank
+from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
+from pipeline.memory_bank import MemoryBank
 from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
+from pipeline.moco import MomentumEncoder
 from pipeline.tokenizer import load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
-NAME, VERSION = "train", "1"
+NAME, VERSION = "train", "2"
 SCHEMA = None
 METRICS = "metrics.parquet"
+DEL_TOKEN = "<del>"  # CLEAR's deletion token, added to the tokenizer as a special token
 log = logging.getLogger("cpipe")
 
 
@@ -47,7 +49,8 @@ def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def collate(batch: pa.Table, special: dict, max_length: int, with_positives: bool) -> dict:
-    """Wrap each span in <s> ... </s> (as the tokenizer does for sentences) and pad."""
+    """Wrap each span in <s> ... </s> (as the tokenizer does for sentences) and pad. CLEAR's pairs also
+    hold the original sentence (`original_ids`), which its MLM term reads."""
     def wrap(ids: list[int]) -> list[int]:
         return [special["bos"], *ids[: max_length - 2], special["eos"]]
 
@@ -57,28 +60,47 @@ def collate(batch: pa.Table, special: dict, max_length: int, with_positives: boo
         positives = batch.column("positive_ids").to_pylist()
         out["num_positives"] = len(positives[0])
         out["positives"] = pad([wrap(p) for group in positives for p in group], special["pad"])
+    if "original_ids" in batch.column_names and batch.column("original_ids").null_count == 0:
+        out["originals"] = pad([wrap(o) for o in batch.column("original_ids").to_pylist()], special["pad"])
     return out
 
 
 def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
-    """One padded tensor of the step's rows: anchors (masked when MLM is on), then their positives.
-    `positions` marks the masked anchor tokens and `original` holds their true ids."""
-    ids, mask = batch["anchors"]
-    b, positions = ids.size(0), None
-    original = ids
-    if cfg["mlm"]:
-        maskable = mask.bool() & (ids != special["bos"]) & (ids != special["eos"])
-        ids, positions = mask_tokens(ids, maskable, special["mask"], special["vocab"], cfg["mlm_probability"],
-                                     generator)
-    if cfg["contrastive"]:
-        pos_ids, pos_mask = batch["positives"]
-        width = max(ids.size(1), pos_ids.size(1))
-        ids = torch.cat([_widen(ids, width, special["pad"]), _widen(pos_ids, width, special["pad"])])
-        original = torch.cat([_widen(original, width, special["pad"]), _widen(pos_ids, width, special["pad"])])
-        mask = torch.cat([_widen(mask, width, 0), _widen(pos_mask, width, 0)])
-        if positions is not None:
-            positions = torch.cat([_widen(positions, width, False), torch.zeros((pos_ids.size(0), width), dtype=torch.bool)])
-    return {"ids": ids, "mask": mask, "positions": positions, "original": original, "anchors": b}
+    """The rows the trained encoder embeds, padded to one width: anchors; their positives, unless a
+    momentum encoder embeds those (`keys`); for CLEAR's MLM, the original sentences. MLM masks the
+    originals where there are any (CLEAR eq. 3: MLM on the original sentence, the contrastive loss
+    between the two unmasked views), else the anchors (DeCLUTR). `positions` marks the masked tokens
+    and `original` holds the true ids."""
+    moco = cfg["contrastive"] and cfg["momentum"] is not None
+    if cfg["mlm"] and cfg["objective"] == "clear" and "originals" not in batch:
+        raise InputError("train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
+                         "rebuild the augment stage, or set mlm: false")
+    target = ("originals" if "originals" in batch else "anchors") if cfg["mlm"] else None
+    parts = [name for name, wanted in (("anchors", cfg["contrastive"] or target == "anchors"),
+                                       ("positives", cfg["contrastive"] and not moco),
+                                       ("originals", target == "originals")) if wanted]
+    width = max(batch[name][0].size(1) for name in parts)
+    ids, masks, originals, positions = [], [], [], []
+    for name in parts:
+        part, mask = batch[name]
+        chosen, corrupted = torch.zeros_like(part, dtype=torch.bool), part
+        if name == target:
+            corrupted, chosen = mask_tokens(part, maskable(part, mask, special), special["mask"], special["vocab"],
+                                            cfg["mlm_probability"], generator)
+        ids.append(_widen(corrupted, width, special["pad"]))
+        originals.append(_widen(part, width, special["pad"]))
+        masks.append(_widen(mask, width, 0))
+        positions.append(_widen(chosen, width, False))
+    return {"ids": torch.cat(ids), "mask": torch.cat(masks), "original": torch.cat(originals),
+            "positions": torch.cat(positions) if target else None, "anchors": batch["anchors"][0].size(0),
+            "keys": batch["positives"] if moco else None}
+
+
+def maskable(ids: torch.Tensor, mask: torch.Tensor, special: dict) -> torch.Tensor:
+    """Real tokens MLM may choose: never <s>, </s>, nor CLEAR's deletion token, which stands for a
+    deleted word and has no original to predict."""
+    never = [special[k] for k in ("bos", "eos", "del") if special.get(k) is not None]
+    return mask.bool() & ~torch.isin(ids, torch.tensor(never, device=ids.device))
 
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -108,10 +130,11 @@ def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
 
 
 def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, generator, bank=None,
-               scaler=None) -> dict:
+               scaler=None, key_encoder=None) -> dict:
     """One optimizer step over `batches`: a micro-batch or a list of them (train.grad_accumulation),
     whose gradients add up to those of the step's loss: the micro-batches' mean contrastive loss
-    plus MLM's mean over all their masked tokens. `scaler` is the run's make_scaler (needed in fp16).
+    plus MLM's mean over all their masked tokens. `scaler` is the run's make_scaler (needed in fp16);
+    `key_encoder` is MoCo's (pipeline.moco), which follows the model after each update.
     A step whose fp16 gradients overflowed is skipped, and then neither are the weights updated nor
     the learning-rate schedule advanced (as the HF Trainer and Accelerate do): the schedule counts updates."""
     batches = [batches] if isinstance(batches, dict) else batches
@@ -122,10 +145,10 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
     inputs = [step_inputs(batch, cfg, special, generator) for batch in batches]
     n_masked = sum(int(x["positions"].sum()) for x in inputs if x["positions"] is not None)
     optimizer.zero_grad(set_to_none=True)
-    losses, tokens = {}, sum(int(x["mask"].sum()) for x in inputs)
+    losses, tokens = {}, sum(int(x["mask"].sum()) + _tokens(x["keys"]) for x in inputs)
     for i, (batch, x) in enumerate(zip(batches, inputs)):
         for name, share in accumulate(model, batch, x, cfg, n_masked, len(batches), bank, scaler.scale,
-                                      last=i == len(batches) - 1).items():
+                                      last=i == len(batches) - 1, key_encoder=key_encoder).items():
             losses[name] = losses.get(name, 0.0) + share
     if not losses:  # an MLM-only step that drew no masked token has no gradient to step with
         return {"loss": 0.0, "grad_norm": 0.0, "lr": scheduler.get_last_lr()[0], "skipped": True,
@@ -138,17 +161,26 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
     skipped = scaler.get_scale() < scale
     if not skipped:
         scheduler.step()
+        if key_encoder is not None:
+            key_encoder.update(getattr(model, "module", model))
     return {"loss": sum(losses.values()), **losses, "grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0],
             "skipped": skipped, "grad_scale": scaler.get_scale(), "tokens": tokens}
 
 
-def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, bank, scale, last: bool) -> dict:
-    """Forward and backward of one of a step's `k` micro-batches: anchors and positives through the
-    encoder; NT-Xent between each anchor and the mean of its positives (with a memory bank's negatives,
-    if any), plus MLM on the anchors. Returns the micro-batch's shares of the step's losses, which its
-    backward adds (`scale`d) into `.grad`. With `grad_cache` smaller than its rows, the encoder sees that
-    many rows at a time and the gradients are still the whole micro-batch's (pipeline.gradcache)."""
+def _tokens(keys) -> int:
+    return int(keys[1].sum()) if keys is not None else 0
+
+
+def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, bank, scale, last: bool,
+               key_encoder=None) -> dict:
+    """Forward and backward of one of a step's `k` micro-batches: the rows of step_inputs through the
+    encoder; the run's contrastive loss (train.loss) between each anchor and the mean of its positives
+    (embedded by the key encoder with MoCo), with a memory bank's or MoCo queue's negatives if any, plus
+    MLM. Returns the micro-batch's shares of the step's losses, which its backward adds (`scale`d) into
+    `.grad`. With `grad_cache` smaller than its rows, the encoder sees that many rows at a time and the
+    gradients are still the whole micro-batch's (pipeline.gradcache)."""
     device, n, b = next(model.parameters()).device, x["ids"].size(0), x["anchors"]
+    keys = embed_keys(key_encoder, x["keys"], batch["num_positives"], cfg, device) if x["keys"] is not None else None
 
     def encode(start: int, end: int):
         rows = slice(start, end)
@@ -164,11 +196,12 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         return pooled.float(), torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_masked
 
     def contrastive(z: torch.Tensor) -> torch.Tensor:
-        anchors, positives = gather(z[:b]), gather(z[b:].view(b, batch["num_positives"], -1).mean(1))
-        negatives = bank.negatives() if bank is not None else z.new_zeros(0, z.size(1))
+        p = batch["num_positives"]
+        positives = gather(keys if keys is not None else z[b:b + b * p].view(b, p, -1).mean(1))
+        negatives = bank.negatives() if bank is not None else None
         if bank is not None:
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
-        return nt_xent_with_bank(anchors, positives, negatives, cfg["temperature"]) / k
+        return LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives) / k
 
     losses = {}
     if cfg["contrastive"] and cfg["grad_cache"] and cfg["grad_cache"] < n:
@@ -185,6 +218,17 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         if losses:
             scale(sum(losses.values())).backward()
     return {name: loss.item() for name, loss in losses.items()}
+
+
+def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) -> torch.Tensor:
+    """MoCo's keys: each anchor's positives through the momentum encoder, no gradient, averaged; in
+    chunks of grad_cache rows where that is set, to bound the forward's memory as the query side's."""
+    ids, mask = keys
+    chunk = cfg["grad_cache"] or ids.size(0)
+    with autocast(cfg["precision"], device.type):
+        z = torch.cat([key_encoder(ids[i:i + chunk].to(device), mask[i:i + chunk].to(device))
+                       for i in range(0, ids.size(0), chunk)]).float()
+    return z.view(-1, num_positives, z.size(1)).mean(1)
 
 
 def ddp_options(cfg: dict) -> dict:
@@ -220,9 +264,11 @@ def make_optimizer(model, cfg: dict, total_steps: int):
 
 
 def special_ids(tokenizer) -> dict:
+    """The ids training treats specially; "del" is CLEAR's deletion token, None where the tokenizer has none."""
     return {"bos": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
             "eos": tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
-            "pad": tokenizer.pad_token_id, "mask": tokenizer.mask_token_id, "vocab": len(tokenizer)}
+            "pad": tokenizer.pad_token_id, "mask": tokenizer.mask_token_id, "vocab": len(tokenizer),
+            "del": tokenizer.convert_tokens_to_ids(DEL_TOKEN) if DEL_TOKEN in tokenizer.get_vocab() else None}
 
 
 def train_loop(config: dict) -> None:
@@ -252,10 +298,14 @@ def train_loop(config: dict) -> None:
                 bank.load_state_dict(saved["bank"])
             state = {"step": saved["step"], "metrics": saved["metrics"]}
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp_options(cfg))
+    # A copy of the (restored, placed) encoder, as MoCo initialises its key encoder; then its own state.
+    key_encoder = MomentumEncoder(getattr(model, "module", model), cfg["momentum"]) if cfg["momentum"] else None
     scaler = make_scaler(cfg["precision"], next(model.parameters()).device.type)
     generator = torch.Generator().manual_seed(cfg["seed"] * 7919 + rank)  # MLM masks
     if checkpoint:
         scaler.load_state_dict(saved["scaler"])
+        if key_encoder is not None:
+            key_encoder.load_state_dict(saved["key_encoder"])
         generator.set_state(saved["generator"])  # so a resumed run masks as an unbroken one would
     micro_batches = ray.train.get_dataset_shard("train").iter_batches(
         batch_size=cfg["batch_size"] // world, drop_last=True, batch_format="pyarrow")
@@ -270,14 +320,15 @@ def train_loop(config: dict) -> None:
             continue  # resumed: these micro-batches were trained on before the checkpoint
         data_seconds = time.perf_counter() - waited  # time blocked on Ray Data: is training input-bound?
         batches = [collate(table, config["special"], cfg["max_length"], cfg["contrastive"]) for table in tables]
-        metrics = train_step(model, optimizer, scheduler, batches, cfg, config["special"], generator, bank, scaler)
+        metrics = train_step(model, optimizer, scheduler, batches, cfg, config["special"], generator, bank, scaler,
+                             key_encoder)
         # "batch" identifies the rows trained on: a resumed run must neither repeat nor skip any.
         state["metrics"].append({"step": step, **metrics,
                                  "batch": zlib.crc32(batches[0]["anchors"][0].numpy().tobytes()),
                                  "data_seconds": data_seconds, "seconds": time.perf_counter() - started})
         state["step"] = step
         if step % cfg["checkpoint_every"] == 0 or step == config["total_steps"]:
-            _report(model, optimizer, scheduler, scaler, bank, generator, state, rank)
+            _report(model, optimizer, scheduler, scaler, bank, key_encoder, generator, state, rank)
         if step % cfg["log_every"] == 0 and rank == 0:
             print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
         waited = time.perf_counter()
@@ -290,7 +341,7 @@ def grouped(items, k: int):
         yield group
 
 
-def _report(model, optimizer, scheduler, scaler, bank, generator, state: dict, rank: int) -> None:
+def _report(model, optimizer, scheduler, scaler, bank, key_encoder, generator, state: dict, rank: int) -> None:
     import ray.train
 
     module = model.module if hasattr(model, "module") else model
@@ -300,7 +351,9 @@ def _report(model, optimizer, scheduler, scaler, bank, generator, state: dict, r
             torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                         "rng": torch.get_rng_state(), "generator": generator.get_state(),
-                        "bank": bank.state_dict() if bank is not None else None, **state}, f"{d}/state.pt")
+                        "bank": bank.state_dict() if bank is not None else None,
+                        "key_encoder": key_encoder.state_dict() if key_encoder is not None else None, **state},
+                       f"{d}/state.pt")
             checkpoint = ray.train.Checkpoint.from_directory(d)
         ray.train.report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint=checkpoint)
 
@@ -340,6 +393,11 @@ def run(config: dict, inputs: dict, out) -> None:
     data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
     data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead
     columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
+    if cfg["mlm"] and cfg["objective"] == "clear":  # CLEAR's MLM term reads the original sentences
+        if "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
+            raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
+                             "rebuild the augment stage, or set mlm: false")
+        columns.append("original_ids")
     dataset = ray.data.read_parquet(shards(pairs), columns=columns, filesystem=arrow_filesystem(pairs))
     # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
     # every worker of a cluster can reach when it is an object store.

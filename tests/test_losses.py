@@ -1,25 +1,53 @@
+"""The contrastive losses against loops over their papers' formulas, on hand-built tensors; BERT's masking;
+the schedule. Each expectation is computed here, element by element, never by the code under test."""
+
 import math
 
 import pytest
 import torch
 
-from pipeline.losses import mask_tokens, nt_xent, slanted_triangular
+from pipeline.losses import info_nce, mask_tokens, nt_xent, slanted_triangular
 
 
-def nt_xent_loop(anchors, positives, tau):
-    """The paper's formula written out: for each of the 2N embeddings, -log of its positive's share."""
-    z = torch.cat([anchors, positives])
-    n = anchors.size(0)
+def cos(u, v):
+    return (torch.dot(u, v) / (u.norm() * v.norm())).item()
 
-    def sim(u, v):
-        return torch.dot(u, v) / (u.norm() * v.norm()) / tau
 
+def nt_xent_loop(anchors, positives, tau, bank=()):
+    """SimCLR's NT-Xent (DeCLUTR eq. 2): for each of the 2N embeddings, -log of its partner's share among
+    the other 2N-1; the anchors' rows also compete with the bank's entries."""
+    z, n = torch.cat([anchors, positives]), anchors.size(0)
     total = 0.0
     for i in range(2 * n):
         j = i + n if i < n else i - n
-        denominator = sum(math.exp(sim(z[i], z[k])) for k in range(2 * n) if k != i)
-        total += -math.log(math.exp(sim(z[i], z[j])) / denominator)
+        denominator = sum(math.exp(cos(z[i], z[k]) / tau) for k in range(2 * n) if k != i)
+        if i < n:
+            denominator += sum(math.exp(cos(z[i], m) / tau) for m in bank)
+        total += -math.log(math.exp(cos(z[i], z[j]) / tau) / denominator)
     return total / (2 * n)
+
+
+def cl_forward_loop(z1, z2, tau):
+    """SimCSE's cl_forward: cos_sim[i][j] = cos(z1_i, z2_j) / temp; labels = arange(N); one cross-entropy."""
+    n = z1.size(0)
+    total = 0.0
+    for i in range(n):
+        logits = [cos(z1[i], z2[j]) / tau for j in range(n)]
+        total += -(logits[i] - math.log(sum(math.exp(x) for x in logits)))
+    return total / n
+
+
+def moco_loop(q, k, queue, tau):
+    """MoCo's InfoNCE (builder.py) on normalised q, k: l_pos = q_i.k_i, l_neg = q_i.queue_j; here with the
+    other rows' keys as negatives too (they are the next batch's queue entries in MoCo)."""
+    n = q.size(0)
+    total = 0.0
+    for i in range(n):
+        positive = math.exp(cos(q[i], k[i]) / tau)
+        others = sum(math.exp(cos(q[i], k[j]) / tau) for j in range(n) if j != i)
+        queued = sum(math.exp(cos(q[i], m) / tau) for m in queue)
+        total += -math.log(positive / (positive + others + queued))
+    return total / n
 
 
 @pytest.mark.parametrize("n, dim, tau", [(2, 3, 0.05), (5, 8, 0.05), (4, 16, 1.0)])
@@ -29,18 +57,57 @@ def test_nt_xent_matches_the_loop(n, dim, tau):
     assert nt_xent(a, p, tau).item() == pytest.approx(nt_xent_loop(a, p, tau), rel=1e-9)
 
 
-def test_nt_xent_is_low_for_aligned_pairs_and_symmetric():
+@pytest.mark.parametrize("n, k, tau", [(2, 1, 1.0), (4, 7, 0.5), (5, 12, 0.2)])
+def test_nt_xent_with_extra_negatives_matches_the_loop(n, k, tau):
+    torch.manual_seed(n)
+    a, p, bank = (torch.randn(m, 6, dtype=torch.float64) for m in (n, n, k))
+    got = nt_xent(a, p, tau, bank)
+    assert got.item() == pytest.approx(nt_xent_loop(a, p, tau, bank), rel=1e-9)
+    assert got > nt_xent(a, p, tau)
+
+
+def test_nt_xent_hand_computed_case():
+    """Anchors = positives = the unit vectors e1, e2; one bank entry -e1; temperature 1, so each
+    logit is a cosine: 1 for the pair, 0 between e1 and e2, -1 between e1 and -e1."""
+    e = math.e
+    a0 = -math.log(e / (1 + e + 1 + 1 / e))  # candidates: e2, p0=e1 (target), p1=e2, bank -e1
+    a1 = -math.log(e / (1 + e + 1 + 1))  # candidates: e1, p0=e1, p1=e2 (target), bank -e1 (cosine 0)
+    p = -math.log(e / (e + 2))  # positive rows see no bank entry: target anchor, two orthogonal others
+    eye = torch.eye(2, dtype=torch.float64)
+    got = nt_xent(eye, eye, 1.0, torch.tensor([[-1.0, 0.0]], dtype=torch.float64))
+    assert got.item() == pytest.approx((a0 + a1 + 2 * p) / 4, rel=1e-12)
+
+
+@pytest.mark.parametrize("n, dim, tau", [(2, 3, 0.05), (6, 8, 0.05), (5, 16, 1.0)])
+def test_info_nce_is_simcse_cl_forward(n, dim, tau):
+    torch.manual_seed(n)
+    z1, z2 = torch.randn(n, dim, dtype=torch.float64), torch.randn(n, dim, dtype=torch.float64)
+    assert info_nce(z1, z2, tau).item() == pytest.approx(cl_forward_loop(z1, z2, tau), rel=1e-9)
+    assert info_nce(z1, z2, tau).item() != pytest.approx(nt_xent_loop(z1, z2, tau), rel=1e-3)
+
+
+def test_info_nce_hand_computed_case():
+    """z1 = z2 = e1, e2 at temperature 1: each query sees its key (cosine 1) and one orthogonal key (0);
+    the other query, a negative under NT-Xent, is no candidate here."""
+    eye = torch.eye(2, dtype=torch.float64)
+    assert info_nce(eye, eye, 1.0).item() == pytest.approx(-math.log(math.e / (math.e + 1)), rel=1e-12)
+
+
+@pytest.mark.parametrize("n, k, tau", [(3, 0, 0.07), (4, 5, 0.07), (2, 9, 0.5)])
+def test_info_nce_with_a_queue_is_moco(n, k, tau):
+    torch.manual_seed(k)
+    q, keys, queue = (torch.randn(m, 8, dtype=torch.float64) for m in (n, n, k))
+    assert info_nce(q, keys, tau, queue).item() == pytest.approx(moco_loop(q, keys, queue, tau), rel=1e-9)
+
+
+@pytest.mark.parametrize("loss", [nt_xent, info_nce])
+def test_losses_are_low_for_aligned_pairs_and_send_gradients_to_both_sides(loss):
     torch.manual_seed(0)
     a = torch.randn(8, 16)
-    assert nt_xent(a, a + 0.01 * torch.randn(8, 16), 0.05) < 0.01
-    p = torch.randn(8, 16)
-    assert nt_xent(a, p, 0.05).item() == pytest.approx(nt_xent(p, a, 0.05).item(), rel=1e-6)
-
-
-def test_nt_xent_gradient_flows_to_both_sides():
+    assert loss(a, a + 0.01 * torch.randn(8, 16), 0.05) < 0.01
     a = torch.randn(4, 8, requires_grad=True)
     p = torch.randn(4, 8, requires_grad=True)
-    nt_xent(a, p, 0.05).backward()
+    loss(a, p, 0.05).backward()
     assert a.grad.abs().sum() > 0 and p.grad.abs().sum() > 0
 
 

@@ -85,14 +85,14 @@ def test_accumulated_mlm_is_the_mean_over_every_masked_token_of_the_step(tokeniz
 def test_bf16_runs_the_encoder_in_bf16_and_the_losses_in_fp32(tokenizer, monkeypatch):
     batch = micro_batches(tokenizer, n=1)
     dtypes = {"layer": [], "nt_xent": []}
-    nt_xent = train.nt_xent_with_bank
+    nt_xent = train.LOSSES["nt-xent"]
 
-    def recording(anchors, positives, negatives, temperature):
+    def recording(anchors, positives, temperature, negatives):
         dtypes["nt_xent"] += [anchors.dtype, positives.dtype]
-        return nt_xent(anchors, positives, negatives, temperature)
+        return nt_xent(anchors, positives, temperature, negatives)
 
     fp32 = step(tokenizer, batch)[1]
-    monkeypatch.setattr(train, "nt_xent_with_bank", recording)
+    monkeypatch.setitem(train.LOSSES, "nt-xent", recording)
     model = tiny_encoder(tokenizer)
     model.mlm_model.base_model.encoder.layer[0].output.dense.register_forward_hook(
         lambda module, args, out: dtypes["layer"].append(out.dtype))
@@ -145,7 +145,7 @@ def test_the_loss_scale_is_checkpointed_and_restored(tokenizer, monkeypatch):
 
     monkeypatch.setattr(ray.train, "report", report)
     state = {"step": 2, "metrics": [{"loss": 0.0}]}
-    train._report(model, optimizer, scheduler, scaler, None, generator, state, rank=0)
+    train._report(model, optimizer, scheduler, scaler, None, None, generator, state, rank=0)
     restored = make_scaler("fp16", "cpu")
     restored.load_state_dict(saved["scaler"])
     assert restored.state_dict() == scaler.state_dict()

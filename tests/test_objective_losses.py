@@ -1,0 +1,177 @@
+"""Each objective trains what its paper trains, checked on a tiny encoder made in the test against
+expectations computed here: SimCSE's step is cl_forward over its Linear+Tanh head on [CLS]; CLEAR's MLM
+reads the original sentence and never the views; MLM never targets the deletion token; and each
+objective's paper defaults apply unless a run sets its own."""
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from pipeline.config import Config, ConfigError, TrainConfig, load_config
+from pipeline.errors import InputError
+from pipeline.train import collate, make_optimizer, special_ids, step_inputs, train_step
+from tests.conftest import make_document
+from tests.test_losses import cl_forward_loop
+from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@pytest.fixture(scope="module")
+def del_tokenizer(tokenizer):
+    """The test tokenizer with CLEAR's deletion token added, as the augment side adds it."""
+    tok = copy.deepcopy(tokenizer)
+    tok.add_tokens(["<del>"], special_tokens=True)
+    return tok
+
+
+def test_simcse_step_is_cl_forward_over_a_tanh_head_on_cls(tokenizer):
+    cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8).model_dump()
+    model = tiny_encoder(tokenizer, pooling=cfg["pooling"], projection=cfg["projection"])
+    special = special_ids(tokenizer)
+    batch = collate(pairs(tokenizer, positives=1), special, 64, True)
+    dense = model.projection[0]
+
+    def embed(ids, mask):  # SimCSE's MLPLayer over the [CLS] state: tanh(W h + b)
+        h = model.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+        return torch.tanh(h @ dense.weight.T + dense.bias)
+
+    with torch.no_grad():
+        expected = cl_forward_loop(embed(*batch["anchors"]).double(), embed(*batch["positives"]).double(), 0.05)
+    optimizer, scheduler = make_optimizer(model, cfg, 10)
+    metrics = train_step(model, optimizer, scheduler, batch, cfg, special, torch.Generator().manual_seed(0))
+    assert metrics["contrastive_loss"] == pytest.approx(expected, rel=1e-5)
+    assert "mlm_loss" not in metrics  # SimCSE has no MLM term
+
+
+def clear_pairs(tok, del_id: int, n: int = 6) -> pa.Table:
+    """CLEAR-shaped rows: view 1 deletes every third word (the deletion token in its place), view 2
+    reorders the sentence's halves; original_ids is the sentence itself."""
+    rng = np.random.default_rng(2)
+    rows = []
+    for _ in range(n):
+        original = tok(make_document(rng, 25), add_special_tokens=False)["input_ids"][:30]
+        view1 = [del_id if i % 3 == 0 else t for i, t in enumerate(original)]
+        view2 = original[15:] + original[:15]
+        rows.append({"anchor_ids": view1, "positive_ids": [view2], "original_ids": original})
+    return pa.Table.from_pylist(rows)
+
+
+def test_clear_mlm_masks_the_original_sentence_and_never_the_views(del_tokenizer):
+    special = special_ids(del_tokenizer)
+    table = clear_pairs(del_tokenizer, special["del"])
+    cfg = TrainConfig(objective="clear").model_dump()
+    generator = torch.Generator().manual_seed(0)
+    n, masked = table.num_rows, 0
+    for _ in range(20):
+        x = step_inputs(collate(table, special, 64, True), cfg, special, generator)
+        assert x["ids"].size(0) == 3 * n  # view 1, view 2, then the original sentence
+        assert not x["positions"][: 2 * n].any()
+        for i, row in enumerate(table.to_pylist()):
+            for r, view in ((i, row["anchor_ids"]), (n + i, row["positive_ids"][0])):
+                wrapped = [special["bos"], *view, special["eos"]]
+                assert x["ids"][r, : len(wrapped)].tolist() == wrapped  # views enter unmasked
+            wrapped = [special["bos"], *row["original_ids"], special["eos"]]
+            r = 2 * n + i
+            chosen = x["positions"][r].nonzero().flatten().tolist()
+            assert all(1 <= t <= len(row["original_ids"]) for t in chosen)  # never <s>, </s> nor padding
+            assert [int(x["original"][r, t]) for t in chosen] == [wrapped[t] for t in chosen]  # the labels
+            kept = [t for t in range(len(wrapped)) if t not in chosen]
+            assert [int(x["ids"][r, t]) for t in kept] == [wrapped[t] for t in kept]
+            masked += len(chosen)
+    assert masked / (20 * sum(len(o) for o in table.column("original_ids").to_pylist())) == pytest.approx(0.15, abs=0.03)
+
+
+def test_clear_step_trains_both_terms_and_refuses_pairs_without_originals(del_tokenizer):
+    special = special_ids(del_tokenizer)
+    table = clear_pairs(del_tokenizer, special["del"])
+    cfg = TrainConfig(objective="clear", lr=1e-3, batch_size=6).model_dump()
+    model = tiny_encoder(del_tokenizer, pooling=cfg["pooling"], projection=cfg["projection"])
+    optimizer, scheduler = make_optimizer(model, cfg, 10)
+    metrics = train_step(model, optimizer, scheduler, collate(table, special, 64, True), cfg, special,
+                         torch.Generator().manual_seed(0))
+    assert metrics["mlm_loss"] > 0 and metrics["contrastive_loss"] > 0
+    with pytest.raises(InputError, match="original_ids"):
+        step_inputs(collate(table.drop(["original_ids"]), special, 64, True), cfg, special, None)
+
+
+def test_mlm_never_targets_the_deletion_token(del_tokenizer):
+    special = special_ids(del_tokenizer)
+    assert special["del"] == del_tokenizer.convert_tokens_to_ids("<del>") and special["del"] != special["mask"]
+    rng = np.random.default_rng(3)
+    rows = []
+    for _ in range(16):  # anchors where 40% of the tokens are deletions, as in a del-word view
+        ids = del_tokenizer(make_document(rng, 40), add_special_tokens=False)["input_ids"][:40]
+        rows.append({"anchor_ids": [special["del"] if rng.random() < 0.4 else t for t in ids],
+                     "positive_ids": [ids[:20]]})
+    batch = collate(pa.Table.from_pylist(rows), special, 64, True)
+    cfg = TrainConfig().model_dump()  # DeCLUTR: MLM on the anchors
+    generator = torch.Generator().manual_seed(0)
+    anchors, mask = batch["anchors"]
+    is_del = anchors == special["del"]
+    chosen_del, chosen, eligible = 0, 0, 0
+    for _ in range(300):
+        positions = step_inputs(batch, cfg, special, generator)["positions"][: anchors.size(0), : anchors.size(1)]
+        chosen_del += int((positions & is_del).sum())
+        chosen += int(positions.sum())
+        eligible += int((mask.bool() & ~is_del).sum()) - 2 * anchors.size(0)  # less <s> and </s>
+    assert chosen_del == 0
+    assert chosen / eligible == pytest.approx(0.15, abs=0.01)  # the other tokens are masked at 15% still
+
+
+def test_special_ids_has_no_deletion_token_without_one(tokenizer):
+    assert special_ids(tokenizer)["del"] is None
+
+
+PAPERS = {  # objective: (loss, head, pooling, mlm, tau), from the papers and their code
+    "declutr": ("nt-xent", "none", "mean", True, 0.05),
+    "clear": ("nt-xent", "mlp", "mean", True, 0.05),
+    "simcse": ("info-nce", "tanh", "cls", False, 0.05),
+    "cert": ("info-nce", "mlp", "cls", False, 0.07),
+}
+
+
+@pytest.mark.parametrize("objective", PAPERS)
+def test_each_objective_defaults_to_its_paper(objective):
+    cfg = TrainConfig(objective=objective)
+    assert (cfg.loss, cfg.projection, cfg.pooling, cfg.mlm, cfg.temperature) == PAPERS[objective]
+    loss, head, pooling = PAPERS[objective][:3]
+    assert f"{loss} tau" in cfg.recipe() and f"{pooling} pooling" in cfg.recipe()
+    assert ("no head" if head == "none" else f"{head} head") in cfg.recipe()
+
+
+def test_a_runs_explicit_setting_wins_and_its_objective_supplies_the_rest():
+    cfg = Config(train={"objective": "simcse", "temperature": 0.1},
+                 runs={"declutr": {"objective": "declutr"}, "simcse": {}, "mean": {"pooling": "mean"},
+                       "cert": {"objective": "cert", "loss": "nt-xent", "projection": "none"}})
+    runs = cfg.run_configs()
+    # declutr's run inherits nothing simcse-specific from the train section, only what it set explicitly.
+    assert (runs["declutr"].loss, runs["declutr"].pooling, runs["declutr"].projection, runs["declutr"].mlm) == \
+        ("nt-xent", "mean", "none", True)
+    assert {r.temperature for r in runs.values()} == {0.1}  # set in the train section: every run's
+    assert (runs["simcse"].loss, runs["simcse"].projection, runs["simcse"].pooling) == ("info-nce", "tanh", "cls")
+    assert runs["mean"].pooling == "mean" and runs["mean"].projection == "tanh"
+    assert (runs["cert"].loss, runs["cert"].projection, runs["cert"].pooling) == ("nt-xent", "none", "cls")
+    assert "nt-xent tau 0.1, no head, cls pooling" in runs["cert"].recipe()
+
+
+def test_momentum_is_validated_and_named_in_the_recipe():
+    cfg = TrainConfig(objective="cert", momentum=0.999, memory_bank=4096)
+    assert "MoCo m 0.999" in cfg.recipe() and "MoCo queue 4096" in cfg.recipe()
+    assert "XBM 8" in TrainConfig(memory_bank=8).recipe()
+    for bad in (["train.momentum=1.0"], ["train.momentum=0.9", "train.contrastive=false"]):
+        with pytest.raises(ConfigError, match="momentum"):
+            load_config(None, bad)
+
+
+def test_the_profiles_train_what_their_papers_do():
+    simcse = load_config(CONFIGS / "simcse-unsup.yaml").run_configs()["simcse"]
+    assert (simcse.loss, simcse.projection, simcse.pooling, simcse.mlm) == ("info-nce", "tanh", "cls", False)
+    cert = load_config(CONFIGS / "cert.yaml").run_configs()["cert"]
+    assert (cert.momentum, cert.temperature, cert.mlm, cert.loss) == (0.999, 0.07, False, "info-nce")
+    assert cert.memory_bank > 0
