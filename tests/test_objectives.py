@@ -17,7 +17,7 @@ from pipeline.stage import run_stage
 from pipeline.tokenizer import load_tokenizer
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
-from tests.translation_models import build_fsmt, parallel_sentences
+from tests.translation_models import build_fsmt, build_marian, parallel_sentences
 
 
 def test_the_config_names_every_registered_objective():
@@ -189,14 +189,15 @@ def test_a_base_models_tokenizer_gains_the_deletion_token_and_init_grows_its_emb
 
 def test_one_run_per_objective_trains_and_ranks_on_one_leaderboard(tmp_path, tiny_config, tiny_corpus, tiny_sts):
     en, de = parallel_sentences(200)
-    build_fsmt(tmp_path / "mt" / "forward", en, de)
-    build_fsmt(tmp_path / "mt" / "backward", de, en, langs=("de", "en"), seed=1)
+    for pivot, build in (("de", build_fsmt), ("zh", build_marian)):  # CERT's two pivots
+        build(tmp_path / "mt" / pivot / "forward", en, de, langs=("en", pivot))
+        build(tmp_path / "mt" / pivot / "backward", de, en, langs=(pivot, "en"), seed=1)
     runs = ("{declutr: {}, cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
             "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}")
     result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
                    "--artifacts", str(tmp_path / "a"), "--set", f"runs={runs}",
-                   "--set", f"backtranslate.forward_model={tmp_path}/mt/forward",
-                   "--set", f"backtranslate.backward_model={tmp_path}/mt/backward",
+                   "--set", f"backtranslate.forward_model={tmp_path}/mt/{{pivot}}/forward",
+                   "--set", f"backtranslate.backward_model={tmp_path}/mt/{{pivot}}/backward",
                    "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
                    "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
                    "--set", "augment.min_chars=10")
