@@ -168,10 +168,11 @@ def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(setup, tm
                    "--set", "backtranslate.max_sentences=24", "--set", "backtranslate.chunk_size=8")
     assert result.returncode == 0, result.stderr[-3000:]
     built = {d["stage"]: d["path"] for d in list_datasets(str(tmp_path / "a"))}
-    assert read_manifest(built["backtranslate"])["rows"] == 24
-    objectives = {read_table(d["path"]).column("objective")[0].as_py() for d in list_datasets(str(tmp_path / "a"))
-                  if d["stage"] == "augment"}
-    assert objectives == {"cert", "declutr"}
+    assert read_manifest(built["backtranslate"])["rows"] == 24 * 2  # every sentence through both default pivots
+    pairs = {read_table(d["path"]).column("objective")[0].as_py(): d["path"] for d in list_datasets(str(tmp_path / "a"))
+             if d["stage"] == "augment"}
+    assert set(pairs) == {"cert", "declutr"}
+    assert all(a != b for a, b in read_table(pairs["cert"]).column("sources").to_pylist())
 
 
 def test_an_unavailable_fairseq_backend_fails_before_any_work(tmp_path, tiny_config, tiny_corpus):
