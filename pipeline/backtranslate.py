@@ -43,7 +43,8 @@ def stage_config(bt: dict) -> dict:
 def model_names(config: dict, pivot: str) -> tuple[str, str]:
     """The (forward, backward) models of a pivot: its own names, or the templates, filled in."""
     fill = {"source": config["source_lang"], "pivot": pivot}
-    names = (config[k][pivot] if isinstance(config[k], dict) else config[k] for k in ("forward_model", "backward_model"))
+    names = (config[k][pivot] if isinstance(config[k], dict) else config[k]
+             for k in ("forward_model", "backward_model"))
     return tuple(name.format(**fill) for name in names)
 
 

@@ -126,14 +126,16 @@ class BacktranslateConfig(Strict):
 
     backend: Literal["hf", "fairseq"] = Field("hf", description="hf: transformers FSMT/Marian; fairseq: torch.hub")
     source_lang: str = "en"
-    pivots: list[str] = Field(default_factory=lambda: ["de", "zh"], min_length=1,
-                              description="pivot languages, all different; CERT needs at least two (en-de-en, en-zh-en)")
+    pivots: list[str] = Field(default_factory=lambda: ["de", "zh"], min_length=1, description=(
+        "pivot languages, all different; CERT needs at least two (en-de-en, en-zh-en)"))
     forward_model: ModelName = Field(
-        default_factory=lambda: {"de": "facebook/wmt19-{source}-{pivot}", "zh": "Helsinki-NLP/opus-mt-{source}-{pivot}"},
+        default_factory=lambda: {"de": "facebook/wmt19-{source}-{pivot}",
+                                 "zh": "Helsinki-NLP/opus-mt-{source}-{pivot}"},
         description="hub name or directory, one for every pivot ({pivot: name}) or one template for all; "
                     "{source} and {pivot} are filled in")
     backward_model: ModelName = Field(
-        default_factory=lambda: {"de": "facebook/wmt19-{pivot}-{source}", "zh": "Helsinki-NLP/opus-mt-{pivot}-{source}"})
+        default_factory=lambda: {"de": "facebook/wmt19-{pivot}-{source}",
+                                 "zh": "Helsinki-NLP/opus-mt-{pivot}-{source}"})
     num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
     do_sample: bool = False
     top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")

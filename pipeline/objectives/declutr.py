@@ -39,7 +39,8 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     if not eligible:
         longest = max((len(ids) for ids in token_ids), default=0)
         raise TooShort(f"no document is long enough for {config['num_anchors']} anchors of up to "
-                       f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, the longest of "
+                       f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, "
+                       f"the longest of "
                        f"{len(doc_ids)} has {longest}")
     for epoch in tqdm(range(config["epochs"]), desc="augment declutr", unit="epoch"):
         seed = epoch_seed(config, epoch)
