@@ -11,7 +11,7 @@ import pyarrow as pa
 from pipeline.objectives import OBJECTIVES
 from pipeline.tokenizer import load_tokenizer
 
-NAME, VERSION = "augment", "2"
+NAME, VERSION = "augment", "3"
 SCHEMA = pa.schema([
     ("pair_id", pa.string()),
     ("doc_id", pa.string()),
@@ -23,6 +23,9 @@ SCHEMA = pa.schema([
     ("positive_starts", pa.list_(pa.int32())),
     ("positive_ids", pa.list_(pa.list_(pa.int32()))),
     ("positive_text", pa.list_(pa.string())),
+    ("original_ids", pa.list_(pa.int32())),  # CLEAR: the original sentence (no special tokens); else null
+    ("original_text", pa.string()),
+    ("sources", pa.list_(pa.string())),      # CERT: the anchor's and the positives' pivot languages; else null
     ("seed", pa.int64()),
 ])
 

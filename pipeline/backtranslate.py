@@ -41,9 +41,11 @@ def stage_config(bt: dict) -> dict:
 
 
 def model_names(config: dict, pivot: str) -> tuple[str, str]:
-    """The (forward, backward) models of a pivot: the config's templates filled in."""
+    """The (forward, backward) models of a pivot: its own names, or the templates, filled in."""
     fill = {"source": config["source_lang"], "pivot": pivot}
-    return config["forward_model"].format(**fill), config["backward_model"].format(**fill)
+    names = (config[k][pivot] if isinstance(config[k], dict) else config[k]
+             for k in ("forward_model", "backward_model"))
+    return tuple(name.format(**fill) for name in names)
 
 
 class BackTranslator:

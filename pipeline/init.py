@@ -11,7 +11,7 @@ import logging
 from pipeline.model import build_model, export
 from pipeline.tokenizer import load_tokenizer
 
-NAME, VERSION = "init", "1"
+NAME, VERSION = "init", "2"
 SCHEMA = None
 log = logging.getLogger("cpipe")
 

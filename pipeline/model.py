@@ -46,9 +46,14 @@ def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
 
 
 def build_model(cfg: dict, tokenizer) -> nn.Module:
-    """From scratch (seeded) when model.base is null, else the base model's weights."""
+    """From scratch (seeded) when model.base is null, else the base model's weights, with new embedding
+    rows (seeded) when the tokenizer stage added tokens (CLEAR's deletion token) to the base's vocabulary."""
     if cfg["base"]:
-        return AutoModelForMaskedLM.from_pretrained(cfg["base"])
+        model = AutoModelForMaskedLM.from_pretrained(cfg["base"])
+        if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+            torch.manual_seed(cfg["seed"])
+            model.resize_token_embeddings(len(tokenizer))
+        return model
     torch.manual_seed(cfg["seed"])
     return AutoModelForMaskedLM.from_config(scratch_config(cfg, tokenizer))
 

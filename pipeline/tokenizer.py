@@ -1,19 +1,24 @@
 """tokenizer stage: a byte-level BPE with RoBERTa's special tokens trained on the corpus,
-or the base model's own tokenizer, saved as a Hugging Face tokenizer directory."""
+or the base model's own tokenizer, saved as a Hugging Face tokenizer directory.
+
+Either way the tokenizer gains CLEAR's deletion token (DEL_TOKEN) as a special token of its own, so a
+deleted run is one id that is neither the mask token nor an MLM target; the init stage grows a base
+model's embedding table to match."""
 
 from __future__ import annotations
 
 import logging
 
-from tokenizers import ByteLevelBPETokenizer
+from tokenizers import AddedToken, ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from storage import iter_batches, local_copy
 
-NAME, VERSION = "tokenizer", "1"
+NAME, VERSION = "tokenizer", "2"
 SCHEMA = None
 SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
+DEL_TOKEN = "<del>"
 log = logging.getLogger("cpipe")
 
 
@@ -21,6 +26,12 @@ def load_tokenizer(path: str):
     """Any fsspec URL: a tokenizer is read whole into memory, so a remote one's local copy can go."""
     with local_copy(path) as local:
         return AutoTokenizer.from_pretrained(local)
+
+
+def add_deletion_token(tok) -> None:
+    """DEL_TOKEN as a special token; lstrip takes the space before it, so " <del>" is that one id."""
+    tok.add_special_tokens({"additional_special_tokens": [
+        AddedToken(DEL_TOKEN, lstrip=True, rstrip=False, normalized=False, special=True)]})
 
 
 def _texts(corpus: str):
@@ -41,5 +52,6 @@ def run(config: dict, inputs: dict, out) -> None:
         tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, cls_token="<s>", sep_token="</s>",
                                       model_max_length=config["max_length"], **SPECIAL)
         log.info("tokenizer: trained byte-level BPE with %d tokens", len(tok))
+    add_deletion_token(tok)
     tok.save_pretrained(out.local_dir)
     out.extra["vocab_size"] = len(tok)

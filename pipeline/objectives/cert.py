@@ -1,4 +1,10 @@
-"""CERT (Fang et al., 2020): a sentence and one of its back-translations, a pivot drawn per epoch."""
+"""CERT (Fang et al., 2020): two back-translations of one sentence through two different pivot languages
+(en-de-en and en-zh-en in the paper) are a positive pair.
+
+Every epoch draws, per sentence and seeded, a pair of different pivots whose translations differ, and
+which of the two is the anchor; the row's `sources` names them. A sentence with fewer than two distinct
+non-empty back-translations cannot make a pair and is dropped (counted `too_few_translations`).
+"""
 
 from __future__ import annotations
 
@@ -17,28 +23,42 @@ SETTINGS = ()
 log = logging.getLogger("cpipe")
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
-    table = read_table(inputs["backtranslations"], columns=["doc_id", "segment_id", "text", "bt_text"])
-    sentences: dict[str, dict] = {}  # segment id -> its text and back-translations, in stage order
+def translations(path: str, out) -> dict[str, dict]:
+    """segment id -> {doc_id, pivots: {pivot: back-translation}} for sentences with two distinct ones."""
+    table = read_table(path, columns=["doc_id", "segment_id", "bt_text", "pivot_lang"])
+    sentences: dict[str, dict] = {}
     for row in table.to_pylist():
-        if not row["bt_text"].strip():
+        entry = sentences.setdefault(row["segment_id"], {"doc_id": row["doc_id"], "pivots": {}})
+        if row["bt_text"].strip():
+            entry["pivots"][row["pivot_lang"]] = row["bt_text"]
+        else:
             out.count("empty_backtranslation")
-            continue
-        entry = sentences.setdefault(row["segment_id"], {"doc_id": row["doc_id"], "text": row["text"], "bt": []})
-        entry["bt"].append(row["bt_text"])
+    usable = {s: e for s, e in sentences.items() if len(set(e["pivots"].values())) >= 2}
+    out.count("too_few_translations", len(sentences) - len(usable))
+    return usable
+
+
+def pivot_pairs(pivots: dict[str, str]) -> list[tuple[str, str]]:
+    """Every ordered pair of different pivots whose back-translations differ."""
+    return [(a, b) for a in pivots for b in pivots if a != b and pivots[a] != pivots[b]]
+
+
+def pairs(config: dict, inputs: dict, tok, out) -> None:
+    sentences = translations(inputs["backtranslations"], out)
     if not sentences:
-        raise InputError(f"augment: no usable back-translation in {inputs['backtranslations']}")
+        raise InputError(f"augment: no sentence in {inputs['backtranslations']} has two distinct back-translations "
+                         "through two pivots (backtranslate.pivots needs at least two)")
     ids = list(sentences)
-    encode = tok.backend_tokenizer.encode_batch
-    anchors = [e.ids for e in encode([sentences[i]["text"] for i in ids], add_special_tokens=False)]
-    encoded = iter(e.ids for e in encode([bt for i in ids for bt in sentences[i]["bt"]], add_special_tokens=False))
-    positives = [[next(encoded) for _ in sentences[i]["bt"]] for i in ids]
+    choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
+    texts = [sentences[i]["pivots"] for i in ids]
+    encoded = iter(e.ids for e in tok.backend_tokenizer.encode_batch(
+        [t for pivots in texts for t in pivots.values()], add_special_tokens=False))
+    token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
     for epoch in tqdm(range(config["epochs"]), desc="augment cert", unit="epoch"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         for k in rng.permutation(len(ids)):
-            s = sentences[ids[k]]
-            j = int(rng.integers(len(s["bt"])))
-            out.write([pair(f"{epoch}-{ids[k]}", s["doc_id"], NAME, epoch, seed, anchors[k], s["text"],
-                            [positives[k][j]], [s["bt"][j]])])
-    log.info("augment: %d sentences with back-translations x %d epochs", len(ids), config["epochs"])
+            a, b = choices[k][int(rng.integers(len(choices[k])))]
+            out.write([pair(f"{epoch}-{ids[k]}", sentences[ids[k]]["doc_id"], NAME, epoch, seed, token_ids[k][a],
+                            texts[k][a], [token_ids[k][b]], [texts[k][b]], sources=[a, b])])
+    log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])

@@ -1,6 +1,9 @@
 """DeCLUTR (Giorgi et al., 2021): anchor spans and nearby positive spans from the same long document.
 
-Each epoch draws fresh spans, as DeCLUTR resamples every epoch. Documents are
+Each epoch draws fresh spans, as DeCLUTR resamples every epoch. Documents shorter than the sampler
+needs (pipeline.spans.min_document_tokens) are dropped and counted (`too_short`). With
+`collapse_whitespace`, runs of whitespace become one space before tokenising, as the reference does,
+so newlines and indentation do not take up span tokens. Documents are
 shuffled per epoch but a document's anchors stay adjacent, so a batch of N * A
 rows holds N whole documents, as in the paper.
 """
@@ -18,14 +21,17 @@ from storage import read_table
 
 NAME = "declutr"
 INPUTS = {"documents": "filter"}
-SETTINGS = ("num_anchors", "num_positives", "min_length", "max_length")
+SETTINGS = ("num_anchors", "num_positives", "min_length", "max_length", "collapse_whitespace")
 log = logging.getLogger("cpipe")
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     docs = read_table(inputs["documents"], columns=["doc_id", "text"])
     doc_ids = docs.column("doc_id").to_pylist()
-    encodings = tok.backend_tokenizer.encode_batch(docs.column("text").to_pylist(), add_special_tokens=False)
+    texts = docs.column("text").to_pylist()
+    if config["collapse_whitespace"]:
+        texts = [" ".join(t.split()) for t in texts]
+    encodings = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
     token_ids = [np.asarray(e.ids, dtype=np.int32) for e in encodings]
     needed = min_document_tokens(config["num_anchors"], config["max_length"])
     eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
@@ -33,7 +39,8 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     if not eligible:
         longest = max((len(ids) for ids in token_ids), default=0)
         raise TooShort(f"no document is long enough for {config['num_anchors']} anchors of up to "
-                       f"{config['max_length']} tokens: needs {needed} tokens, the longest of "
+                       f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, "
+                       f"the longest of "
                        f"{len(doc_ids)} has {longest}")
     for epoch in tqdm(range(config["epochs"]), desc="augment declutr", unit="epoch"):
         seed = epoch_seed(config, epoch)
