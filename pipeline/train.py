@@ -28,13 +28,12 @@ from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
 from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
 from pipeline.moco import MomentumEncoder
-from pipeline.tokenizer import load_tokenizer
+from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
 NAME, VERSION = "train", "2"
 SCHEMA = None
 METRICS = "metrics.parquet"
-DEL_TOKEN = "<del>"  # CLEAR's deletion token, added to the tokenizer as a special token
 log = logging.getLogger("cpipe")
 
 

@@ -5,6 +5,8 @@ import os
 # The pipeline logs to the stdlib logger "cpipe"; Prefect forwards it to the run's logs
 # only when told before prefect is first imported.
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "cpipe")
+# Outside a flow run (a notebook, a test, a Ray worker) the pipeline's logs stay local, without a warning each.
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Telemetry writes race with the run's own writes on the embedded SQLite database ("database is locked").
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
