@@ -117,7 +117,7 @@ def scored(task, vectors, k):
 
 def test_inner_kfold_is_sentevals():
     """MR, CR, SUBJ, MPQA: 3 outer folds, each with a 3-fold search over the penalties."""
-    task, vectors = noisy_task("MR", {"all": 150}, 2, 6, seed=1)
+    task, vectors = noisy_task("MR", {"all": 96}, 2, 6, seed=1)
     ex = task.splits["all"]
     dev, test = reference_inner_kfold(matrix(vectors, ex), ex.labels, 2, k=3)
     rows = scored(task, vectors, k=3)
