@@ -353,6 +353,10 @@ class EvaluateConfig(Strict):
     analysis: bool = Field(True, description="alignment, uniformity and anisotropy on STS-B")
     seed: int = Field(1111, description="the transfer classifiers' folds and initialisation (SentEval's seed)")
     kfold: int = Field(10, ge=2)
+    transfer_protocol: Literal["senteval", "sklearn"] = Field("senteval", description=(
+        "the transfer tasks' classifier, named in each score row: senteval is SentEval's PyTorch logistic "
+        "regression (Adam, batch 64, tenacity 5, epoch size 4, L2 in 1e-5..1e-2), as DeCLUTR and SimCSE ran it; "
+        "sklearn is scikit-learn's LogisticRegression (SentEval's usepytorch=False)"))
     workers: int = Field(1, ge=1, description=(
         "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "
         "Ray tasks of their own, up to 2 * workers of each in flight (Ray's CPUs bound how many run); "

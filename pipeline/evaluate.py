@@ -36,7 +36,8 @@ from pipeline.transfer import averages, score_transfer
 from pipeline.transfer_data import find_transfer, transfer_data_hash
 
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
-NAME, VERSION = "evaluate", "3"
+# 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's.
+NAME, VERSION = "evaluate", "4"
 SCHEMA = pa.schema([
     ("model", pa.string()),
     ("kind", pa.string()),
@@ -72,7 +73,7 @@ def stage_config(evaluate: dict, data_fingerprint: str, name: str, spec: dict, a
 
     `evaluate["workers"]` > 1 runs the units on Ray; as a runtime setting it leaves the fingerprint, and so the
     cached scores, as they are."""
-    keys = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold")
+    keys = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
     workers = evaluate["workers"]
     return {**{k: evaluate[k] for k in keys}, "data_hash": data_fingerprint, "model": name, "spec": spec,
             "about": about, "runtime": {"backend": "ray" if workers > 1 else "serial", "workers": workers}}
@@ -145,7 +146,8 @@ def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
     sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task]))
            for task in dict.fromkeys(s.task for s in subsets)]
     # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
-    classify = [unit(f"transfer/{t.name}", partial(score_transfer, tasks=[t], seed=config["seed"], k=config["kfold"]))
+    classify = [unit(f"transfer/{t.name}", partial(score_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
+                                                   protocol=config["transfer_protocol"]))
                 for t in transfer]
     return sts + classify + ([unit("analysis", partial(score_analysis, subsets=subsets))] if config["analysis"] else [])
 

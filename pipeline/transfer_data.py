@@ -3,13 +3,29 @@
 Each task is found by one of its files anywhere below the data directory, so
 both SentEval's `data/downstream/` layout and the files as distributed
 (harvardnlp's `MR/rt-polarity.pos`, `msr-para-*.tsv`, `sick2014/`) work.
-Sentences are re-joined on single spaces as SentEval's batchers see them
-(SentEval splits every line on whitespace).
+
+Samples are read, and ordered, exactly as SentEval reads and orders them,
+because its folds are drawn over that order: a different sample set or order
+moves accuracies by tenths of a point (CR by 0.27 on order alone).
+
+- MR, CR, SUBJ, MPQA and TREC are decoded as Latin-1, SST2, MRPC and SICK as
+  UTF-8 (senteval/binary.py, trec.py, sst.py, mrpc.py, sick.py).
+- The four binary tasks are split with str.splitlines(), which also breaks
+  lines at U+0085 (byte 0x85, an ellipsis in Windows-1252) and keeps blank
+  lines as empty samples: 10685 MR, 3775 CR, 10021 SUBJ and 10606 MPQA samples.
+  The other tasks are read line by line at \n, \r and \r\n, as iterating a
+  file does, and each line is stripped.
+- Sentences are re-joined on single spaces, as SentEval's batchers see them
+  (SentEval splits every line on whitespace).
+- Each split is sorted, stably, by (number of words, label), and pairs by
+  (words of the first, words of the second, label), as SentEval sorts "to
+  reduce padding" before it folds or trains.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +33,9 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.sts import SICK_FILES, SICK_TEST, EvalDataError, _lines, find_file, sick_rows
+from pipeline.sts import SICK_FILES, SICK_TEST, EvalDataError, find_file, sick_rows
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "SICKE")
-# MR, SUBJ and TREC are Windows-1252 (0x85 is an ellipsis, 0x97 a dash). SentEval
-# decodes them as Latin-1, and its splitlines() then also breaks lines at U+0085:
-# 10685 MR and 10021 SUBJ samples, some of them half sentences. Decoding as
-# cp1252 and splitting on "\n" keeps the 10662 and 10000 sentences there are.
-_ENCODINGS = ("utf-8", "cp1252", "latin-1")
 _TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
 _SICK_CLASSES = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT")
 
@@ -60,12 +71,31 @@ def _label(value: str, classes: tuple[str, ...], path: Path, lineno: int) -> int
 
 
 def _examples(text: list[str], labels: list[int], pair: list[str] | None = None) -> Examples:
-    return Examples(text, pair, np.asarray(labels, dtype=np.int64))
+    """The split in SentEval's order: sorted by length in words, then label (a stable sort)."""
+    def key(i: int) -> tuple[int, ...]:
+        return (len(text[i].split()), *((len(pair[i].split()),) if pair is not None else ()), labels[i])
+
+    order = sorted(range(len(text)), key=key)
+    return Examples([text[i] for i in order], None if pair is None else [pair[i] for i in order],
+                    np.asarray([labels[i] for i in order], dtype=np.int64))
+
+
+def _decode(path: Path, encoding: str) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as err:
+        lineno = data.count(b"\n", 0, err.start) + 1
+        raise TransferDataError(f"{path}:{lineno}: not valid {encoding}") from None
+
+
+def _lines(path: Path, encoding: str) -> list[str]:
+    """Stripped lines as `for line in open(path)` yields them: universal newlines, nothing else."""
+    return [line.strip() for line in io.StringIO(_decode(path, encoding), newline=None)]
 
 
 def _sentences(path: Path) -> list[str]:
-    # CR and MPQA hold a few blank lines (SentEval keeps them as empty samples); they carry no text.
-    return [t for t in map(_text, _lines(path, _ENCODINGS)) if t]
+    return [_text(line) for line in _decode(path, "latin-1").splitlines()]
 
 
 def _binary(neg: str, pos: str) -> Callable[[Path], dict[str, Examples]]:
@@ -81,7 +111,7 @@ def _sst2(files: dict[str, str], label_first: bool) -> Callable[[Path], dict[str
         splits = {}
         for split, name in files.items():
             path, text, labels = directory / name, [], []
-            for lineno, line in enumerate(_lines(path, _ENCODINGS), start=1):
+            for lineno, line in enumerate(_lines(path, "utf-8"), start=1):
                 label, _, sentence = line.partition(" ") if label_first else line.rpartition("\t")[::-1]
                 labels.append(_label(label.strip(), ("0", "1"), path, lineno))
                 text.append(_text(sentence))
@@ -94,37 +124,40 @@ def _trec(directory: Path) -> dict[str, Examples]:
     splits = {}
     for split, name in (("train", "train_5500.label"), ("test", "TREC_10.label")):
         path, text, labels = directory / name, [], []
-        for lineno, line in enumerate(_lines(path, _ENCODINGS), start=1):
+        for lineno, line in enumerate(_lines(path, "latin-1"), start=1):
             # "LOC:city What county is ..." -- the coarse class is scored, as SentEval does.
-            fine, _, question = line.partition(" ")
-            labels.append(_label(fine.partition(":")[0], _TREC_CLASSES, path, lineno))
+            coarse, _, rest = line.partition(":")
+            question = rest.partition(" ")[2]
+            labels.append(_label(coarse, _TREC_CLASSES, path, lineno))
             text.append(_text(question))
         splits[split] = _examples(text, labels)
     return splits
 
 
-def _mrpc_file(path: Path) -> Examples:
-    lines = _lines(path, ("utf-8-sig",))
+def _mrpc_rows(path: Path) -> list[tuple[str, str, int]]:
+    """(first sentence, second sentence, label) of each pair in file order."""
+    lines = _lines(path, "utf-8-sig")
     if not lines or not lines[0].startswith("Quality\t"):
         raise TransferDataError(f"{path}:1: expected the header Quality, #1 ID, #2 ID, #1 String, #2 String")
-    text, pair, labels = [], [], []
+    rows = []
     for lineno, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
         if len(fields) < 5:
             raise TransferDataError(f"{path}:{lineno}: expected 5 tab-separated columns, got {len(fields)}")
-        labels.append(_label(fields[0], ("0", "1"), path, lineno))
-        text.append(_text(fields[3]))
-        pair.append(_text(fields[4]))
-    return _examples(text, labels, pair)
+        rows.append((_text(fields[3]), _text(fields[4]), _label(fields[0], ("0", "1"), path, lineno)))
+    return rows
+
+
+def _pairs(rows: list[tuple[str, str, int]]) -> Examples:
+    return _examples([r[0] for r in rows], [r[2] for r in rows], [r[1] for r in rows])
 
 
 def _mrpc(train: tuple[str, ...], test: str) -> Callable[[Path], dict[str, Examples]]:
     """SentEval cross-validates on MSR's 4076 training pairs; msr-para-* moved 500 of them to a val file."""
     def load(directory: Path) -> dict[str, Examples]:
-        parts = [_mrpc_file(directory / name) for name in train]
-        merged = Examples([t for p in parts for t in p.text], [t for p in parts for t in p.pair],
-                          np.concatenate([p.labels for p in parts]))
-        return {"train": merged, "test": _mrpc_file(directory / test)}
+        # Concatenated before SentEval's sort, so that msr-para-val's pairs fall among the others' as in one file.
+        train_rows = [row for name in train for row in _mrpc_rows(directory / name)]
+        return {"train": _pairs(train_rows), "test": _pairs(_mrpc_rows(directory / test))}
     return load
 
 
