@@ -273,7 +273,8 @@ class InferSentBaseline(Strict):
     """InferSent (Conneau et al., 2017): BiLSTM-max trained on NLI pairs; the paper's training settings are the
     defaults, except the LSTM's size (the paper's 2048 per direction is days of CPU)."""
 
-    enabled: bool = Field(True, description="train and score it (about a minute on SICK at the default sizes)")
+    enabled: bool = Field(False, description="train and score it: on SICK at the default sizes about 30 CPU-seconds "
+                          "an epoch, so minutes, not seconds")
     nli: list[str] = Field(default_factory=list, description=(
         "SNLI / MultiNLI .jsonl or SICK .txt files; files named *dev* or *trial* select the model, the others "
         "train it, test files are refused; [] = SICK's train and trial files under evaluate.data"))
@@ -390,7 +391,8 @@ class Config(Strict):
     def _runs(self) -> "Config":
         if not self.runs:
             raise ValueError("runs: at least one named run is needed")
-        rows = {*self.runs, "untrained", "fasttext-bow", "random", "infersent", *(m.name for m in self.evaluate.baselines.models)}
+        rows = {*self.runs, "untrained", "fasttext-bow", "random", "infersent",
+                *(m.name for m in self.evaluate.baselines.models)}
         for pp in self.evaluate.baselines.postprocess:
             if pp.model not in rows:
                 raise ValueError(f"evaluate.baselines.postprocess: no row named {pp.model!r} to post-process "

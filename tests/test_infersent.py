@@ -69,8 +69,9 @@ def test_max_pooling_over_bilstm_states_equals_a_loop_over_the_real_timesteps():
 def test_the_classifier_sees_u_v_their_absolute_difference_and_product():
     torch.manual_seed(1)
     u, v = torch.randn(3, 4), torch.randn(3, 4)
-    by_hand = torch.tensor([[*u[r].tolist(), *v[r].tolist(), *(abs(a - b) for a, b in zip(u[r].tolist(), v[r].tolist())),
-                             *(a * b for a, b in zip(u[r].tolist(), v[r].tolist()))] for r in range(3)])
+    rows = [(u[r].tolist(), v[r].tolist()) for r in range(3)]
+    by_hand = torch.tensor([[*ur, *vr, *(abs(a - b) for a, b in zip(ur, vr)), *(a * b for a, b in zip(ur, vr))]
+                            for ur, vr in rows])
     torch.testing.assert_close(infersent.features(u, v), by_hand)
 
     net = infersent.NliNet(infersent.BiLstmMax(torch.randn(6, 3), hidden=2), fc_dim=512)
@@ -180,14 +181,14 @@ def write_vectors(path, words, dim=8, seed=0) -> str:
     return str(path)
 
 
-SMALL = {"hidden": 16, "fc_dim": 32, "batch_size": 16, "epochs": 12}
+SMALL = {"hidden": 16, "fc_dim": 32, "batch_size": 16, "epochs": 5, "lr": 1.0}  # lr 1: learns in a few epochs
 
 
 def test_a_tiny_training_run_learns_and_its_export_encodes_as_the_trained_encoder(tmp_path):
     vectors = infersent.file_vectors(write_vectors(tmp_path / "v.txt", ["<s>", "</s>", "nobody", *WORDS]), None, set())
     vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
     data = [infersent.encode_pairs(infersent.read_sick(write_sick(tmp_path / f"SICK_{split}.txt", made_up_nli(n, s))),
-                                   vocab)[0] for split, n, s in (("train", 600, 0), ("trial", 150, 1))]
+                                   vocab)[0] for split, n, s in (("train", 300, 0), ("trial", 90, 1))]
     encoder, history = infersent.train(*data, vectors.matrix, infersent.Settings(**SMALL))
     best = max(history, key=lambda h: h["dev_accuracy"])
     assert best["train_accuracy"] > 0.6 and best["dev_accuracy"] > 0.6  # chance is 1/3
@@ -213,18 +214,23 @@ def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path, m
     cfg = Config(artifacts=art, evaluate={
         "data": str(data), "untrained": False, "transfer": False, "analysis": False,
         "fasttext": {"enabled": False, "dim": 8, "epoch": 1, "bucket": 1000},
-        "baselines": {"random": False, "infersent": {**SMALL, "epochs": 2}}})
+        "baselines": {"random": False, "infersent": {**SMALL, "enabled": True, "epochs": 2}}})
     # The flow's Prefect task runs the stage; here the stage runs directly.
-    monkeypatch.setattr(flow, "run", lambda name, config, inputs, a, label=None: run_stage(STAGES[name], config, inputs, a))
+    monkeypatch.setattr(flow, "run", lambda name, config, inputs, a, label=None:
+                        run_stage(STAGES[name], config, inputs, a))
     jobs = flow.evaluations(cfg, {}, {}, {"filter": docs}, art)
     assert list(jobs) == ["infersent"]
     spec, inputs, about = jobs["infersent"]
     assert about["objective"] == "InferSent (NLI: SICK-E train)" and "BiLSTM-max 16x2, MLP 32" in about["recipe"]
     manifest = read_manifest(inputs["model"])
     assert manifest["counts"]["train_pairs"] == 90 and len(manifest["epochs"]) <= 2
+    assert manifest["counts"]["dropped_no_known_word"] == 0  # "</s>" is in every fastText vocabulary
     ev = cfg.evaluate.model_dump()
     config = evaluate.stage_config(ev, evaluate.data_fingerprint(ev["data"], False), "infersent", spec, about)
     table = read_table(run_stage(evaluate, config, inputs, art)).to_pandas()
     assert set(table["task"]) == {"STS12", "STSB"} and table["value"].notna().all()
     assert (table["kind"] == "infersent").all() and (table["dimension"] == 32).all()
     assert (table["objective"] == about["objective"]).all() and (table["parameters"] > 0).all()
+    sts_only = str(write_sts(tmp_path / "sts"))
+    no_sick = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"data": sts_only})})
+    assert "infersent" not in flow.evaluations(no_sick, {}, {}, {"filter": docs}, art)  # no NLI data: no row
