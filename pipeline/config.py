@@ -273,7 +273,7 @@ class InferSentBaseline(Strict):
     """InferSent (Conneau et al., 2017): BiLSTM-max trained on NLI pairs; the paper's training settings are the
     defaults, except the LSTM's size (the paper's 2048 per direction is days of CPU)."""
 
-    enabled: bool = Field(False, description="train and score it: on SICK at the default sizes about 30 CPU-seconds "
+    enabled: bool = Field(False, description="train and score it: on SICK at the default sizes about 25 CPU-seconds "
                           "an epoch, so minutes, not seconds")
     nli: list[str] = Field(default_factory=list, description=(
         "SNLI / MultiNLI .jsonl or SICK .txt files; files named *dev* or *trial* select the model, the others "
