@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
@@ -14,6 +15,7 @@ from pipeline import backtranslate as backtranslate_stage
 from pipeline import corpus as corpus_stage
 from pipeline import encoders
 from pipeline import evaluate as evaluate_stage
+from pipeline import infersent_stage
 from pipeline.config import STAGES, Config, ConfigError, load_config
 from pipeline.sts import find_sts
 from pipeline.transfer_data import find_transfer
@@ -50,14 +52,27 @@ def evaluations(cfg: Config, runs: dict, models: dict[str, str], done: dict[str,
                    {"objective": runs[name].pairs, "recipe": runs[name].recipe(), "corpus": corpus})
             for name, path in models.items()}
     ev, base = cfg.evaluate, cfg.evaluate.baselines
+    ft = ev.fasttext.model_dump(exclude={"enabled"})
+
+    def fasttext() -> str:
+        return run("baseline", ft, {"documents": done["filter"]}, a)
+
     if ev.untrained:
         jobs["untrained"] = ({"kind": "untrained"}, {"model": done["init"]}, {"objective": "none (initial weights)"})
     if ev.fasttext.enabled:
-        ft = ev.fasttext.model_dump(exclude={"enabled"})
-        jobs["fasttext-bow"] = ({"kind": "fasttext"}, {"model": run("baseline", ft, {"documents": done["filter"]}, a)},
+        jobs["fasttext-bow"] = ({"kind": "fasttext"}, {"model": fasttext()},
                                 {"objective": "fastText skipgram", "corpus": corpus,
                                  # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
                                  "recipe": f"dim {ft['dim']}, {ft['threads']} threads: not bit-reproducible"})
+    if base.infersent.enabled:
+        nli = infersent_stage.stage_config(base.infersent.model_dump(), ev.data)
+        if nli is None:
+            logging.getLogger("cpipe").warning("infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under "
+                                               "evaluate.data, no evaluate.baselines.infersent.nli): row left out")
+        else:
+            inputs = {} if nli["vectors"] else {"vectors": fasttext()}
+            about = {**infersent_stage.about(nli), **({} if nli["vectors"] else {"corpus": corpus})}
+            jobs["infersent"] = ({"kind": "infersent"}, {"model": run("infersent", nli, inputs, a)}, about)
     if base.random:
         jobs["random"] = ({"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"})
     for path in base.vectors:

@@ -1,6 +1,6 @@
 """Every kind of encoder the evaluate stage scores, built from a small spec: our exported models, the
 fastText bag of words, random and pretrained word vectors, any HF / sentence-transformers directory,
-and a post-processed (whitened or flow-transformed) version of any of them."""
+an InferSent export, and a post-processed (whitened or flow-transformed) version of any of them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pipeline.baseline import MODEL_FILE
 from pipeline.bow import FastTextEncoder
 from pipeline.encoder import Encoder
 from pipeline.errors import InputError
+from pipeline.infersent import InferSentEncoder
 from pipeline.objectives.common import sentences
 from pipeline.vectors import RandomEncoder, WordVectorEncoder
 
@@ -34,6 +35,8 @@ def load(spec: dict, inputs: dict, max_length: int):
         return Encoder(inputs["model"], max_length=max_length)
     if kind == "fasttext":
         return FastTextEncoder(f"{inputs['model']}/{MODEL_FILE}")
+    if kind == "infersent":
+        return InferSentEncoder(inputs["model"])
     if kind == "random":
         return RandomEncoder(spec["dim"], spec["seed"])
     if kind == "vectors":

@@ -1,0 +1,75 @@
+"""infersent stage: an InferSent encoder (pipeline.infersent) trained on NLI pairs, exported for the evaluate stage.
+
+Its word vectors are a vectors file, or the corpus's fastText vectors (the baseline stage's model, input
+"vectors"). The stage config names the NLI files by split, with a snapshot of them, so an edited file is
+trained on again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pipeline import infersent
+from pipeline.baseline import MODEL_FILE
+from pipeline.encoders import snapshot
+
+NAME, VERSION = "infersent", "1"
+SCHEMA = None
+TRAINING = tuple(infersent.Settings.__dataclass_fields__)
+log = logging.getLogger("cpipe")
+
+
+def stage_config(settings: dict, eval_data: str | None) -> dict | None:
+    """From the evaluate.baselines.infersent settings; None when there is no NLI data to train on."""
+    files = infersent.nli_files(settings["nli"], eval_data)
+    if files is None:
+        return None
+    watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
+    return {"nli": files, "vectors": settings["vectors"], "vocab_size": settings["vocab_size"],
+            "max_pairs": settings["max_pairs"], **{k: settings[k] for k in TRAINING},
+            "snapshot": {path: snapshot(path) for path in watched}}
+
+
+def about(config: dict) -> dict:
+    """What the leaderboard says of the row."""
+    names = [os.path.basename(p) for p in config["nli"]["train"]]
+    data = "SICK-E train" if names == ["SICK_train.txt"] else ", ".join(names)
+    vectors = os.path.basename(config["vectors"]) if config["vectors"] else "corpus fastText"
+    return {"objective": f"InferSent (NLI: {data})",
+            "recipe": f"BiLSTM-max {config['hidden']}x2, MLP {config['fc_dim']}, SGD lr {config['lr']:g} "
+                      f"batch {config['batch_size']}, <= {config['epochs']} epochs dev-selected, vectors: {vectors}"}
+
+
+def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
+    pairs = sum((infersent.read_nli(f) for f in files[1:]), infersent.read_nli(files[0]))
+    if limit is None:
+        return pairs
+    return infersent.NliPairs(pairs.premise[:limit], pairs.hypothesis[:limit], pairs.labels[:limit], pairs.dropped)
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    train_pairs, dev_pairs = _read(config["nli"]["train"], config["max_pairs"]), _read(config["nli"]["dev"])
+    if config["vectors"]:
+        needed = {w for p in (train_pairs, dev_pairs) for s in p.premise + p.hypothesis
+                  for w in infersent.tokens(s, lowercase=False)}
+        vectors = infersent.file_vectors(config["vectors"], config["vocab_size"], needed)
+    else:
+        vectors = infersent.corpus_vectors(f"{inputs['vectors']}/{MODEL_FILE}", config["vocab_size"])
+    vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
+    (train_data, empty_train), (dev_data, empty_dev) = (infersent.encode_pairs(p, vocab)
+                                                        for p in (train_pairs, dev_pairs))
+    if not train_data[2] or not dev_data[2]:
+        raise infersent.NliDataError(f"{', '.join(config['nli']['train'] + config['nli']['dev'])}: no pair left "
+                                     "whose two sentences have a word with a vector")
+    settings = infersent.Settings(**{k: config[k] for k in TRAINING})
+    encoder, history = infersent.train(train_data, dev_data, vectors.matrix, settings)
+    infersent.export(encoder, vectors, out.local_dir)
+    out.count("train_pairs", len(train_data[2]))
+    out.count("dev_pairs", len(dev_data[2]))
+    out.count("dropped_no_gold_label", train_pairs.dropped + dev_pairs.dropped)
+    out.count("dropped_no_known_word", empty_train + empty_dev)
+    out.extra["vocabulary"] = len(vectors.words)
+    out.extra["epochs"] = history
+    out.extra["dev_accuracy"] = max(h["dev_accuracy"] for h in history)
+    log.info("infersent: dev accuracy %.3f after %d epochs", out.extra["dev_accuracy"], len(history))

@@ -1,0 +1,236 @@
+"""InferSent (Conneau et al., 2017) as a baseline row: BiLSTM-max against a hand-written LSTM loop, the
+classifier's [u, v, |u-v|, u*v] built by hand, the NLI readers on files in the real formats, a tiny training
+run that learns, an export that encodes as the trained encoder does, and the row the flow scores."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import flows.pipeline as flow
+from pipeline import corpus, evaluate, infersent, infersent_stage
+from pipeline.bow import train_fasttext
+from pipeline.config import Config, CorpusConfig
+from pipeline.errors import InputError
+from pipeline.stage import run_stage
+from pipeline.stages import STAGES
+from storage import read_manifest, read_table
+from tests.conftest import WORDS, write_corpus, write_sts
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def lstm_by_hand(x: np.ndarray, w_ih, w_hh, b_ih, b_hh) -> np.ndarray:
+    """One direction of an LSTM over x (time, dim), one timestep at a time; gates in PyTorch's i, f, g, o order."""
+    hidden = w_hh.shape[1]
+    h, c, states = np.zeros(hidden), np.zeros(hidden), []
+    for x_t in x:
+        z = w_ih @ x_t + b_ih + w_hh @ h + b_hh
+        i, f, g, o = sigmoid(z[:hidden]), sigmoid(z[hidden:2 * hidden]), np.tanh(z[2 * hidden:3 * hidden]), \
+            sigmoid(z[3 * hidden:])
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        states.append(h)
+    return np.array(states)
+
+
+def test_max_pooling_over_bilstm_states_equals_a_loop_over_the_real_timesteps():
+    torch.manual_seed(0)
+    vectors = torch.randn(12, 5)
+    encoder = infersent.BiLstmMax(vectors, hidden=6)
+    sentences = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [10], [11, 3, 2, 0]]
+    lengths = torch.tensor([len(s) for s in sentences])
+    ids = torch.full((4, 7), 11)  # padding with a real word: it must be ignored all the same
+    for row, s in enumerate(sentences):
+        ids[row, : len(s)] = torch.tensor(s)
+    got = encoder(ids, lengths).detach().numpy()
+    p = {k: v.detach().double().numpy() for k, v in encoder.lstm.named_parameters()}
+    expected = []
+    for s in sentences:
+        x = vectors[s].double().numpy()
+        forward = lstm_by_hand(x, p["weight_ih_l0"], p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"])
+        backward = lstm_by_hand(x[::-1], p["weight_ih_l0_reverse"], p["weight_hh_l0_reverse"],
+                                p["bias_ih_l0_reverse"], p["bias_hh_l0_reverse"])[::-1]
+        states = np.concatenate([forward, backward], axis=1)  # (time, 2 * hidden)
+        expected.append([max(states[t, k] for t in range(len(s))) for k in range(states.shape[1])])
+    expected = np.array(expected)
+    assert (expected < 0).any()  # zero-padded states taking part in the max would show here
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_classifier_sees_u_v_their_absolute_difference_and_product():
+    torch.manual_seed(1)
+    u, v = torch.randn(3, 4), torch.randn(3, 4)
+    rows = [(u[r].tolist(), v[r].tolist()) for r in range(3)]
+    by_hand = torch.tensor([[*ur, *vr, *(abs(a - b) for a, b in zip(ur, vr)), *(a * b for a, b in zip(ur, vr))]
+                            for ur, vr in rows])
+    torch.testing.assert_close(infersent.features(u, v), by_hand)
+
+    net = infersent.NliNet(infersent.BiLstmMax(torch.randn(6, 3), hidden=2), fc_dim=512)
+    first, last = net.classifier[0], net.classifier[-1]
+    assert (first.in_features, first.out_features, last.out_features) == (16, 512, 3)  # one 512-unit hidden layer
+    a, b = (torch.tensor([[1, 2, 3]]), torch.tensor([3])), (torch.tensor([[4, 5]]), torch.tensor([2]))
+    ua, vb = net.encoder(*a)[0].tolist(), net.encoder(*b)[0].tolist()
+    x = torch.tensor([ua + vb + [abs(p - q) for p, q in zip(ua, vb)] + [p * q for p, q in zip(ua, vb)]])
+    torch.testing.assert_close(net(a, b), net.classifier(x))
+
+
+SNLI_ROWS = [
+    {"annotator_labels": ["neutral"], "captionID": "3416050480.jpg#4", "gold_label": "neutral",
+     "pairID": "3416050480.jpg#4r1n", "sentence1": "A person on a horse jumps over a broken down airplane.",
+     "sentence1_binary_parse": "( ( ( A person ) ...", "sentence1_parse": "(ROOT (S ...",
+     "sentence2": "A person is training his horse for a competition.", "sentence2_binary_parse": "( ( A person ) ...",
+     "sentence2_parse": "(ROOT (S ..."},
+    {"annotator_labels": ["contradiction", "neutral", "entailment", "neutral", "contradiction"], "gold_label": "-",
+     "sentence1": "Two women are embracing.", "sentence2": "The sisters are hugging."},
+    {"annotator_labels": ["entailment"], "genre": "government", "gold_label": "entailment", "pairID": "31193n",
+     "promptID": "31193", "sentence1": "Conceptually cream skimming has two basic dimensions.",
+     "sentence2": "Product and geography are what make cream skimming work. "},
+    {"gold_label": "contradiction", "sentence1": "A man inspects a uniform.", "sentence2": "The man is sleeping."},
+]
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def test_snli_and_multinli_jsonl_drop_rows_without_a_gold_label(tmp_path):
+    pairs = infersent.read_jsonl(write_jsonl(tmp_path / "snli_1.0_train.jsonl", SNLI_ROWS))
+    assert pairs.premise == [SNLI_ROWS[0]["sentence1"], SNLI_ROWS[2]["sentence1"], SNLI_ROWS[3]["sentence1"]]
+    assert pairs.hypothesis == [SNLI_ROWS[0]["sentence2"], SNLI_ROWS[2]["sentence2"], SNLI_ROWS[3]["sentence2"]]
+    assert [infersent.LABELS[y] for y in pairs.labels] == ["neutral", "entailment", "contradiction"]
+    assert pairs.dropped == 1
+
+
+SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+
+
+def write_sick(path, rows) -> str:
+    path.write_text(SICK_HEADER + "".join(f"{i}\t{a}\t{b}\t{3.5}\t{label}\n" for i, (a, b, label) in enumerate(rows)))
+    return str(path)
+
+
+def test_sick_entailment_labels(tmp_path):
+    rows = [("A dog runs", "An animal runs", "ENTAILMENT"), ("A man sings", "Nobody sings", "CONTRADICTION"),
+            ("A cat sleeps", "A cat is black", "NEUTRAL")]
+    pairs = infersent.read_nli(write_sick(tmp_path / "SICK_train.txt", rows))
+    assert list(zip(pairs.premise, pairs.hypothesis)) == [(a, b) for a, b, _ in rows]
+    assert [infersent.LABELS[y] for y in pairs.labels] == ["entailment", "contradiction", "neutral"]
+
+
+@pytest.mark.parametrize("content,where", [
+    ('{"gold_label": "neutral", "sentence1": "a", "sentence2": "b"}\n{"gold_label": "neutral", "sentence1": \n', ":2:"),
+    ('{"gold_label": "neutral", "sentence1": "a"}\n', ":1:"),
+    ('\n{"gold_label": "maybe", "sentence1": "a", "sentence2": "b"}\n', ":2:"),
+    (SICK_HEADER + "1\ta\tb\t3.0\tENTAILMENT\n2\ta\tb\t3.0\tPERHAPS\n", ":3:"),
+    (SICK_HEADER + "1\ta\tb\n", ":2:"),
+])
+def test_a_bad_nli_file_is_one_line_naming_file_and_line(tmp_path, content, where):
+    path = tmp_path / ("bad.jsonl" if content.startswith(("{", "\n")) else "SICK_bad.txt")
+    path.write_text(content)
+    with pytest.raises(InputError) as e:
+        infersent.read_nli(path)
+    assert f"{path}{where}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_nli_files_by_split_and_never_a_test_split(tmp_path):
+    sick = tmp_path / "eval" / "sick2014"
+    sick.mkdir(parents=True)
+    for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
+        write_sick(sick / name, [("a", "b", "NEUTRAL")])
+    assert infersent.nli_files([], str(tmp_path / "eval")) == {
+        "train": [str(sick / "SICK_train.txt")], "dev": [str(sick / "SICK_trial.txt")]}
+    assert infersent.nli_files([], str(tmp_path / "nothing-here")) is None
+    assert infersent.nli_files([], None) is None
+    snli = [write_jsonl(tmp_path / f"snli_1.0_{s}.jsonl", SNLI_ROWS) for s in ("train", "dev", "test")]
+    mnli = write_jsonl(tmp_path / "multinli_1.0_dev_matched.jsonl", SNLI_ROWS)
+    assert infersent.nli_files(snli[:2] + [mnli], None) == {"train": snli[:1], "dev": [snli[1], mnli]}
+    with pytest.raises(InputError, match="snli_1.0_test.jsonl: a test split"):
+        infersent.nli_files(snli, None)
+    with pytest.raises(InputError, match="no dev file"):
+        infersent.nli_files(snli[:1], None)
+    with pytest.raises(InputError, match="not found"):
+        infersent.nli_files([str(tmp_path / "missing_train.jsonl")], None)
+
+
+def made_up_nli(n: int, seed: int) -> list[tuple[str, str, str]]:
+    """Entailment: the hypothesis is part of the premise; contradiction: that part negated; neutral: other words."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        premise = rng.sample(WORDS, 6)
+        label = infersent.LABELS[i % 3]
+        hypothesis = {"entailment": premise[:3], "contradiction": ["nobody", *premise[:3]],
+                      "neutral": rng.sample(WORDS, 3)}[label]
+        rows.append((" ".join(premise), " ".join(hypothesis), label.upper()))
+    return rows
+
+
+def write_vectors(path, words, dim=8, seed=0) -> str:
+    rng = np.random.default_rng(seed)
+    path.write_text("".join(f"{w} " + " ".join(f"{x:.5f}" for x in rng.standard_normal(dim)) + "\n" for w in words))
+    return str(path)
+
+
+SMALL = {"hidden": 16, "fc_dim": 32, "batch_size": 16, "epochs": 5, "lr": 1.0}  # lr 1: learns in a few epochs
+
+
+def test_a_tiny_training_run_learns_and_its_export_encodes_as_the_trained_encoder(tmp_path):
+    vectors = infersent.file_vectors(write_vectors(tmp_path / "v.txt", ["<s>", "</s>", "nobody", *WORDS]), None, set())
+    vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
+    data = [infersent.encode_pairs(infersent.read_sick(write_sick(tmp_path / f"SICK_{split}.txt", made_up_nli(n, s))),
+                                   vocab)[0] for split, n, s in (("train", 300, 0), ("trial", 90, 1))]
+    encoder, history = infersent.train(*data, vectors.matrix, infersent.Settings(**SMALL))
+    best = max(history, key=lambda h: h["dev_accuracy"])
+    assert best["train_accuracy"] > 0.6 and best["dev_accuracy"] > 0.6  # chance is 1/3
+    infersent.export(encoder, vectors, str(tmp_path / "export"))
+    loaded = infersent.InferSentEncoder(str(tmp_path / "export"))
+    sentences = [a for a, _, _ in made_up_nli(20, 2)] + ["nobody", "unknown words only", ""]
+    got = loaded.encode(sentences, batch_size=7)
+    ids = [vocab.ids(s) for s in sentences]
+    with torch.no_grad():
+        direct = np.stack([encoder(*infersent.batch([x]))[0].numpy() if x else np.zeros(32) for x in ids])
+    np.testing.assert_allclose(got, direct, rtol=1e-5, atol=1e-6)
+    assert loaded.dim == 32 and loaded.parameters == sum(p.numel() for p in encoder.parameters())
+
+
+def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path, monkeypatch):
+    art = str(tmp_path / "artifacts")
+    data = write_sts(tmp_path / "eval")
+    (data / "sick2014").mkdir()
+    write_sick(data / "sick2014" / "SICK_train.txt", made_up_nli(90, 0))
+    write_sick(data / "sick2014" / "SICK_trial.txt", made_up_nli(30, 1))
+    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))])
+                                                 .model_dump()), {}, art)
+    cfg = Config(artifacts=art, evaluate={
+        "data": str(data), "untrained": False, "transfer": False, "analysis": False,
+        "fasttext": {"enabled": False, "dim": 8, "epoch": 1, "bucket": 1000},
+        "baselines": {"random": False, "infersent": {**SMALL, "enabled": True, "epochs": 2}}})
+    # The flow's Prefect task runs the stage; here the stage runs directly.
+    monkeypatch.setattr(flow, "run", lambda name, config, inputs, a, label=None:
+                        run_stage(STAGES[name], config, inputs, a))
+    jobs = flow.evaluations(cfg, {}, {}, {"filter": docs}, art)
+    assert list(jobs) == ["infersent"]
+    spec, inputs, about = jobs["infersent"]
+    assert about["objective"] == "InferSent (NLI: SICK-E train)" and "BiLSTM-max 16x2, MLP 32" in about["recipe"]
+    manifest = read_manifest(inputs["model"])
+    assert manifest["counts"]["train_pairs"] == 90 and len(manifest["epochs"]) <= 2
+    assert manifest["counts"]["dropped_no_known_word"] == 0  # "</s>" is in every fastText vocabulary
+    ev = cfg.evaluate.model_dump()
+    config = evaluate.stage_config(ev, evaluate.data_fingerprint(ev["data"], False), "infersent", spec, about)
+    table = read_table(run_stage(evaluate, config, inputs, art)).to_pandas()
+    assert set(table["task"]) == {"STS12", "STSB"} and table["value"].notna().all()
+    assert (table["kind"] == "infersent").all() and (table["dimension"] == 32).all()
+    assert (table["objective"] == about["objective"]).all() and (table["parameters"] > 0).all()
+    sts_only = str(write_sts(tmp_path / "sts"))
+    no_sick = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"data": sts_only})})
+    assert "infersent" not in flow.evaluations(no_sick, {}, {}, {"filter": docs}, art)  # no NLI data: no row
