@@ -288,7 +288,9 @@ class EvaluateConfig(Strict):
     max_length: int = Field(128, ge=8)
     transfer: bool = Field(True, description="score the transfer tasks found in data")
     analysis: bool = Field(True, description="alignment, uniformity and anisotropy on STS-B")
-    seed: int = Field(1111, description="the transfer classifiers' folds and initialisation (SentEval's seed)")
+    seed: int = Field(1111, description=(
+        "SentEval's seed: the transfer classifiers' folds and initialisation, the STS-B/SICK-R relatedness "
+        "regressor's initialisation and shuffling, and the token pairs sampled for anisotropy"))
     kfold: int = Field(10, ge=2)
     workers: int = Field(1, ge=1, description=(
         "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "

@@ -142,7 +142,7 @@ def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
     def unit(name: str, score: Callable) -> Unit:
         return Unit(name, score, encoder, config["batch_size"])
 
-    sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task]))
+    sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
            for task in dict.fromkeys(s.task for s in subsets)]
     # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
     classify = [unit(f"transfer/{t.name}", partial(score_transfer, tasks=[t], seed=config["seed"], k=config["kfold"]))
