@@ -165,7 +165,7 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
     done.update({f"evaluate/{k}": v for k, v in scores.items()})
     if finished("evaluate"):
         return done
-    done["leaderboard"] = run("leaderboard", {}, scores, a)
+    done["leaderboard"] = run("leaderboard", {"rank_by": cfg.evaluate.rank_by}, scores, a)
     done["leaderboard.md"] = publish_leaderboard(done["leaderboard"], a)
     log.info("leaderboard written to %s", done["leaderboard.md"])
     return done

@@ -387,8 +387,11 @@ class EvaluateConfig(Strict):
     batch_size: int = Field(128, ge=1)
     max_length: int = Field(128, ge=8)
     transfer: bool = Field(True, description="score the transfer tasks found in data")
-    analysis: bool = Field(True, description="alignment, uniformity and anisotropy on STS-B")
-    seed: int = Field(1111, description="the transfer classifiers' folds and initialisation (SentEval's seed)")
+    analysis: bool = Field(True, description=(
+        "alignment, uniformity, sentence-level anisotropy and Ethayarajh's token-level anisotropy on STS-B"))
+    seed: int = Field(1111, description=(
+        "SentEval's seed: the transfer classifiers' folds and initialisation, the STS-B/SICK-R relatedness "
+        "regressor's initialisation and shuffling, and the token pairs sampled for anisotropy"))
     kfold: int = Field(10, ge=2)
     transfer_protocol: Literal["senteval", "sklearn"] = Field("senteval", description=(
         "the transfer tasks' classifier, named in each score row: senteval is SentEval's PyTorch logistic "
@@ -398,6 +401,10 @@ class EvaluateConfig(Strict):
         "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "
         "Ray tasks of their own, up to 2 * workers of each in flight (Ray's CPUs bound how many run); "
         "the scores, and their cache, are the same as with 1"))
+    rank_by: str | None = Field(None, description=(
+        "the leaderboard column models are ranked by, e.g. 'avg STS (SimCSE 7)', 'avg STS (SentEval)', "
+        "'avg transfer (SentEval)' or 'STSB cosine'; null: the first of those averages that some model has, "
+        "else the first score column with a value"))
     untrained: bool = True
     fasttext: FastTextBaseline = FastTextBaseline()
     baselines: Baselines = Baselines()
@@ -406,6 +413,15 @@ class EvaluateConfig(Strict):
     @classmethod
     def _absolute_data(cls, v: str | None) -> str | None:
         return None if v is None else absolute(v)
+
+    @field_validator("rank_by")
+    @classmethod
+    def _known_column(cls, v: str | None) -> str | None:
+        from pipeline.leaderboard import rankable_columns  # pandas and the task lists: only when a column is named
+
+        if v is not None and v not in rankable_columns():
+            raise ValueError(f"{v!r} is not a leaderboard column; one of: {', '.join(rankable_columns())}")
+        return v
 
 
 class ParallelConfig(Strict):

@@ -74,3 +74,20 @@ class Encoder:
             hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
             out[idx] = pool(hidden, enc["attention_mask"], self.pooling).float().cpu().numpy()
         return out
+
+    @torch.inference_mode()
+    def token_vectors(self, sentences: list[str], batch_size: int = 128) -> list[np.ndarray]:
+        """Each sentence's last-layer token states in context, special tokens and padding left out."""
+        order = np.argsort([-len(s) for s in sentences], kind="stable")
+        out: list[np.ndarray] = [np.empty((0, self.model.config.hidden_size), dtype=np.float32)] * len(sentences)
+        for i in range(0, len(sentences), batch_size):
+            idx = order[i : i + batch_size]
+            enc = self.tokenizer([sentences[j] for j in idx], padding=True, truncation=True, max_length=self.max_length,
+                                 return_special_tokens_mask=True, return_tensors="pt")
+            words = (enc["attention_mask"].bool() & ~enc["special_tokens_mask"].bool()).numpy()
+            hidden = self.model(input_ids=enc["input_ids"].to(self.device),
+                                attention_mask=enc["attention_mask"].to(self.device)).last_hidden_state
+            hidden = hidden.float().cpu().numpy()
+            for row, j in enumerate(idx):
+                out[j] = hidden[row][words[row]]
+        return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from pipeline import postprocess
 from pipeline.baseline import MODEL_FILE
 from pipeline.bow import FastTextEncoder
@@ -59,3 +61,20 @@ def post_processed(encoder, spec: dict, corpus: str, out_dir: str, batch_size: i
     transform.save(f"{out_dir}/{TRANSFORM_DIR}")
     out.count("fitting_sentences", len(fitting))
     return postprocess.PostProcessed(encoder, transform)
+
+
+def token_vectors(encoder, sentences: list[str], batch_size: int) -> list[np.ndarray]:
+    """Each sentence's token representations in context (Ethayarajh, 2019): a transformer's last-layer states;
+    for bag-of-words encoders, a word's vector, which is what the one-word sentence embeds to (words the
+    vectors do not know embed to zero and are left out). Post-processing is fitted to sentence embeddings, so a
+    post-processed encoder's tokens are its underlying encoder's."""
+    while isinstance(encoder, postprocess.PostProcessed):
+        encoder = encoder.encoder
+    if isinstance(encoder, Encoder):
+        return encoder.token_vectors(sentences, batch_size=batch_size)
+    out = []
+    for sentence in sentences:
+        words = sentence.split()
+        vectors = encoder.encode(words, batch_size=batch_size) if words else np.zeros((0, 1), dtype=np.float32)
+        out.append(vectors[np.any(vectors != 0, axis=1)])
+    return out

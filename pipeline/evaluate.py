@@ -1,8 +1,9 @@
 """evaluate stage: score one encoder on every task present in the evaluation data.
 
-STS (and SICK-R) by cosine and Spearman under both protocols; the SentEval
-transfer tasks by logistic regression (pipeline.transfer); alignment,
-uniformity and anisotropy on STS-B (pipeline.analysis). Each row carries the
+STS12-16 by cosine and Spearman under both aggregations, STS-B and SICK-R by
+cosine and by SentEval's relatedness regressor (pipeline.sts); the SentEval
+transfer tasks (pipeline.transfer); alignment, uniformity and anisotropy on
+STS-B (pipeline.analysis). Each row carries the
 model's size, objective and training corpus, so a leaderboard built from any
 set of these datasets explains itself.
 
@@ -36,7 +37,8 @@ from pipeline.transfer import averages, score_transfer
 from pipeline.transfer_data import find_transfer, transfer_data_hash
 
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
-# 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's.
+# 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
+# STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
 NAME, VERSION = "evaluate", "4"
 SCHEMA = pa.schema([
     ("model", pa.string()),
@@ -112,21 +114,34 @@ class Scored(NamedTuple):
     where: dict
 
 
+class Embed:
+    """What a unit scores with: called, the encoder's sentence embeddings; `tokens`, its token representations."""
+
+    def __init__(self, encoder, batch_size: int):
+        self.encoder, self.batch_size, self.dimensions = encoder, batch_size, set()
+
+    def __call__(self, sentences: list[str]):
+        vectors = self.encoder.encode(sentences, batch_size=self.batch_size)
+        self.dimensions.add(vectors.shape[1])
+        return vectors
+
+    def tokens(self, sentences: list[str]):
+        return encoders.token_vectors(self.encoder, sentences, self.batch_size)
+
+
 def score_unit(unit: Unit) -> Scored:
     started = time.monotonic()
     source = fetch(unit.encoder)
     encoder = source.load() if isinstance(source, Recipe) else source
-    dimensions = set()
-
-    def encode(sentences: list[str]):
-        vectors = encoder.encode(sentences, batch_size=unit.batch_size)
-        dimensions.add(vectors.shape[1])
-        return vectors
-
-    rows = unit.score(encode)
+    embed = Embed(encoder, unit.batch_size)
+    rows = unit.score(embed)
     where = {"unit": unit.name, "pid": os.getpid(), "ray_task": _ray_task(),
              "seconds": round(time.monotonic() - started, 3)}
-    return Scored(rows, dimensions, encoder.parameters, where)
+    return Scored(rows, embed.dimensions, encoder.parameters, where)
+
+
+def _analysis(embed: Embed, subsets: list, seed: int) -> list[dict]:
+    return score_analysis(embed, subsets, tokens=embed.tokens, seed=seed)
 
 
 def _ray_task() -> str | None:
@@ -143,13 +158,14 @@ def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
     def unit(name: str, score: Callable) -> Unit:
         return Unit(name, score, encoder, config["batch_size"])
 
-    sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task]))
+    sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
            for task in dict.fromkeys(s.task for s in subsets)]
     # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
     classify = [unit(f"transfer/{t.name}", partial(score_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
                                                    protocol=config["transfer_protocol"]))
                 for t in transfer]
-    return sts + classify + ([unit("analysis", partial(score_analysis, subsets=subsets))] if config["analysis"] else [])
+    analysis = [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
+    return sts + classify + analysis
 
 
 def _encoder(config: dict, inputs: dict, out):

@@ -1,11 +1,18 @@
 """Score rows of several models -> one leaderboard table (Markdown, CSV, Parquet, PNG).
 
 Columns: what the model is (kind, objective, size, embedding dimension,
-training corpus), STS Spearman on the leaderboard split under both protocols
-side by side (their numbers are not comparable), the transfer tasks' test
-accuracy (MRPC also F1) and their average as DeCLUTR reports it, and
-alignment/uniformity/anisotropy on STS-B. A task a model was not scored on
-shows as missing, never as zero, and averages over incomplete rows are marked.
+training corpus); every score as `<TASK> <protocol>` (Spearman x 100 on test
+for the similarity tasks, accuracy x 100 for the transfer tasks), since the
+protocols' numbers are not comparable; averages that name what they average;
+and alignment/uniformity/anisotropy on STS-B. A task a model was not scored on
+shows as missing, never as zero, and so does any average over it: an average
+is never taken over fewer tasks than it names.
+
+Protocols (pipeline.sts, pipeline.transfer): STS12-16 "senteval" (mean of
+per-subset Spearman) and "simcse" (one Spearman over the concatenated
+subsets); STS-B and SICK-R "cosine" (Spearman of cosine similarity) and
+"senteval" (SentEval's relatedness regressor); transfer tasks "senteval"
+(SentEval's PyTorch classifier) or "sklearn" (its scikit-learn path).
 """
 
 from __future__ import annotations
@@ -17,33 +24,68 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.sts import LEADERBOARD_SPLIT, SICK_TASK, STS_TASKS
-from pipeline.transfer import AVERAGE_PROTOCOL, AVERAGE_TASK
+from pipeline.config import ConfigError
+from pipeline.sts import LEADERBOARD_SPLIT, RELATEDNESS_TASKS, SICK_TASK, STS_TASKS
 from pipeline.transfer_data import TRANSFER_TASKS
 from storage import put_file
 
-PROTOCOLS = ("senteval", "simcse")
 SIMILARITY_TASKS = (*STS_TASKS, SICK_TASK)
+STS_YEARS = tuple(t for t in STS_TASKS if t not in RELATEDNESS_TASKS)  # STS12-16
+# The two protocols of each similarity task, in column order.
+SIMILARITY_PROTOCOLS = {**{t: ("senteval", "simcse") for t in STS_YEARS}, **{t: ("cosine", "senteval")
+                                                                            for t in RELATEDNESS_TASKS}}
+# Transfer protocols and how an average's name spells them.
+TRANSFER_PROTOCOLS = {"senteval": "SentEval", "sklearn": "sklearn"}
+AVG_SIMCSE, AVG_STS_SENTEVAL = "avg STS (SimCSE 7)", "avg STS (SentEval)"
+# Each STS average: the seven tasks of SimCSE's table 1 under SimCSE's protocol, and the same seven under
+# SentEval's (as DeCLUTR's scripts/run_senteval.py counts them: STS12-16 by the mean of per-subset Spearman,
+# STS-B and SICK-R by the regressor's test Spearman).
+STS_AVERAGES = {
+    AVG_SIMCSE: [f"{t} simcse" for t in STS_YEARS] + [f"{t} cosine" for t in RELATEDNESS_TASKS],
+    AVG_STS_SENTEVAL: [f"{t} senteval" for t in (*STS_YEARS, *RELATEDNESS_TASKS)],
+}
 META = ("kind", "objective", "parameters", "dimension", "corpus")  # shown when the scores carry them
-ANALYSIS = ("alignment", "uniformity", "anisotropy")
+ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
 MISSING = "—"
 
 
-def _leaderboard_rows(scores: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
-    keep = (
-        scores["task"].isin(list(tasks))
-        & (scores["metric"] == "spearman")
-        & scores["protocol"].isin(PROTOCOLS)
-        & (scores["subset"] == "all")
-        & (scores["split"] == LEADERBOARD_SPLIT)
-    )
-    return scores[keep]
+def avg_transfer(protocol: str) -> str:
+    return f"avg transfer ({TRANSFER_PROTOCOLS[protocol]})"
+
+
+AVERAGES = (*STS_AVERAGES, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
+
+
+def rankable_columns() -> list[str]:
+    """Every column a leaderboard can be ranked by (`evaluate.rank_by`)."""
+    similarity = [f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols]
+    transfer = [f"{t} {p}" for p in TRANSFER_PROTOCOLS for t in (*TRANSFER_TASKS, "MRPC F1")]
+    return [*AVERAGES, *similarity, *transfer]
+
+
+def _test(scores: pd.DataFrame) -> pd.DataFrame:
+    return scores[(scores["subset"] == "all") & (scores["split"] == LEADERBOARD_SPLIT)]
+
+
+def _similarity_rows(scores: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    test = _test(scores)
+    known = np.array([p in SIMILARITY_PROTOCOLS.get(t, ()) for t, p in zip(test["task"], test["protocol"])], dtype=bool)
+    keep = test["task"].isin(list(tasks)) & (test["metric"] == "spearman") & known
+    return test[keep]
 
 
 def absent_tasks(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS) -> list[str]:
     """Tasks in `tasks` that no model was scored on."""
-    present = set(_leaderboard_rows(scores, tasks)["task"])
+    present = set(_similarity_rows(scores, tasks)["task"])
     return [t for t in tasks if t not in present]
+
+
+def _no_duplicates(rows: pd.DataFrame) -> None:
+    dup = rows.duplicated(["model", "task", "metric", "protocol"], keep=False)
+    if dup.any():
+        first = rows[dup].iloc[0]
+        raise ValueError(f"several scores for model {first['model']!r}, task {first['task']}, "
+                         f"metric {first['metric']}, protocol {first['protocol']}")
 
 
 def _wide(rows: pd.DataFrame, models, column: pd.Series, columns: list[str], scale: float = 100) -> pd.DataFrame:
@@ -51,20 +93,48 @@ def _wide(rows: pd.DataFrame, models, column: pd.Series, columns: list[str], sca
     return values.pivot(index="model", columns="column", values="value").reindex(index=models, columns=columns)
 
 
-def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
-    test = scores[(scores["split"] == LEADERBOARD_SPLIT) & (scores["subset"] == "all")]
-    tasks = [t for t in TRANSFER_TASKS if t in set(test["task"])]
-    if not tasks:
-        return pd.DataFrame(index=models)
-    accuracy = test[test["task"].isin(tasks) & (test["metric"] == "accuracy") & (test["protocol"] == "senteval")]
-    f1 = test[(test["task"] == "MRPC") & (test["metric"] == "f1")]
-    average = test[(test["task"] == AVERAGE_TASK) & (test["protocol"] == AVERAGE_PROTOCOL)]
-    columns = tasks + (["MRPC F1"] if "MRPC" in tasks else [])
-    table = pd.concat([_wide(accuracy, models, accuracy["task"], tasks),
-                       _wide(f1, models, f1["task"] + " F1", ["MRPC F1"])], axis=1)[columns]
-    table["avg transfer"] = _wide(average, models, average["task"], [AVERAGE_TASK])[AVERAGE_TASK]
-    table["transfer complete"] = ~table[tasks].isna().any(axis=1)
+def _mean_of_all(table: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """The mean over `columns`, missing wherever one of them is (skipna=False): never a mean of fewer."""
+    return table.reindex(columns=columns).mean(axis=1, skipna=False)
+
+
+def _similarity(scores: pd.DataFrame, models, tasks: Sequence[str]) -> pd.DataFrame:
+    rows = _similarity_rows(scores, tasks)
+    _no_duplicates(rows)
+    present = set(rows["task"])
+    columns = [f"{t} {p}" for t in tasks if t in present for p in SIMILARITY_PROTOCOLS[t]]
+    table = _wide(rows, models, rows["task"] + " " + rows["protocol"], columns)
+    for name, parts in STS_AVERAGES.items():
+        if any(c in columns for c in parts):
+            table[name] = _mean_of_all(table, parts)
     return table
+
+
+def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
+    test = _test(scores)
+    test = test[test["task"].isin(TRANSFER_TASKS) & test["protocol"].isin(list(TRANSFER_PROTOCOLS))]
+    accuracy = test[test["metric"] == "accuracy"]
+    f1 = test[(test["task"] == "MRPC") & (test["metric"] == "f1")]
+    _no_duplicates(pd.concat([accuracy, f1]))
+    parts = []
+    for protocol in TRANSFER_PROTOCOLS:
+        acc, mrpc_f1 = accuracy[accuracy["protocol"] == protocol], f1[f1["protocol"] == protocol]
+        tasks = [t for t in TRANSFER_TASKS if t in set(acc["task"])]
+        if not tasks:
+            continue
+        columns = [f"{t} {protocol}" for t in tasks]
+        f1_column = f"MRPC F1 {protocol}"
+        table = pd.concat([_wide(acc, models, acc["task"] + f" {protocol}", columns),
+                           _wide(mrpc_f1, models, mrpc_f1["task"] + f" F1 {protocol}", [f1_column])], axis=1)
+        if "MRPC" not in tasks:
+            table = table.drop(columns=f1_column)
+        # DeCLUTR's rule: MRPC counts once, as the mean of its accuracy and F1.
+        per_task = table[columns].copy()
+        if "MRPC" in tasks:
+            per_task[f"MRPC {protocol}"] = (table[f"MRPC {protocol}"] + table[f1_column]) / 2
+        table[avg_transfer(protocol)] = _mean_of_all(per_task, columns)
+        parts.append(table)
+    return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
 
 
 def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
@@ -74,40 +144,41 @@ def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
     return _wide(rows, models, rows["metric"], present, scale=1).round(3)
 
 
-def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS) -> pd.DataFrame:
-    """One row per model: what it is, `<TASK> senteval/simcse` (Spearman x 100) and their averages, the
-    transfer accuracies (x 100) and their average, the STS-B analysis, and `complete`."""
-    rows = _leaderboard_rows(scores, tasks)
-    dup = rows.duplicated(["model", "task", "protocol"], keep=False)
-    if dup.any():
-        first = rows[dup].iloc[0]
-        raise ValueError(
-            f"several scores for model {first['model']!r}, task {first['task']}, protocol {first['protocol']}")
+def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
+    """The column the table is ranked by: `rank_by` when given (an error if the table lacks it), else the first
+    average in AVERAGES that some model has a value for, else the first score column with a value, else None."""
+    if rank_by is not None:
+        if rank_by not in table.columns:
+            present = [c for c in rankable_columns() if c in table.columns]
+            raise ConfigError(f"evaluate.rank_by: this leaderboard has no column {rank_by!r} "
+                              f"(it has: {', '.join(present)})")
+        return rank_by
+    scored = [c for c in table.columns if c in rankable_columns()]
+    candidates = [c for c in AVERAGES if c in scored] + [c for c in scored if c not in AVERAGES]
+    return next((c for c in candidates if table[c].notna().any()), None)
 
+
+def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, rank_by: str | None = None
+                ) -> pd.DataFrame:
+    """One row per model: what it is, `<TASK> <protocol>` similarity scores (Spearman x 100) and their averages,
+    transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column()."""
     models = pd.unique(scores["model"])
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
-    present = set(rows["task"])
-    task_cols = [f"{t} {p}" for t in tasks if t in present for p in PROTOCOLS]
-    table[task_cols] = _wide(rows, models, rows["task"] + " " + rows["protocol"], task_cols).to_numpy(dtype=float)
-    for p in PROTOCOLS:
-        cols = [c for c in task_cols if c.endswith(f" {p}")]
-        table[f"avg {p}"] = table[cols].mean(axis=1) if cols else np.nan
-    complete = ~table[task_cols].isna().any(axis=1)
-    extra = pd.concat([_transfer(scores, models), _analysis(scores, models)], axis=1).reset_index(drop=True)
-    if "transfer complete" in extra:
-        complete &= extra.pop("transfer complete")
-    table = pd.concat([table, extra], axis=1)
+    extra = [_similarity(scores, models, tasks), _transfer(scores, models), _analysis(scores, models)]
+    table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     if "recipe" in scores.columns:
         table["recipe"] = scores.groupby("model", sort=False)["recipe"].first().reindex(models).to_numpy()
-    table["complete"] = complete
-    numeric = [c for c in table.columns if c not in (*meta, "model", "recipe", "complete", *ANALYSIS)]
+    numeric = [c for c in table.columns if c not in (*meta, "model", "recipe", *ANALYSIS)]
     table[numeric] = table[numeric].astype(float).round(2)
+    column = rank_column(table, rank_by)
+    if column is None:
+        return table
     # Stable sort keeps first-appearance order among ties.
-    return table.sort_values("avg senteval", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+    return table.sort_values(column, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
-def _cell(column: str, value, suffix: str = "") -> str:
+def _cell(column: str, value) -> str:
     if value is None or isinstance(value, (float, np.floating)) and np.isnan(value):
         return MISSING
     if column in ("parameters", "dimension"):
@@ -115,48 +186,64 @@ def _cell(column: str, value, suffix: str = "") -> str:
     if column in ANALYSIS:
         return f"{value:.3f}"
     if isinstance(value, (float, np.floating)):
-        return f"{value:.2f}{suffix}"
+        return f"{value:.2f}"
     return str(value).replace("|", "\\|")
 
 
-def to_markdown(table: pd.DataFrame, absent: list[str], title: str) -> str:
-    """GitHub-flavoured Markdown: missing scores as "—", averages over incomplete rows marked "*"."""
-    columns = [c for c in table.columns if c != "complete"]
+def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None) -> list[str]:
+    columns = set(table.columns)
+    notes = []
+    if absent:
+        notes.append(f"Absent from the evaluation data: {', '.join(absent)}.")
+    notes.append("STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset Spearman "
+                 "of cosine similarity (SentEval's \"all\" mean); simcse = one Spearman of cosine over all subsets "
+                 "concatenated (SimCSE's \"all\"). STSB and SICKR: cosine = Spearman of cosine similarity (as SimCSE "
+                 "reports them); senteval = Spearman of SentEval's relatedness regressor on [|u-v|, u*v], trained on "
+                 "the train split and selected on dev (as DeCLUTR reports them).")
+    averages = []
+    if AVG_SIMCSE in columns:
+        averages.append(f"{AVG_SIMCSE} = mean of STS12-16 simcse, STSB cosine and SICKR cosine (SimCSE's table 1)")
+    if AVG_STS_SENTEVAL in columns:
+        averages.append(f"{AVG_STS_SENTEVAL} = mean of STS12-16, STSB and SICKR senteval (DeCLUTR's protocol)")
+    transfer = [avg_transfer(p) for p in TRANSFER_PROTOCOLS if avg_transfer(p) in columns]
+    if transfer:
+        averages.append(f"{' and '.join(transfer)} = mean over the transfer tasks in this table, MRPC counted "
+                        "once as the mean of its accuracy and F1 (DeCLUTR)")
+    if averages:
+        notes.append("; ".join(averages) + f". An average is {MISSING} when a row lacks any of its tasks.")
+    if transfer:
+        notes.append("Transfer columns: test accuracy x 100 of a logistic regression on frozen embeddings; "
+                     "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
+                     "SentEval's scikit-learn path.")
+    if columns & set(ANALYSIS):
+        notes.append("On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
+                     "better); anisotropy = mean cosine of random pairs of contextual token representations from "
+                     "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
+                     "sentences' embeddings.")
+    if rank_by:
+        notes.append(f"Ranked by {rank_by}.")
+    return notes
+
+
+def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None) -> str:
+    """GitHub-flavoured Markdown: missing scores as "—", then notes on every column's protocol."""
+    columns = list(table.columns)
     text = ("model", "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",
              "| " + " | ".join(columns) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
-    any_incomplete = False
     for record in table.to_dict("records"):
-        marked = not record["complete"]
-        any_incomplete |= marked
-        cells = [_cell(c, record[c], "*" if marked and c.startswith("avg ") else "") for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    notes = []
-    if any_incomplete:
-        notes.append("\\* average over fewer tasks than other models have (a task column shows "
-                     f"{MISSING}), so it is not comparable with complete rows.")
-    if absent:
-        notes.append(f"Absent from the evaluation data: {', '.join(absent)}.")
-    notes.append("STS columns: Spearman correlation x 100 of cosine similarity. "
-                 "senteval = mean of per-subset Spearman (SentEval); "
-                 "simcse = one Spearman over all subsets concatenated (SimCSE's \"all\").")
-    if "avg transfer" in table.columns:
-        notes.append("Transfer columns: test accuracy x 100 of logistic regression on frozen embeddings "
-                     "(SentEval's protocol); avg transfer counts MRPC as the mean of its accuracy and F1 (DeCLUTR).")
-    if any(c in table.columns for c in ANALYSIS):
-        notes.append("alignment and uniformity (Wang & Isola, 2020; lower is better) and anisotropy (mean cosine "
-                     "of random pairs) on STS-B test.")
+        lines.append("| " + " | ".join(_cell(c, record[c]) for c in columns) + " |")
     # Blank lines between notes, or Markdown renders them as one paragraph.
-    return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by)) + "\n"
 
 
 def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
-                      name: str = "leaderboard") -> dict[str, str]:
+                      name: str = "leaderboard", rank_by: str | None = None) -> dict[str, str]:
     """Write <name>.md/.csv/.parquet/.png into out_dir (any fsspec URL), each file replaced whole;
     return their paths by format."""
     writers: dict[str, Callable[[str], object]] = {
-        "md": lambda f: Path(f).write_text(to_markdown(table, absent, title), encoding="utf-8"),
+        "md": lambda f: Path(f).write_text(to_markdown(table, absent, title, rank_by), encoding="utf-8"),
         "csv": lambda f: table.to_csv(f, index=False),
         "parquet": lambda f: table.to_parquet(f, index=False),
         "png": lambda f: plot(table, title, f),
@@ -170,19 +257,21 @@ def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, titl
 
 
 def plot(table: pd.DataFrame, title: str, path: str) -> None:
-    """Grouped horizontal bars: each model's STS scores (senteval protocol), best model on top."""
+    """Grouped horizontal bars: each model's scores on the tasks of SimCSE's seven-task average, in the table's
+    order (best on top)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and workers
     import matplotlib.pyplot as plt
 
-    columns = [c for c in table.columns if c.endswith(" senteval")]
+    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns]
     data = table.set_index("model")[columns].iloc[::-1]
     fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * len(data) * max(1, len(columns)) / 2))
-    data.plot.barh(ax=ax, width=0.8)
-    ax.set_xlabel("Spearman x 100 (SentEval protocol)")
+    if columns:
+        data.plot.barh(ax=ax, width=0.8)
+        ax.legend(columns, fontsize="small", loc="lower right")
+    ax.set_xlabel("Spearman x 100 of cosine similarity on test (SimCSE's protocol)")
     ax.set_title(title)
-    ax.legend([c.removesuffix(" senteval") for c in columns], fontsize="small", loc="lower right")
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)

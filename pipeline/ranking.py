@@ -15,14 +15,18 @@ import tempfile
 import fsspec
 import pandas as pd
 
-from pipeline.leaderboard import absent_tasks, leaderboard, to_markdown, write_leaderboard
+from pipeline.leaderboard import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 from storage import put_file, read_manifest, read_table
 
-NAME, VERSION = "leaderboard", "2"
+# 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
+NAME, VERSION = "leaderboard", "3"
 SCHEMA = None
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
 CUMULATIVE = "leaderboard-all"
+# Scores kept across runs, under the labels of this VERSION: rows scored before STS-B/SICK-R had the "cosine"
+# and "senteval" protocols carry the old labels, so they are not mixed in.
+CUMULATIVE_SCORES = f"{CUMULATIVE}.v{VERSION}.{SCORES}"
 log = logging.getLogger("cpipe")
 
 
@@ -31,12 +35,15 @@ def load_scores(paths: list[str]) -> pd.DataFrame:
 
 
 def run(config: dict, inputs: dict, out) -> None:
+    """`config["rank_by"]`: the column to rank by (evaluate.rank_by), or None for the default rule."""
     scores = load_scores([inputs[k] for k in sorted(inputs)])
-    table = leaderboard(scores)
+    table = leaderboard(scores, rank_by=config.get("rank_by"))
+    rank_by = rank_column(table, config.get("rank_by"))
     absent = absent_tasks(scores)
-    write_leaderboard(table, absent, out.local_dir, title=TITLE)
+    write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
-    out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent})
+    out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
+                      "rank_by_setting": config.get("rank_by")})
 
 
 def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
@@ -56,17 +63,19 @@ def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
     """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (each file
     replaced whole)."""
     table = _read_parquet(f"{path}/leaderboard.parquet")
-    absent = read_manifest(path)["absent_tasks"]
-    write_leaderboard(table, absent, artifacts, title=TITLE)
-    store = f"{artifacts.rstrip('/')}/{CUMULATIVE}.{SCORES}"
+    manifest = read_manifest(path)
+    absent, rank_by = manifest["absent_tasks"], manifest.get("rank_by")
+    write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by)
+    store = f"{artifacts.rstrip('/')}/{CUMULATIVE_SCORES}"
     fs, p = fsspec.core.url_to_fs(store)
     merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
-    write_leaderboard(leaderboard(merged), absent_tasks(merged), artifacts, title=f"{TITLE}: every run",
-                      name=CUMULATIVE)
+    everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
+    write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
+                      rank_by=rank_column(everything, manifest.get("rank_by_setting")))
     with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
         merged.to_parquet(f"{tmp}/{SCORES}", index=False)
         put_file(f"{tmp}/{SCORES}", store)
-    return table, to_markdown(table, absent, title=TITLE)
+    return table, to_markdown(table, absent, title=TITLE, rank_by=rank_by)
 
 
 def _read_parquet(path: str) -> pd.DataFrame:

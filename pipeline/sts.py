@@ -1,11 +1,18 @@
-"""STS12-16 and STS-B in SentEval's file layout, and SICK-R as distributed: reading, and cosine scoring.
+"""STS12-16 and STS-B in SentEval's file layout, and SICK-R as distributed: reading and scoring.
 
-Both published aggregations are computed and labelled (DESIGN.md, "Evaluation"):
-"senteval" is the mean of per-subset correlations, "simcse" is one correlation
-over all of a task's pairs concatenated. They differ, and papers mix them up.
+Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
-SICK-R is scored as SimCSE does (cosine, Spearman), not with SentEval's
-supervised regressor on [|u-v|, u*v]: nothing is trained on the test encoder.
+- STS12-16, cosine similarity: "subset" rows per subset; "senteval" is the
+  unweighted mean of the per-subset correlations (SentEval's
+  results["all"]["spearman"]["mean"], which DeCLUTR reports; SentEval's
+  "wmean" weights by subset size and is not computed); "simcse" is one
+  correlation over all of the task's pairs concatenated (the "all" of SimCSE's
+  SentEval fork, which SimCSE's table 1 reports).
+- STS-B and SICK-R: "cosine" is the correlation of cosine similarity with the
+  gold scores (what SimCSE reports, on test); "senteval" is SentEval's
+  supervised regressor on [|u-v|, u*v] trained on the train split and selected
+  on dev (pipeline.relatedness; what DeCLUTR reports), scored only when the
+  task has all three splits.
 """
 
 from __future__ import annotations
@@ -18,15 +25,19 @@ from typing import Callable
 
 import numpy as np
 from scipy import stats
+from pipeline import relatedness
 from pipeline.errors import InputError
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSB")
 SICK_TASK = "SICKR"
 LEADERBOARD_SPLIT = "test"
+# Tasks with train/dev/test splits, scored by cosine and by SentEval's supervised regressor.
+RELATEDNESS_TASKS = ("STSB", SICK_TASK)
 
 _STSB_DIR = "STSBenchmark"
-# Only test and dev are scored: train is what supervised models are fitted on.
+# Only test and dev are scored; train is read for SentEval's regressor, which is fitted on it.
 _SCORED_SPLITS = ("test", "dev")
+_SPLITS = (*_SCORED_SPLITS, "train")
 # SentEval's STSBenchmarkEval reads these 0-based columns; later ones are ignored.
 _STSB_SCORE, _STSB_SENT1, _STSB_SENT2 = 4, 5, 6
 # The SICK files as distributed for SemEval 2014 task 1 (SICK-R and SICK-E read the same files).
@@ -157,7 +168,7 @@ def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
         if not test.is_file():
             raise StsDataError(f"{task_dir} has no sts-test.csv")
         return [_read_stsb_split(task_dir / f"sts-{split}.csv", split)
-                for split in _SCORED_SPLITS if (task_dir / f"sts-{split}.csv").is_file()]
+                for split in _SPLITS if (task_dir / f"sts-{split}.csv").is_file()]
     inputs = sorted(task_dir.glob("STS.input.*.txt"))
     if not inputs:
         raise StsDataError(f"{task_dir} has no STS.input.*.txt files")
@@ -187,7 +198,7 @@ def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
         absent.append(SICK_TASK)
     else:
         subsets.extend(_read_sick(sick_test.with_name(SICK_FILES[split]), split)
-                       for split in _SCORED_SPLITS if sick_test.with_name(SICK_FILES[split]).is_file())
+                       for split in _SPLITS if sick_test.with_name(SICK_FILES[split]).is_file())
     if not subsets:
         looked_for = ", ".join(f"{_task_dir(t)}/" for t in STS_TASKS)
         raise StsDataError(f"no known STS task in {data_dir} (looked for {looked_for}, and {SICK_TEST} below it)")
@@ -218,25 +229,27 @@ def _rows(task: str, subset: str, split: str, protocol: str,
     ]
 
 
-def score_sts(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset]) -> list[dict]:
-    """Score rows (task, subset, split, metric, protocol, value, n) for cosine similarity of `encode`."""
+def _embed(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset]) -> tuple[dict[str, int], np.ndarray]:
     # STS reuses sentences heavily across pairs; embed each distinct one once.
     index: dict[str, int] = {}
     for s in subsets:
         for sentence in (*s.sent1, *s.sent2):
             index.setdefault(sentence, len(index))
     unique = list(index)
-    emb = np.asarray(encode(unique), dtype=np.float64)
+    emb = np.asarray(encode(unique))
     if emb.ndim != 2 or emb.shape[0] != len(unique):
         raise ValueError(f"encode returned shape {emb.shape} for {len(unique)} sentences")
-    emb = _unit_rows(emb)
+    return index, emb
 
+
+def _cosine(subsets: list[StsSubset], index: dict[str, int], unit: np.ndarray) -> list[dict]:
     rows: list[dict] = []
     groups: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     for s in subsets:
-        a = emb[[index[x] for x in s.sent1]]
-        b = emb[[index[x] for x in s.sent2]]
-        sims = np.einsum("ij,ij->i", a, b)
+        sims = np.einsum("ij,ij->i", unit[[index[x] for x in s.sent1]], unit[[index[x] for x in s.sent2]])
+        if s.task in RELATEDNESS_TASKS:  # one subset per split: its correlation is the task's
+            rows += _rows(s.task, "all", s.split, "cosine", sims, s.gold, len(s.gold))
+            continue
         rows += _rows(s.task, s.name, s.split, "subset", sims, s.gold, len(s.gold))
         groups.setdefault((s.task, s.split), []).append((sims, s.gold))
 
@@ -250,4 +263,39 @@ def score_sts(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset
         sims = np.concatenate([p[0] for p in parts])
         gold = np.concatenate([p[1] for p in parts])
         rows += _rows(task, "all", split, "simcse", sims, gold, n)
+    return rows
+
+
+def _regressor(task: str, splits: dict[str, StsSubset], index: dict[str, int], emb: np.ndarray,
+               seed: int) -> list[dict]:
+    """SentEval's relatedness rows: test Spearman and Pearson, and the dev Pearson the model was selected on."""
+    data = {}
+    for split, s in splits.items():
+        order = relatedness.senteval_order(s.sent1, s.sent2, s.gold)
+        u = emb[[index[s.sent1[i]] for i in order]]
+        v = emb[[index[s.sent2[i]] for i in order]]
+        data[split] = (relatedness.pair_features(u, v), s.gold[order])
+    dev_pearson, predicted = relatedness.fit_predict(*data["train"], *data["dev"], data["test"][0], seed=seed)
+    test_gold = data["test"][1]
+    common = {"task": task, "subset": "all", "protocol": relatedness.PROTOCOL}
+    return [
+        {**common, "split": "test", "metric": "spearman", "value": float(stats.spearmanr(predicted, test_gold).statistic),
+         "n": len(test_gold)},
+        {**common, "split": "test", "metric": "pearson", "value": float(stats.pearsonr(predicted, test_gold).statistic),
+         "n": len(test_gold)},
+        {**common, "split": "dev", "metric": "pearson", "value": float(dev_pearson), "n": len(data["dev"][1])},
+    ]
+
+
+def score_sts(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset],
+              seed: int = relatedness.SEED) -> list[dict]:
+    """Score rows (task, subset, split, metric, protocol, value, n): cosine similarity of `encode` on the test and
+    dev splits, and SentEval's regressor (seeded with `seed`) for STS-B and SICK-R when they have train, dev and
+    test."""
+    index, emb = _embed(encode, subsets)
+    rows = _cosine([s for s in subsets if s.split in _SCORED_SPLITS], index, _unit_rows(emb.astype(np.float64)))
+    for task in RELATEDNESS_TASKS:
+        splits = {s.split: s for s in subsets if s.task == task}
+        if set(_SPLITS) <= set(splits):
+            rows += _regressor(task, splits, index, emb, seed)
     return rows

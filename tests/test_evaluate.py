@@ -48,7 +48,10 @@ def test_every_task_in_the_shared_data_is_scored_and_twice_the_same(setup, tmp_p
     tasks = set(runs[0]["task"])
     if SHARED:  # STS12, STS-B and SICK-R; the eight transfer tasks; the analysis on STS-B
         assert {"STS12", "STSB", "SICKR", *TRANSFER_TASKS, "transfer"} <= tasks
-        assert {"alignment", "uniformity", "anisotropy"} <= set(runs[0]["metric"])
+        assert {"alignment", "uniformity", "sentence_anisotropy", "anisotropy"} <= set(runs[0]["metric"])
+        protocols = set(zip(runs[0]["task"], runs[0]["protocol"]))
+        assert {("STSB", "cosine"), ("STSB", "senteval"), ("SICKR", "cosine"), ("SICKR", "senteval")} <= protocols
+        assert not {("STSB", "simcse"), ("SICKR", "simcse")} & protocols
     else:
         assert tasks & set(STS_TASKS)
     assert runs[0]["value"].notna().all() and (runs[0]["dimension"] == 32).all()
@@ -78,7 +81,7 @@ def test_post_processing_is_fitted_on_the_corpus_and_changes_the_embedding(setup
     spec = {"kind": "untrained", "postprocess": {"kind": "whitening", "k": 8, "sentences": 200, "seed": 0}}
     whitened = scores(setup, "tiny+whitening", spec, {"model": setup["model"], "corpus": setup["documents"]})
     assert (whitened["dimension"] == 8).all()
-    uniformity = [t.query("metric == 'anisotropy'")["value"].iloc[0] for t in (plain, whitened)]
+    uniformity = [t.query("metric == 'sentence_anisotropy'")["value"].iloc[0] for t in (plain, whitened)]
     assert abs(uniformity[1]) < abs(uniformity[0])  # whitening removes the common direction
 
 

@@ -75,7 +75,7 @@ def test_find_sts_reads_senteval_layout(sts_dir):
     subsets, absent = find_sts(sts_dir)
     assert [(s.task, s.name, s.split, len(s.gold)) for s in subsets] == [
         ("STS12", "A", "test", 3), ("STS12", "B", "test", 3),
-        ("STSB", "sts-test", "test", 4), ("STSB", "sts-dev", "dev", 3)]
+        ("STSB", "sts-test", "test", 4), ("STSB", "sts-dev", "dev", 3), ("STSB", "sts-train", "train", 1)]
     assert absent == ["STS13", "STS14", "STS15", "STS16", "SICKR"]
     a = subsets[0]
     assert "this pair has no gold score ." not in a.sent1
@@ -85,7 +85,6 @@ def test_find_sts_reads_senteval_layout(sts_dir):
     assert stsb.sent1[1] == 'he said "no" loudly .'
     assert stsb.sent2[2] == "an airplane is taking off ."
     assert stsb.gold.tolist() == [5.0, 1.2, 2.5, 0.0]
-    assert all("train only one ." not in s.sent1 for s in subsets)
 
 
 def test_score_sts_matches_direct_scipy(sts_dir):
@@ -130,12 +129,11 @@ def test_score_sts_matches_direct_scipy(sts_dir):
         stats.pearsonr(all_sims, all_gold).statistic)
 
     test = subsets[2]
-    stsb_value = stats.spearmanr(cos(test), test.gold).statistic
-    for protocol in ("senteval", "simcse"):
-        row = got[("STSB", "all", "test", "spearman", protocol)]
-        assert row["value"] == pytest.approx(stsb_value)
-        assert row["n"] == 4
-    assert got[("STSB", "all", "dev", "spearman", "simcse")]["n"] == 3
+    row = got[("STSB", "all", "test", "spearman", "cosine")]
+    assert row["value"] == pytest.approx(stats.spearmanr(cos(test), test.gold).statistic) and row["n"] == 4
+    assert got[("STSB", "all", "dev", "spearman", "cosine")]["n"] == 3
+    assert not any(r["split"] == "train" for r in rows)  # train is only fitted on
+    assert {k[4] for k in got if k[0] == "STSB"} == {"cosine", "senteval"}
 
     assert {tuple(sorted(r)) for r in rows} == {
         ("metric", "n", "protocol", "split", "subset", "task", "value")}
@@ -242,13 +240,13 @@ def test_real_senteval_data():
     assert sts12 == {"MSRpar": 750, "MSRvid": 750, "SMTeuroparl": 459, "surprise.OnWN": 750, "surprise.SMTnews": 399}
     assert sum(sts12.values()) == 3108
     stsb = {s.split: len(s.gold) for s in subsets if s.task == "STSB"}
-    assert stsb == {"test": 1379, "dev": 1500}
+    assert stsb == {"test": 1379, "dev": 1500, "train": 5749}
     assert set(STS_TASKS) - set(absent) == {"STS12", "STSB"}
     assert all(np.isfinite(s.gold).all() and 0 <= s.gold.min() and s.gold.max() <= 5 for s in subsets)
 
-    got = _by_key(score_sts(bag_of_chars, subsets))
+    got = _by_key(score_sts(bag_of_chars, [s for s in subsets if s.split != "train"]))
     assert got[("STS12", "all", "test", "spearman", "simcse")]["n"] == 3108
-    assert got[("STSB", "all", "test", "spearman", "senteval")]["n"] == 1379
+    assert got[("STSB", "all", "test", "spearman", "cosine")]["n"] == 1379
 
 
 SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"
@@ -280,22 +278,21 @@ def test_sick_r_is_found_below_the_data_dir_and_scored(sts_dir):
     assert "SICKR" not in absent
     sick = [s for s in subsets if s.task == "SICKR"]
     assert [(s.name, s.split, len(s.gold)) for s in sick] == [("SICK_test_annotated", "test", 4),
-                                                                ("SICK_trial", "dev", 3)]
+                                                                ("SICK_trial", "dev", 3), ("SICK_train", "train", 1)]
     test = sick[0]
     assert test.sent1[0] == "A man is playing a guitar" and test.sent2[3] == "Children are playing soccer"
     assert test.gold.tolist() == [4.9, 1.1, 3.4, 4.4]  # CRLF line ends leave no "\r" in scores or sentences
-    assert all("train only one" not in s.sent1 for s in sick)
 
     got = _by_key(score_sts(bag_of_chars, subsets))
     a, b = bag_of_chars(test.sent1), bag_of_chars(test.sent2)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-    for protocol in ("senteval", "simcse"):
-        assert got[("SICKR", "all", "test", "spearman", protocol)]["value"] == pytest.approx(
-            stats.spearmanr(cos, test.gold).statistic)
-        assert got[("SICKR", "all", "test", "pearson", protocol)]["value"] == pytest.approx(
-            stats.pearsonr(cos, test.gold).statistic)
-        assert got[("SICKR", "all", "test", "spearman", protocol)]["n"] == 4
-    assert got[("SICKR", "all", "dev", "spearman", "simcse")]["n"] == 3
+    assert got[("SICKR", "all", "test", "spearman", "cosine")]["value"] == pytest.approx(
+        stats.spearmanr(cos, test.gold).statistic)
+    assert got[("SICKR", "all", "test", "pearson", "cosine")]["value"] == pytest.approx(
+        stats.pearsonr(cos, test.gold).statistic)
+    assert got[("SICKR", "all", "test", "spearman", "cosine")]["n"] == 4
+    assert got[("SICKR", "all", "dev", "spearman", "cosine")]["n"] == 3
+    assert ("SICKR", "all", "test", "spearman", "senteval") in got
 
 
 def test_sick_r_alone_is_enough_and_senteval_dir_name_works(tmp_path):
@@ -372,11 +369,14 @@ def test_undecodable_file_names_file_and_line(tmp_path):
 def test_real_sick_r():
     subsets, absent = find_sts(Path(SHARED) / "eval" / "sick2014")
     assert absent == list(STS_TASKS)
-    assert {s.split: len(s.gold) for s in subsets} == {"test": 4927, "dev": 500}
+    assert {s.split: len(s.gold) for s in subsets} == {"test": 4927, "dev": 500, "train": 4500}
     test = subsets[0]
     assert test.gold.min() >= 1.0 and test.gold.max() <= 5.0
     assert not any("\r" in x for x in test.sent2)
     got = _by_key(score_sts(bag_of_chars, subsets))
-    assert got[("SICKR", "all", "test", "spearman", "simcse")]["n"] == 4927
+    assert got[("SICKR", "all", "test", "spearman", "cosine")]["n"] == 4927
     # Sentences with many shared characters are more related: even bags of characters correlate.
-    assert got[("SICKR", "all", "test", "spearman", "simcse")]["value"] > 0.2
+    assert got[("SICKR", "all", "test", "spearman", "cosine")]["value"] > 0.2
+    # The supervised regressor learns which character differences matter: better than cosine.
+    assert got[("SICKR", "all", "test", "spearman", "senteval")]["value"] > got[
+        ("SICKR", "all", "test", "spearman", "cosine")]["value"]
