@@ -69,7 +69,8 @@ class BackTranslator:
             for t in (forward, backward):  # sampling seeded per chunk: a resumed run draws the same
                 t.generation = dataclasses.replace(t.generation, seed=self.config["seed"] * 1_000_003 + chunk)
                 t.counts.clear()
-            back = backward.translate(forward.translate(texts))
+            token = self.config["target_token"].get(pivot)
+            back = backward.translate(forward.translate([f"{token} {t}" for t in texts] if token else texts))
             for direction, t in (("forward", forward), ("backward", backward)):
                 for reason, n in t.counts.items():
                     counts[f"{direction}_{reason}"] = counts.get(f"{direction}_{reason}", 0) + n

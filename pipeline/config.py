@@ -137,6 +137,9 @@ class BacktranslateConfig(Strict):
     backward_model: ModelName = Field(
         default_factory=lambda: {"de": "facebook/wmt19-{pivot}-{source}",
                                  "zh": "Helsinki-NLP/opus-mt-{pivot}-{source}"})
+    target_token: dict[str, str] = Field(default_factory=lambda: {"zh": ">>cmn_Hans<<"}, description=(
+        "per pivot, a token put before each sentence sent to the forward model: multi-target Marian models "
+        "(opus-mt-en-zh) need the target language's >>id<<"))
     num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
     do_sample: bool = False
     top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")

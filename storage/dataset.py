@@ -122,15 +122,24 @@ def remove(path: str) -> None:
 
 
 def check_writable(artifacts: str) -> None:
-    """Write and delete a probe object under `artifacts`, so a location that cannot hold the run's datasets
-    (a path under a regular file, a read-only mount, an unreachable bucket) fails before any work starts."""
-    probe = f"{artifacts.rstrip('/')}/.probe-{uuid.uuid4().hex[:8]}"
+    """Write and delete a probe, so a location that cannot hold the run's datasets (a path under a regular
+    file, a read-only mount, an unreachable bucket) fails before any work starts. Nothing is left behind: on
+    a local disk the probe goes into the nearest existing directory of the path, which is not created yet."""
+    fs, p = _fs(artifacts)
     try:
-        fs, p = _fs(probe)
-        fs.makedirs(p.rsplit("/", 1)[0], exist_ok=True)
-        with fs.open(p, "wb") as f:
-            f.write(b"")
-        fs.rm_file(p)
+        if _on_disk(fs):
+            existing = p
+            while not os.path.exists(existing):
+                existing = os.path.dirname(existing)
+            if not os.path.isdir(existing):
+                raise NotADirectoryError(f"{existing} is a file")
+            with tempfile.NamedTemporaryFile(dir=existing, prefix=".cpipe-probe-"):
+                pass
+        else:
+            probe = f"{p.rstrip('/')}/.probe-{uuid.uuid4().hex[:8]}"
+            with fs.open(probe, "wb") as f:
+                f.write(b"")
+            fs.rm_file(probe)
     except Exception as e:  # whatever the filesystem raises, the user needs one line naming the place
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DatasetError(f"artifacts {artifacts}: cannot write there ({type(e).__name__}: {reason})") from None
