@@ -55,7 +55,7 @@ def submit(address: str, run_args: list[str], install: bool = True, follow: bool
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 
-def _submit(client, entrypoint: str, env: dict, wait: float = 120) -> str:
+def _submit(client, entrypoint: str, env: dict, wait: float = 300) -> str:
     """Submit, waiting while the head's job agent is not up yet (a cluster just started, or a loaded head),
     which Ray answers with "No available agent to submit job, please try again later"."""
     deadline = time.monotonic() + wait

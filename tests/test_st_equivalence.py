@@ -85,7 +85,7 @@ def test_our_sts_b_spearman_matches_sentence_transformers(build, pooling, stsb_t
     a, b = ours.encode(stsb_test.sent1), ours.encode(stsb_test.sent2)
     cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cosines.std() > 1e-3
-    (spearman,) = [r["value"] for r in rows if r["subset"] == "sts-test" and r["protocol"] == "subset"
+    (spearman,) = [r["value"] for r in rows if r["split"] == "test" and r["protocol"] == "cosine"
                    and r["metric"] == "spearman"]
     evaluator = EmbeddingSimilarityEvaluator(stsb_test.sent1, stsb_test.sent2, stsb_test.gold.tolist(),
                                              batch_size=64, main_similarity="cosine", name="sts-test",
