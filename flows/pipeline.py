@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -54,6 +55,7 @@ def evaluations(cfg: Config, runs: dict, models: dict[str, str], done: dict[str,
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     ft = ev.fasttext.model_dump(exclude={"enabled"})
 
+    @functools.cache  # the fastText row and InferSent's vectors share one baseline task
     def fasttext() -> str:
         return run("baseline", ft, {"documents": done["filter"]}, a)
 
