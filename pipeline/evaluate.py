@@ -39,7 +39,7 @@ from pipeline.transfer_data import find_transfer, transfer_data_hash
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
 # 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
 # STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
-NAME, VERSION = "evaluate", "4"
+NAME, VERSION = "evaluate", "5"
 SCHEMA = pa.schema([
     ("model", pa.string()),
     ("kind", pa.string()),
