@@ -77,7 +77,8 @@ def test_the_parents_config_is_part_of_the_childs_fingerprint(tmp_path):
     assert after["other"] == before["other"]
     # Two levels down, too.
     chain = RUNS + "  child: {objective: clear, init_from: simcse}\n"
-    assert fingerprints(config(tmp_path, chain, "runs.mlm.lr=0.01"))["child"] != fingerprints(config(tmp_path, chain))["child"]
+    changed = fingerprints(config(tmp_path, chain, "runs.mlm.lr=0.01"))
+    assert changed["child"] != fingerprints(config(tmp_path, chain))["child"]
 
 
 def test_the_parents_name_alone_changes_nothing(tmp_path):
