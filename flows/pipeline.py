@@ -17,7 +17,9 @@ from pipeline import corpus as corpus_stage
 from pipeline import encoders
 from pipeline import evaluate as evaluate_stage
 from pipeline import infersent_stage
-from pipeline.config import STAGES, Config, ConfigError, load_config
+from pipeline.config import STAGES, Config, ConfigError, TrainConfig, load_config
+from pipeline.stage import stage_path
+from pipeline.stages import STAGES as STAGE_MODULES
 from pipeline.sts import find_sts
 from pipeline.transfer_data import find_transfer
 from storage import check_writable
@@ -46,11 +48,29 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     return cfg
 
 
+def trainings(cfg: Config, runs: dict[str, TrainConfig], pairs: dict[str, str], init: str,
+              a: str) -> dict[str, tuple[dict, dict]]:
+    """Each run's train config and inputs, parents first. A continuing run's init is its parent's train dataset,
+    so the parent's fingerprint is part of the child's; init_from itself stays out of the config, so renaming the
+    parent, or adding the setting to a config, rebuilds nothing."""
+    jobs: dict[str, tuple[dict, dict]] = {}
+    for name in cfg.training_order():
+        r = runs[name]
+        start = stage_path(STAGE_MODULES["train"], *jobs[r.init_from], a) if r.init_from else init
+        jobs[name] = ({"train": r.model_dump(exclude={"init_from"})}, {"pairs": pairs[r.pairs], "init": start})
+    return jobs
+
+
+def trained_about(r: TrainConfig, corpus: str) -> dict:
+    """A run's leaderboard row: an MLM-only run is named as such, not by the pairs whose anchors it reads."""
+    return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)",
+            "recipe": r.recipe() + (f", from {r.init_from}" if r.init_from else ""), "corpus": corpus}
+
+
 def evaluations(cfg: Config, runs: dict, models: dict[str, str], done: dict[str, str], a: str) -> dict:
     """name -> (encoder spec, stage inputs, what the leaderboard says of it) for every row to score."""
     corpus = done["filter"].rstrip("/").rsplit("/", 1)[-1]
-    jobs = {name: ({"kind": "trained"}, {"model": path},
-                   {"objective": runs[name].pairs, "recipe": runs[name].recipe(), "corpus": corpus})
+    jobs = {name: ({"kind": "trained"}, {"model": path}, trained_about(runs[name], corpus))
             for name, path in models.items()}
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     ft = ev.fasttext.model_dump(exclude={"enabled"})
@@ -146,11 +166,14 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
     done["init"] = run("init", cfg.model.model_dump(), {"tokenizer": done["tokenizer"]}, a)
     if finished("init"):
         return done
-    trainings = {name: ({"train": r.model_dump()}, {"pairs": pairs[r.pairs], "init": done["init"]})
-                 for name, r in runs.items()}
-    if not all(built("train", *job, a) for job in trainings.values()):
+    plan = trainings(cfg, runs, pairs, done["init"], a)
+    if not all(built("train", *job, a) for job in plan.values()):
         start_ray(cfg.ray.address, cfg.ray.num_cpus)  # only when something trains: a rerun needs no Ray
-    models = {name: run("train", *job, a, label=f"train-{name}") for name, job in trainings.items()}
+    models: dict[str, str] = {}
+    for name, (config, inputs) in plan.items():
+        if parent := runs[name].init_from:  # the parent task's own result: Prefect draws the child waiting on it
+            inputs = {**inputs, "init": models[parent]}
+        models[name] = run("train", config, inputs, a, label=f"train-{name}")
     done.update({f"train/{k}": v for k, v in models.items()})
     if finished("train"):
         return done

@@ -216,6 +216,9 @@ class TrainConfig(Strict):
     augmentation: str | None = Field(None, description="clear only: del-word, del-span, reorder, subs, or two "
                                      "joined by '+' (subs needs synonyms); null = del-span+reorder")
     contrastive: bool = True
+    init_from: str | None = Field(None, description=(
+        "another run's name: this run starts from that run's exported model instead of the init stage's "
+        "(e.g. an MLM-only run first, as the papers start from a pretrained LM); null = the init stage's"))
     mlm: bool | None = Field(None, description="add masked language modelling (15%, 80/10/10): on the anchors "
                              "(declutr), on the original sentence (clear); null = the objective's default")
     loss: Literal["nt-xent", "info-nce"] | None = Field(None, description=(
@@ -483,6 +486,7 @@ class Config(Strict):
             if pp.model not in rows:
                 raise ValueError(f"evaluate.baselines.postprocess: no row named {pp.model!r} to post-process "
                                  f"(rows: {', '.join(sorted(rows))})")
+        self.training_order()  # every init_from names another run, and none continues itself through others
         for name, run in self.run_configs().items():  # validates every run's overrides now
             clear = self.augment.clear
             if run.views and "subs" in run.views.split("+") and not (clear.synonyms or clear.synonym_vectors):
@@ -496,6 +500,27 @@ class Config(Strict):
                 raise ValueError(f"runs.{name}: train.batch_size ({run.batch_size}) must be a multiple of "
                                  f"augment.num_anchors ({self.augment.num_anchors}) so batches hold whole documents")
         return self
+
+    def training_order(self) -> list[str]:
+        """The runs, each after the run it continues (init_from), otherwise in the config's order."""
+        runs, order = self.run_configs(), []
+
+        def visit(name: str, chain: list[str]) -> None:
+            if name in order:
+                return
+            if name in chain:
+                raise ValueError(f"runs: init_from makes a cycle: {' -> '.join([*chain[chain.index(name):], name])}")
+            parent = runs[name].init_from
+            if parent is not None:
+                if parent not in runs:
+                    raise ValueError(f"runs.{name}.init_from: no run named {parent!r} "
+                                     f"(runs: {', '.join(runs)})")
+                visit(parent, [*chain, name])
+            order.append(name)
+
+        for name in runs:
+            visit(name, [])
+        return order
 
     def run_configs(self) -> dict[str, TrainConfig]:
         out = {}

@@ -27,7 +27,9 @@ def stage_log(output: str) -> dict[str, str]:
 def first_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
     artifacts = tmp_path_factory.mktemp("artifacts")
     args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", str(artifacts)]
+            "--artifacts", str(artifacts),
+            # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
+            "--set", "runs.continued={init_from: mlm-only, lr: 1.0e-9}"]
     result = cpipe(*args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return args, artifacts, result.stdout + result.stderr
@@ -36,13 +38,13 @@ def first_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
 def test_full_pipeline_writes_a_leaderboard_with_every_row(first_run):
     _, artifacts, output = first_run
     table = pd.read_csv(artifacts / "leaderboard.csv")
-    assert set(table["model"]) == {"declutr", "mlm-only", "untrained", "fasttext-bow", "random"}
+    assert set(table["model"]) == {"declutr", "mlm-only", "continued", "untrained", "fasttext-bow", "random"}
     for column in ("STS12 senteval", "STS12 simcse", "STSB cosine"):
         assert table[column].between(-100, 100).all(), column
     rows = table.set_index("model")
     assert rows.loc["declutr", "objective"] == "declutr" and rows.loc["declutr", "dimension"] == 32
     assert rows.loc["declutr", "parameters"] > 0 and rows.loc["random", "parameters"] == 0
-    assert "batch 4" in rows.loc["declutr", "recipe"] and rows["corpus"].notna().sum() == 3  # runs + fastText
+    assert "batch 4" in rows.loc["declutr", "recipe"] and rows["corpus"].notna().sum() == 4  # runs + fastText
     assert rows["uniformity"].notna().all()  # the STS-B analysis, for every row
     assert (artifacts / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     assert set(pd.read_csv(artifacts / "leaderboard-all.csv")["model"]) == set(table["model"])
@@ -66,6 +68,23 @@ def test_stage_datasets_follow_the_contract(first_run):
     assert not list(artifacts.glob("*/.tmp-*")), "temporary directories left behind"
 
 
+def test_a_continuing_run_starts_from_its_parents_exported_weights(first_run):
+    from safetensors.torch import load_file
+
+    _, artifacts, output = first_run
+    path = {label: re.search(rf" - {label}: built (\S+)", output).group(1)
+            for label in ("init", "train-mlm-only", "train-continued")}
+    assert read_manifest(path["train-continued"])["inputs"]["init"] == Path(path["train-mlm-only"]).name
+    assert output.index("train-mlm-only: built") < output.index("train-continued: built")
+    weights = {label: load_file(f"{p}/hf/model.safetensors") for label, p in path.items()}
+    names = sorted(weights["init"])
+    moved = max((weights["train-mlm-only"][n] - weights["init"][n]).abs().max().item() for n in names)
+    kept = max((weights["train-continued"][n] - weights["train-mlm-only"][n]).abs().max().item() for n in names)
+    assert moved > 1e-4 and kept < 1e-6, (moved, kept)  # the parent's weights, not the init stage's
+    recipe = pd.read_csv(artifacts / "leaderboard.csv").set_index("model").loc["continued", "recipe"]
+    assert recipe.endswith(", from mlm-only")
+
+
 def test_exported_model_loads_in_sentence_transformers_without_our_code(first_run):
     _, artifacts, _ = first_run
     path = next(d["path"] for d in list_datasets(str(artifacts)) if d["stage"] == "train")
@@ -83,7 +102,7 @@ def test_second_run_reuses_every_stage(first_run):
     assert result.returncode == 0, result.stderr[-3000:]
     log = stage_log(result.stdout + result.stderr)
     assert log and set(log.values()) == {"reused"}, log
-    assert {"corpus", "filter", "augment-declutr", "train-declutr", "train-mlm-only", "evaluate-untrained"} <= set(log)
+    assert {"corpus", "filter", "augment-declutr", "train-declutr", "train-mlm-only", "train-continued", "evaluate-untrained"} <= set(log)
 
 
 def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(first_run):
