@@ -14,13 +14,14 @@ from prefect import flow, get_run_logger
 from pipeline import augment as augment_stage
 from pipeline import backtranslate as backtranslate_stage
 from pipeline import corpus as corpus_stage
+from pipeline import devset
 from pipeline import encoders
 from pipeline import evaluate as evaluate_stage
 from pipeline import infersent_stage
 from pipeline.config import STAGES, Config, ConfigError, load_config
 from pipeline.sts import find_sts
 from pipeline.transfer_data import find_transfer
-from storage import check_writable
+from storage import check_writable, read_manifest
 from tasks.stages import built, evaluate_on_ray, publish_leaderboard, run, start_ray
 
 
@@ -37,6 +38,10 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     reaches = STAGES.index(until or STAGES[-1]) >= STAGES.index("backtranslate")
     if reaches and any(r.objective == "cert" for r in cfg.run_configs().values()):
         backtranslate_stage.stage_config(cfg.backtranslate.model_dump())  # the backend can run its models
+    if STAGES.index(until or STAGES[-1]) >= STAGES.index("train"):
+        for r in cfg.run_configs().values():
+            if r.eval_every is not None:
+                devset.find_dev(r.dev_set, cfg.evaluate.data)  # before any work, not when training starts
     if STAGES.index(until or STAGES[-1]) >= STAGES.index("evaluate"):
         if not cfg.evaluate.data:
             raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
@@ -46,11 +51,17 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     return cfg
 
 
+def recipe(run_config, model: str) -> str:
+    """The run's hyperparameters and, for a dev-selected run, the step it exported and its dev score."""
+    selected = devset.selected(read_manifest(model))
+    return run_config.recipe() + (f", {selected}" if selected else "")
+
+
 def evaluations(cfg: Config, runs: dict, models: dict[str, str], done: dict[str, str], a: str) -> dict:
     """name -> (encoder spec, stage inputs, what the leaderboard says of it) for every row to score."""
     corpus = done["filter"].rstrip("/").rsplit("/", 1)[-1]
     jobs = {name: ({"kind": "trained"}, {"model": path},
-                   {"objective": runs[name].pairs, "recipe": runs[name].recipe(), "corpus": corpus})
+                   {"objective": runs[name].pairs, "recipe": recipe(runs[name], path), "corpus": corpus})
             for name, path in models.items()}
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     ft = ev.fasttext.model_dump(exclude={"enabled"})
@@ -146,8 +157,12 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
     done["init"] = run("init", cfg.model.model_dump(), {"tokenizer": done["tokenizer"]}, a)
     if finished("init"):
         return done
-    trainings = {name: ({"train": r.model_dump()}, {"pairs": pairs[r.pairs], "init": done["init"]})
-                 for name, r in runs.items()}
+
+    def train_config(r) -> dict:
+        dev = devset.stage_config(r.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
+        return {"train": r.model_dump(), **({"dev": dev} if dev else {})}
+
+    trainings = {name: (train_config(r), {"pairs": pairs[r.pairs], "init": done["init"]}) for name, r in runs.items()}
     if not all(built("train", *job, a) for job in trainings.values()):
         start_ray(cfg.ray.address, cfg.ray.num_cpus)  # only when something trains: a rerun needs no Ray
     models = {name: run("train", *job, a, label=f"train-{name}") for name, job in trainings.items()}
