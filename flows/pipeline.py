@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from pipeline import augment as augment_stage
 from pipeline import backtranslate as backtranslate_stage
 from pipeline import corpus as corpus_stage
+from pipeline import devset
 from pipeline import encoders
 from pipeline import evaluate as evaluate_stage
 from pipeline import infersent_stage
@@ -22,7 +23,7 @@ from pipeline.stage import stage_path
 from pipeline.stages import STAGES as STAGE_MODULES
 from pipeline.sts import find_sts
 from pipeline.transfer_data import find_transfer
-from storage import check_writable
+from storage import check_writable, read_manifest
 from tasks.stages import built, evaluate_on_ray, publish_leaderboard, run, start_ray
 
 
@@ -39,6 +40,10 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     reaches = STAGES.index(until or STAGES[-1]) >= STAGES.index("backtranslate")
     if reaches and any(r.objective == "cert" for r in cfg.run_configs().values()):
         backtranslate_stage.stage_config(cfg.backtranslate.model_dump())  # the backend can run its models
+    if STAGES.index(until or STAGES[-1]) >= STAGES.index("train"):
+        for r in cfg.run_configs().values():
+            if r.eval_every is not None:
+                devset.find_dev(r.dev_set, cfg.evaluate.data)  # before any work, not when training starts
     if STAGES.index(until or STAGES[-1]) >= STAGES.index("evaluate"):
         if not cfg.evaluate.data:
             raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
@@ -52,25 +57,28 @@ def trainings(cfg: Config, runs: dict[str, TrainConfig], pairs: dict[str, str], 
               a: str) -> dict[str, tuple[dict, dict]]:
     """Each run's train config and inputs, parents first. A continuing run's init is its parent's train dataset,
     so the parent's fingerprint is part of the child's; init_from itself stays out of the config, so renaming the
-    parent, or adding the setting to a config, rebuilds nothing."""
+    parent, or adding the setting to a config, rebuilds nothing. A dev-selected run's config holds its dev set."""
     jobs: dict[str, tuple[dict, dict]] = {}
     for name in cfg.training_order():
         r = runs[name]
         start = stage_path(STAGE_MODULES["train"], *jobs[r.init_from], a) if r.init_from else init
-        jobs[name] = ({"train": r.model_dump(exclude={"init_from"})}, {"pairs": pairs[r.pairs], "init": start})
+        dev = devset.stage_config(r.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
+        jobs[name] = ({"train": r.model_dump(exclude={"init_from"}), **({"dev": dev} if dev else {})},
+                      {"pairs": pairs[r.pairs], "init": start})
     return jobs
 
 
-def trained_about(r: TrainConfig, corpus: str) -> dict:
-    """A run's leaderboard row: an MLM-only run is named as such, not by the pairs whose anchors it reads."""
-    return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)",
-            "recipe": r.recipe() + (f", from {r.init_from}" if r.init_from else ""), "corpus": corpus}
+def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> dict:
+    """A run's leaderboard row: an MLM-only run is named as such, not by the pairs whose anchors it reads; the
+    recipe says which run it continued and, for a dev-selected run, the step it exported and its dev score."""
+    recipe = r.recipe() + (f", from {r.init_from}" if r.init_from else "") + (f", {selected}" if selected else "")
+    return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)", "recipe": recipe, "corpus": corpus}
 
 
 def evaluations(cfg: Config, runs: dict, models: dict[str, str], done: dict[str, str], a: str) -> dict:
     """name -> (encoder spec, stage inputs, what the leaderboard says of it) for every row to score."""
     corpus = done["filter"].rstrip("/").rsplit("/", 1)[-1]
-    jobs = {name: ({"kind": "trained"}, {"model": path}, trained_about(runs[name], corpus))
+    jobs = {name: ({"kind": "trained"}, {"model": path}, trained_about(runs[name], corpus, devset.selected(read_manifest(path))))
             for name, path in models.items()}
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     ft = ev.fasttext.model_dump(exclude={"enabled"})

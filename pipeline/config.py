@@ -256,9 +256,26 @@ class TrainConfig(Strict):
     cpus_per_worker: int = Field(1, ge=1)
     torch_threads: int | None = Field(None, ge=1, description="null = every core of the machine")
     checkpoint_every: int = Field(100, ge=1)
+    eval_every: int | None = Field(None, ge=1, description=(
+        "dev-set model selection (SimCSE's load_best_model_at_end): every this many steps and at the last, "
+        "score the model by Spearman of cosine on the dev set and export the best-scoring checkpoint, not the "
+        "last; every checkpoint is scored, and every evaluation checkpointed; null = off, the last is exported"))
+    dev_set: str | None = Field(None, description=(
+        "the STS-B-format file eval_every selects on (never a test split); null = sts-dev.csv (STS-B dev) "
+        "under evaluate.data"))
     max_failures: int = Field(2, ge=0, description="worker failures Ray Train recovers from")
     log_every: int = Field(10, ge=1)
     seed: int = 0
+
+    @field_validator("dev_set")
+    @classmethod
+    def _not_a_test_split(cls, v: str | None) -> str | None:
+        from pipeline.devset import why_test_split
+
+        if v is not None and (why := why_test_split(v)):
+            raise ValueError(f"{v} is a test split ({why}): selecting on it would leak the test set into the "
+                             "reported scores; use a dev split such as STS-B's sts-dev.csv")
+        return None if v is None else absolute(v)
 
     @model_validator(mode="after")
     def _objective(self) -> "TrainConfig":

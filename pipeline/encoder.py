@@ -37,6 +37,27 @@ def _model_limit(config, tokenizer) -> int:
     return min(tokenizer.model_max_length, positions - (2 if "roberta" in config.model_type else 0))
 
 
+def eval_length(model_config, tokenizer, max_length: int) -> int:
+    """The length sentences are truncated to: evaluate.max_length, within the model's limit."""
+    return min(max_length, _model_limit(model_config, tokenizer))
+
+
+@torch.inference_mode()
+def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int, batch_size: int = 128) -> np.ndarray:
+    """Sentence embeddings from a bare encoder (AutoModel, or an MLM's base_model), pooled by `pooling`."""
+    device = next(model.parameters()).device
+    # Sorting by length keeps padding, and so wasted compute, small; rows go back in input order.
+    order = np.argsort([-len(s) for s in sentences], kind="stable")
+    out = np.empty((len(sentences), model.config.hidden_size), dtype=np.float32)
+    for i in range(0, len(sentences), batch_size):
+        idx = order[i : i + batch_size]
+        enc = tokenizer([sentences[j] for j in idx], padding=True, truncation=True,
+                        max_length=max_length, return_tensors="pt").to(device)
+        hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        out[idx] = pool(hidden, enc["attention_mask"], pooling).float().cpu().numpy()
+    return out
+
+
 class Encoder:
     """Any Hugging Face encoder directory (ours under `hf/`, or a plain model dir).
 
@@ -54,7 +75,7 @@ class Encoder:
             self.pooling = pooling or export_pooling(local) or "mean"
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device)
-        self.max_length = min(max_length, _model_limit(self.model.config, self.tokenizer))
+        self.max_length = eval_length(self.model.config, self.tokenizer, max_length)
 
     @property
     def parameters(self) -> int:
@@ -62,18 +83,8 @@ class Encoder:
         # used by mean or cls pooling, so it does not count towards the model's size.
         return sum(p.numel() for name, p in self.model.named_parameters() if not name.startswith("pooler."))
 
-    @torch.inference_mode()
     def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
-        # Sorting by length keeps padding, and so wasted compute, small; rows go back in input order.
-        order = np.argsort([-len(s) for s in sentences], kind="stable")
-        out = np.empty((len(sentences), self.model.config.hidden_size), dtype=np.float32)
-        for i in range(0, len(sentences), batch_size):
-            idx = order[i : i + batch_size]
-            enc = self.tokenizer([sentences[j] for j in idx], padding=True, truncation=True,
-                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-            hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-            out[idx] = pool(hidden, enc["attention_mask"], self.pooling).float().cpu().numpy()
-        return out
+        return embed(self.model, self.tokenizer, sentences, self.pooling, self.max_length, batch_size)
 
     @torch.inference_mode()
     def token_vectors(self, sentences: list[str], batch_size: int = 128) -> list[np.ndarray]:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.config import ConfigError
+from pipeline.devset import SELECTED
 from pipeline.sts import LEADERBOARD_SPLIT, RELATEDNESS_TASKS, SICK_TASK, STS_TASKS
 from pipeline.transfer_data import TRANSFER_TASKS
 from storage import put_file
@@ -220,6 +221,10 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None) -> list[
                      "better); anisotropy = mean cosine of random pairs of contextual token representations from "
                      "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
                      "sentences' embeddings.")
+    if "recipe" in columns and table["recipe"].astype(str).str.contains(SELECTED, regex=False).any():
+        notes.append(f"A recipe that says \"{SELECTED} N\" is a dev-selected run (train.eval_every, as SimCSE's "
+                     "load_best_model_at_end): its model is the checkpoint of step N, the best by Spearman of cosine "
+                     "on the dev set (STS-B dev unless train.dev_set names another), not the last.")
     if rank_by:
         notes.append(f"Ranked by {rank_by}.")
     return notes

@@ -3,7 +3,9 @@
 The driver (`run`) starts a TorchTrainer over a Ray Dataset of the pair shards;
 each worker runs `train_loop`, whose whole step is `train_step`. Checkpoints go
 through `ray.train.report`; a rerun with the same fingerprint resumes from the
-latest one (Ray Train restores its run state from the same storage path).
+latest one (Ray Train restores its run state from the same storage path). With train.eval_every, rank 0
+scores the model on the dev set at every checkpoint (pipeline.devset), Ray keeps the best-scoring
+checkpoints besides the latest, and the best one is exported.
 """
 
 from __future__ import annotations
@@ -22,16 +24,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from pipeline.devset import best, dev_spearman, read_dev
+from pipeline.encoder import embed, eval_length
 from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
 from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
 from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
 from pipeline.moco import MomentumEncoder
+from pipeline.sts import data_hash
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
-NAME, VERSION = "train", "2"
+# 3: with eval_every, the export is the checkpoint with the best dev score, not the last.
+NAME, VERSION = "train", "3"
 SCHEMA = None
 METRICS = "metrics.parquet"
 log = logging.getLogger("cpipe")
@@ -306,6 +312,8 @@ def train_loop(config: dict) -> None:
         if key_encoder is not None:
             key_encoder.load_state_dict(saved["key_encoder"])
         generator.set_state(saved["generator"])  # so a resumed run masks as an unbroken one would
+    dev = config.get("dev")
+    scorer = dev_scorer(model, load_tokenizer(config["init"]), cfg["pooling"], dev) if dev and rank == 0 else None
     micro_batches = ray.train.get_dataset_shard("train").iter_batches(
         batch_size=cfg["batch_size"] // world, drop_last=True, batch_format="pyarrow")
     # "seconds" counts training time across restarts, not since the latest one.
@@ -324,13 +332,41 @@ def train_loop(config: dict) -> None:
         # "batch" identifies the rows trained on: a resumed run must neither repeat nor skip any.
         state["metrics"].append({"step": step, **metrics,
                                  "batch": zlib.crc32(batches[0]["anchors"][0].numpy().tobytes()),
-                                 "data_seconds": data_seconds, "seconds": time.perf_counter() - started})
+                                 "data_seconds": data_seconds, "seconds": time.perf_counter() - started,
+                                 **({"dev_spearman": None} if dev else {})})
         state["step"] = step
-        if step % cfg["checkpoint_every"] == 0 or step == config["total_steps"]:
+        if checkpoint_due(step, cfg, config["total_steps"]):
+            if scorer is not None:
+                state["metrics"][-1]["dev_spearman"] = scorer()
             _report(model, optimizer, scheduler, scaler, bank, key_encoder, generator, state, rank)
         if step % cfg["log_every"] == 0 and rank == 0:
             print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
         waited = time.perf_counter()
+
+
+def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
+    """Every checkpoint_every steps, every eval_every steps and at the last: with eval_every, every checkpoint
+    is scored (Ray orders them by the score) and every score checkpointed (so its model can be exported)."""
+    return step == total_steps or step % cfg["checkpoint_every"] == 0 or bool(
+        cfg["eval_every"] and step % cfg["eval_every"] == 0)
+
+
+def dev_scorer(model, tokenizer, pooling: str, dev: dict):
+    """A function scoring the model as it is now on the dev pairs: the evaluation's tokenisation, the run's
+    pooling, eval mode (no dropout), no gradient; training mode is restored after."""
+    module = getattr(model, "module", model)
+    encoder = module.mlm_model.base_model
+    max_length = eval_length(encoder.config, tokenizer, dev["max_length"])
+
+    def score() -> float:
+        module.eval()
+        try:
+            return dev_spearman(lambda sentences: embed(encoder, tokenizer, sentences, pooling, max_length),
+                                dev["subset"])
+        finally:
+            module.train()
+
+    return score
 
 
 def grouped(items, k: int):
@@ -354,7 +390,10 @@ def _report(model, optimizer, scheduler, scaler, bank, key_encoder, generator, s
                         "key_encoder": key_encoder.state_dict() if key_encoder is not None else None, **state},
                        f"{d}/state.pt")
             checkpoint = ray.train.Checkpoint.from_directory(d)
-        ray.train.report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint=checkpoint)
+        last = state["metrics"][-1]
+        # Only rank 0's metrics reach Ray's checkpoint bookkeeping, and only rank 0 scores the dev set.
+        score = {"dev_spearman": last["dev_spearman"]} if last.get("dev_spearman") is not None else {}
+        ray.train.report({"step": state["step"], "loss": last["loss"], **score}, checkpoint=checkpoint)
 
 
 def ray_init(address: str | None, num_cpus: int | None) -> None:
@@ -371,9 +410,37 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
                  configure_logging=False)
 
 
+def dev_set(config: dict) -> dict | None:
+    """The dev pairs and the evaluation's max_length, read once here for the workers; None without eval_every."""
+    if config["train"]["eval_every"] is None:
+        return None
+    if not config.get("dev"):
+        raise InputError("train: eval_every is set but the stage config names no dev set "
+                         "(pipeline.devset.stage_config builds it)")
+    subset = read_dev(config["dev"]["file"])
+    if data_hash([subset]) != config["dev"]["hash"]:
+        raise InputError(f"train: {config['dev']['file']} changed after the run was configured; start it again")
+    return {"subset": subset, "max_length": config["dev"]["max_length"]}
+
+
+def checkpoint_config(scored: bool):
+    """Ray keeps the latest checkpoint (which a restart resumes from) whatever the ordering, and besides it the
+    best two by dev score when there is one, else the last two."""
+    from ray.train import CheckpointConfig
+
+    if not scored:
+        return CheckpointConfig(num_to_keep=2)
+    return CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="dev_spearman", checkpoint_score_order="max")
+
+
+def _load(checkpoint) -> dict:
+    with checkpoint.as_directory() as d:
+        return torch.load(f"{d}/state.pt", weights_only=False)
+
+
 def run(config: dict, inputs: dict, out) -> None:
     import ray.data
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     cfg = config["train"]
@@ -387,6 +454,7 @@ def run(config: dict, inputs: dict, out) -> None:
     if not cfg["use_gpu"]:
         make_scaler(cfg["precision"], "cpu")  # a precision the CPU cannot run fails here, before Ray starts
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
+    dev = dev_set(config)
     ray_init(None, None)  # a no-op when the caller already connected to Ray
     data_context = ray.data.DataContext.get_current()
     data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
@@ -405,23 +473,28 @@ def run(config: dict, inputs: dict, out) -> None:
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
-                           "special": special_ids(tokenizer)},
+                           "special": special_ids(tokenizer), "dev": dev},
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
                              storage_filesystem=arrow_filesystem(runs),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             checkpoint_config=checkpoint_config(dev is not None),
                              failure_config=FailureConfig(max_failures=cfg["max_failures"])),
         datasets={"train": dataset},
     )
     log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
              cfg["precision"])
     result = trainer.fit()
-    with result.checkpoint.as_directory() as d:
-        saved = torch.load(f"{d}/state.pt", weights_only=False)
+    saved = _load(result.checkpoint)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
     encoder = SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"])
-    encoder.load_state_dict(saved["model"])
+    if dev is None:
+        encoder.load_state_dict(saved["model"])
+    else:
+        chosen = best([{**metrics, "checkpoint": c} for c, metrics in result.best_checkpoints])
+        encoder.load_state_dict(_load(chosen["checkpoint"])["model"])
+        out.extra.update({"best_step": chosen["step"], "best_dev_spearman": chosen["dev_spearman"]})
+        log.info("train: exporting step %d, dev Spearman %.4f", chosen["step"], chosen["dev_spearman"])
     export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"])  # the projection head stays behind
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
