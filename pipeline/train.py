@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from pipeline.curves import write_curves
 from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
 from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
@@ -31,7 +32,7 @@ from pipeline.moco import MomentumEncoder
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
-NAME, VERSION = "train", "2"
+NAME, VERSION = "train", "3"  # 3: curves and a model card beside the model
 SCHEMA = None
 METRICS = "metrics.parquet"
 log = logging.getLogger("cpipe")
@@ -425,6 +426,7 @@ def run(config: dict, inputs: dict, out) -> None:
     export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"])  # the projection head stays behind
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
+    write_curves(saved["metrics"], out.local_dir)
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
