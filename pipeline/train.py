@@ -27,7 +27,8 @@ from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
 from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
-from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
+from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
+from pipeline.model_card import train_info, write_card
 from pipeline.moco import MomentumEncoder
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
@@ -430,5 +431,7 @@ def run(config: dict, inputs: dict, out) -> None:
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
+    out.extra["card"] = train_info(cfg, inputs, out.extra)  # kept in the manifest for the leaderboard's rewrite
+    write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(f"{runs}/train-{out.fp}")
