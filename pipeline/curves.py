@@ -62,6 +62,7 @@ def _plot(curves: dict, path: str) -> None:
 
     matplotlib.use("Agg")  # no display on servers and workers
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     cols = 2
     nrows = max(1, math.ceil(len(curves) / cols))
@@ -71,6 +72,7 @@ def _plot(curves: dict, path: str) -> None:
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3)
         ax.set_title(tag)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if tag == "optim/lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
         ax.grid(alpha=0.3)

@@ -25,7 +25,7 @@ CARD = "README.md"
 OBJECTIVES = {
     "declutr": "DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
     "simcse": "unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
-    "cert": "CERT (Fang et al., 2020): a sentence and its back-translation, with a MoCo momentum encoder",
+    "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
     "clear": "CLEAR (Wu et al., 2020): two augmented views of a sentence",
 }
 LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)", "info-nce": "InfoNCE (one direction, N-1 negatives)"}
@@ -46,7 +46,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict) -> dict:
     return {
         "objective": cfg["objective"], "augmentation": run.views,
         "contrastive": cfg["contrastive"], "loss": cfg["loss"], "temperature": cfg["temperature"],
-        "mlm": cfg["mlm"], "pooling": cfg["pooling"], "recipe": run.recipe(),
+        "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"], "recipe": run.recipe(),
         "base_model": model.get("base"), "architecture": _architecture(model), "parameters": init.get("parameters"),
         "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]}, "sources": sources,
         **{k: extra.get(k) for k in ("steps", "final_loss", "best_step", "best_dev_spearman")},
@@ -94,7 +94,7 @@ def _training(info: dict) -> list[tuple[str, str]]:
     loss = (f"{LOSSES.get(info['loss'], info['loss'])}, temperature {info['temperature']:g}"
             if info["contrastive"] else "no contrastive loss")
     if info["mlm"]:
-        loss += " + masked language modelling (15%, 80/10/10)"
+        loss += f" + masked language modelling ({info['mlm_probability']:.0%} of tokens, 80/10/10)"
     pairs = info["pairs"]
     sources = "; ".join(f"{s['stage']} {name} `{s['fingerprint']}`" + (f" ({s['rows']:,} rows)" if s.get("rows") is not None
                                                            else "") for name, s in info["sources"].items())

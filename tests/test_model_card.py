@@ -18,7 +18,7 @@ from tests.test_embed import tiny_model
 
 INFO = {
     "objective": "clear", "augmentation": "del-word+reorder", "contrastive": True, "loss": "nt-xent",
-    "temperature": 0.05, "mlm": True, "pooling": "mean", "recipe": "batch 4, 6 steps, lr 0.001, nt-xent tau 0.05",
+    "temperature": 0.05, "mlm": True, "mlm_probability": 0.15, "pooling": "mean", "recipe": "batch 4, 6 steps, lr 0.001, nt-xent tau 0.05",
     "base_model": None, "architecture": "RoBERTa from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64",
     "parameters": 12345, "pairs": {"fingerprint": "aaaa1111bbbb2222", "rows": 480},
     "sources": {"documents": {"fingerprint": "cccc3333dddd4444", "stage": "filter", "rows": 20}},
@@ -28,7 +28,7 @@ INFO = {
 
 def test_the_card_states_every_training_fact():
     card = render(INFO)
-    for fact in ("CLEAR", "del-word+reorder", "NT-Xent", "temperature 0.05", "masked language modelling",
+    for fact in ("CLEAR", "del-word+reorder", "NT-Xent", "temperature 0.05", "masked language modelling (15% of tokens",
                  "none: from scratch", "RoBERTa from scratch: 1 layers, hidden size 32", "12,345", INFO["recipe"],
                  "`aaaa1111bbbb2222`: 480 pairs", "filter documents `cccc3333dddd4444` (20 rows)",
                  "| steps | 6 (final loss 1.2346) |", "0.6123 Spearman at step 4", "mean-pooled", "Not scored yet"):
