@@ -28,7 +28,8 @@ OBJECTIVES = {
     "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
     "clear": "CLEAR (Wu et al., 2020): two augmented views of a sentence",
 }
-LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)", "info-nce": "InfoNCE (one direction, N-1 negatives)"}
+LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
+          "info-nce": "InfoNCE (one direction, N-1 negatives)"}
 
 
 def train_info(cfg: dict, inputs: dict, extra: dict) -> dict:
@@ -96,8 +97,9 @@ def _training(info: dict) -> list[tuple[str, str]]:
     if info["mlm"]:
         loss += f" + masked language modelling ({info['mlm_probability']:.0%} of tokens, 80/10/10)"
     pairs = info["pairs"]
-    sources = "; ".join(f"{s['stage']} {name} `{s['fingerprint']}`" + (f" ({s['rows']:,} rows)" if s.get("rows") is not None
-                                                           else "") for name, s in info["sources"].items())
+    sources = "; ".join(f"{s['stage']} {name} `{s['fingerprint']}`"
+                        + (f" ({s['rows']:,} rows)" if s.get("rows") is not None else "")
+                        for name, s in info["sources"].items())
     best = (f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
             if info.get("best_dev_spearman") is not None else "not evaluated during training")
     rows = [("base model", info.get("base_model") or "none: from scratch"), ("architecture", info["architecture"])]

@@ -18,7 +18,8 @@ from tests.test_embed import tiny_model
 
 INFO = {
     "objective": "clear", "augmentation": "del-word+reorder", "contrastive": True, "loss": "nt-xent",
-    "temperature": 0.05, "mlm": True, "mlm_probability": 0.15, "pooling": "mean", "recipe": "batch 4, 6 steps, lr 0.001, nt-xent tau 0.05",
+    "temperature": 0.05, "mlm": True, "mlm_probability": 0.15, "pooling": "mean",
+    "recipe": "batch 4, 6 steps, lr 0.001, nt-xent tau 0.05",
     "base_model": None, "architecture": "RoBERTa from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64",
     "parameters": 12345, "pairs": {"fingerprint": "aaaa1111bbbb2222", "rows": 480},
     "sources": {"documents": {"fingerprint": "cccc3333dddd4444", "stage": "filter", "rows": 20}},
