@@ -16,6 +16,7 @@ import fsspec
 import pandas as pd
 
 from pipeline.leaderboard import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
+from pipeline.model_card import update_cards
 from storage import put_file, read_manifest, read_table
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
@@ -42,6 +43,7 @@ def run(config: dict, inputs: dict, out) -> None:
     absent = absent_tasks(scores)
     write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
+    update_cards(inputs, table)  # each trained model's README.md now states its scores
     out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
                       "rank_by_setting": config.get("rank_by")})
 

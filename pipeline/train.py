@@ -26,17 +26,20 @@ import torch
 
 from pipeline.devset import best, dev_spearman, read_dev
 from pipeline.encoder import embed, eval_length
+from pipeline.curves import write_curves
 from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
 from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
-from pipeline.model import HF_DIR, SpanEncoder, export, load_mlm
+from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
+from pipeline.model_card import train_info, write_card
 from pipeline.moco import MomentumEncoder
 from pipeline.sts import data_hash
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
-# 3: with eval_every, the export is the checkpoint with the best dev score, not the last.
+# 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
+# curves and a model card beside the model.
 NAME, VERSION = "train", "3"
 SCHEMA = None
 METRICS = "metrics.parquet"
@@ -498,8 +501,11 @@ def run(config: dict, inputs: dict, out) -> None:
     export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"])  # the projection head stays behind
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
+    write_curves(saved["metrics"], out.local_dir)
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
+    out.extra["card"] = train_info(cfg, inputs, out.extra)  # kept in the manifest for the leaderboard's rewrite
+    write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(f"{runs}/train-{out.fp}")

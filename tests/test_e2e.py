@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from storage import list_datasets, read_manifest
 from tests.conftest import CPIPE, cpipe
@@ -65,6 +66,12 @@ def test_stage_datasets_follow_the_contract(first_run):
         assert list(metrics["step"]) == list(range(1, 7)) and metrics["loss"].notna().all()
         assert (Path(d["path"]) / "hf" / "config.json").exists()
         assert (Path(d["path"]) / "sentence-transformers" / "modules.json").exists()
+        curves = EventAccumulator(str(Path(d["path"]) / "tensorboard"))
+        curves.Reload()
+        assert [e.step for e in curves.Scalars("loss/total")] == list(range(1, 7))
+        assert {"optim/lr", "optim/grad_norm", "data/wait_seconds"} <= set(curves.Tags()["scalars"])
+        card = (Path(d["path"]) / "sentence-transformers" / "README.md").read_text()
+        assert "| steps | 6 " in card and "| STSB cosine |" in card, "no model card, or no leaderboard scores in it"
     assert not list(artifacts.glob("*/.tmp-*")), "temporary directories left behind"
 
 

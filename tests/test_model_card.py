@@ -1,0 +1,134 @@
+"""The model card of a trained model's sentence-transformers/ directory: what it states, that sentence-transformers
+and the Hub's card parser read it, and that the leaderboard stage writes the model's scores into it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipeline import ranking
+from pipeline.config import TrainConfig
+from pipeline.model import ST_DIR
+from pipeline.model_card import CARD, render, train_info, update_cards, write_card
+from pipeline.stage import run_stage
+from storage import DatasetWriter, dataset_path, read_manifest
+from tests.test_embed import tiny_model
+
+INFO = {
+    "objective": "clear", "augmentation": "del-word+reorder", "contrastive": True, "loss": "nt-xent",
+    "temperature": 0.05, "mlm": True, "mlm_probability": 0.15, "pooling": "mean",
+    "recipe": "batch 4, 6 steps, lr 0.001, nt-xent tau 0.05",
+    "base_model": None, "architecture": "RoBERTa from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64",
+    "parameters": 12345, "pairs": {"fingerprint": "aaaa1111bbbb2222", "rows": 480},
+    "sources": {"documents": {"fingerprint": "cccc3333dddd4444", "stage": "filter", "rows": 20}},
+    "steps": 6, "final_loss": 1.23456, "best_step": 4, "best_dev_spearman": 0.61234,
+}
+
+
+def test_the_card_states_every_training_fact():
+    card = render(INFO)
+    for fact in ("CLEAR", "del-word+reorder", "NT-Xent", "temperature 0.05", "masked language modelling (15% of tokens",
+                 "none: from scratch", "RoBERTa from scratch: 1 layers, hidden size 32", "12,345", INFO["recipe"],
+                 "`aaaa1111bbbb2222`: 480 pairs", "filter documents `cccc3333dddd4444` (20 rows)",
+                 "| steps | 6 (final loss 1.2346) |", "0.6123 Spearman at step 4", "mean-pooled", "Not scored yet"):
+        assert fact in card, fact
+    assert card.startswith("---\nlibrary_name: sentence-transformers\n")
+
+
+def test_a_base_model_is_named_and_a_run_without_dev_evaluation_says_so():
+    card = render({**INFO, "base_model": "roberta-base", "architecture": "roberta-base (continued pretraining)",
+                   "best_step": None, "best_dev_spearman": None})
+    assert "| base model | roberta-base |" in card and "base_model: roberta-base" in card
+    assert "not evaluated during training" in card
+
+
+def test_scores_are_listed_with_missing_ones_marked():
+    card = render(INFO, {"avg STS (SimCSE 7)": float("nan"), "STSB cosine": 80.0, "uniformity": -2.1234})
+    assert "| STSB cosine | 80.00 |" in card and "| uniformity | -2.123 |" in card
+    assert "| avg STS (SimCSE 7) | — |" in card and "Not scored yet" not in card
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> tuple[Path, str]:
+    """Finished filter, augment and init datasets and a train dataset holding a tiny exported model whose card
+    train_info and write_card wrote as train.run does; returns the artifacts and the train dataset's path."""
+    art = tmp_path_factory.mktemp("card")
+
+    def dataset(stage, fp, config, inputs, rows=None, extra=None, build=None):
+        schema = pa.Table.from_pylist(rows).schema if rows else None  # a dataset counts its rows given a schema
+        with DatasetWriter(str(art), stage, fp, config=config, inputs=inputs, schema=schema) as out:
+            if rows:
+                out.write(rows)
+            out.extra.update(extra or {})
+            if build:
+                build(out)
+        return dataset_path(str(art), stage, fp)
+
+    dataset("filter", "f" * 16, {}, {}, rows=[{"text": f"doc {i}"} for i in range(20)])
+    pairs = dataset("augment", "a" * 16, {}, {"documents": "f" * 16, "tokenizer": "t" * 16},
+                    rows=[{"anchor_ids": [1, 2]} for _ in range(48)])
+    model = {"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
+    init = dataset("init", "i" * 16, model, {}, extra={"parameters": 999})
+    cfg = TrainConfig(batch_size=4, max_steps=6).model_dump()
+
+    def train(out):
+        tiny_model(Path(out.local_dir))
+        out.extra.update({"steps": 6, "final_loss": 2.5, "best_step": 6, "best_dev_spearman": 0.5})
+        out.extra["card"] = train_info(cfg, {"pairs": pairs, "init": init}, out.extra)
+        write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
+
+    return art, dataset("train", "m" * 16, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
+
+
+def test_the_trained_model_card_traces_its_inputs_and_loads(artifacts):
+    from huggingface_hub import ModelCard
+    from sentence_transformers import SentenceTransformer
+
+    _, model_dir = artifacts
+    card = Path(model_dir, ST_DIR, CARD).read_text()
+    for fact in ("DeCLUTR", "none: from scratch", "1 layers, hidden size 32, 2 heads, feed-forward 64", "999",
+                 "`aaaaaaaaaaaaaaaa`: 48 pairs", "filter documents `ffffffffffffffff` (20 rows)", "| steps | 6",
+                 "0.5000 Spearman at step 6", TrainConfig(batch_size=4, max_steps=6).recipe()):
+        assert fact in card, fact
+    assert ModelCard.load(Path(model_dir, ST_DIR, CARD)).data.library_name == "sentence-transformers"
+    model = SentenceTransformer(str(Path(model_dir, ST_DIR)), device="cpu")
+    assert model.encode(["a b", "c"]).shape == (2, 32)
+    assert read_manifest(model_dir)["card"]["pairs"] == {"fingerprint": "a" * 16, "rows": 48}
+
+
+def _scores(model: str, kind: str, stsb: float) -> list[dict]:
+    common = {"model": model, "kind": kind, "subset": "all", "split": "test", "metric": "spearman", "n": 100,
+              "task": "STSB", "model_fingerprint": model, "data_hash": "d"}
+    return [{**common, "protocol": "cosine", "value": stsb}, {**common, "protocol": "senteval", "value": stsb - 0.1}]
+
+
+def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifacts):
+    art, model_dir = artifacts
+    inputs = {}
+    for name, kind, fp, model_input, stsb in (("declutr", "trained", "s" * 16, {"model": "m" * 16}, 0.8),
+                                              ("random", "random", "r" * 16, {}, 0.2)):
+        rows = _scores(name, kind, stsb)
+        with DatasetWriter(str(art), "evaluate", fp, config={"model": name, "spec": {"kind": kind}},
+                           inputs=model_input, schema=pa.Table.from_pylist(rows).schema) as out:
+            out.write(rows)
+        inputs[f"scores-{name}"] = dataset_path(str(art), "evaluate", fp)
+    before = read_manifest(model_dir)
+    run_stage(ranking, {"rank_by": None}, inputs, str(art))
+    card = Path(model_dir, ST_DIR, CARD).read_text()
+    assert "# declutr: a contrastive sentence encoder" in card
+    assert "| STSB cosine | 80.00 |" in card and "| STSB senteval | 70.00 |" in card
+    assert "20.00" not in card, "another model's scores"
+    assert "Not scored yet" not in card and "0.5000 Spearman at step 6" in card
+    assert read_manifest(model_dir) == before, "the card's rewrite touched the dataset's manifest"
+    assert not list(Path(model_dir, ST_DIR).glob(".*.tmp")), "a temporary file left beside the card"
+
+
+def test_a_model_outside_the_table_keeps_its_card(artifacts, tmp_path):
+    import pandas as pd
+
+    _, model_dir = artifacts
+    card = Path(model_dir, ST_DIR, CARD).read_text()
+    assert update_cards({}, pd.DataFrame({"model": []})) == []
+    assert Path(model_dir, ST_DIR, CARD).read_text() == card
