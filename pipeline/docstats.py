@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from pipeline.langid import LanguageIdentifier
 from pipeline.neardup import NearDuplicates
-from pipeline.tokenizer import token_ids
+from pipeline.tokenizer import encode_whole
 
 
 def text_key(text: str) -> bytes:
@@ -24,7 +24,7 @@ def text_key(text: str) -> bytes:
 
 def count_tokens(backend: Tokenizer, texts: list[str]) -> list[int]:
     """Whole documents' token counts without special tokens: never cut at the tokenizer's truncation."""
-    return [len(ids) for ids in token_ids(backend, texts)]
+    return [len(ids) for ids in encode_whole(backend, texts)]
 
 
 @lru_cache(maxsize=2)

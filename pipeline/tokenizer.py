@@ -8,7 +8,7 @@ files said (published sentence-transformers models often truncate at 128 and pad
 switches both off again (`untruncated`), so documents are counted and cut by their true length.
 
 transformers is imported only where a function needs it: the filter's worker processes import this
-module for `token_ids` alone.
+module for `encode_whole` alone.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def untruncated(backend: Tokenizer) -> Tokenizer:
     return backend
 
 
-def token_ids(backend: Tokenizer, texts: list[str]) -> list[list[int]]:
+def encode_whole(backend: Tokenizer, texts: list[str]) -> list[list[int]]:
     """Every text's whole token ids, without special tokens, in the tokenizer's parallel Rust batch path."""
     encode = getattr(untruncated(backend), "encode_batch_fast", backend.encode_batch)
     return [e.ids for e in encode(texts, add_special_tokens=False)]

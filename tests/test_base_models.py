@@ -287,3 +287,37 @@ def test_a_sentence_transformers_directory_in_either_layout_is_a_base(name, base
     loaded = load_base(str(base)).bert.embeddings.word_embeddings.weight
     torch.testing.assert_close(loaded, BertModel.from_pretrained(bases["bert"][0].parent / "bare")
                                .embeddings.word_embeddings.weight, rtol=0, atol=0)  # the encoder is the base's
+
+
+class Rows:
+    """What an objective's pairs() writes to: rows, counts, extras."""
+
+    def __init__(self):
+        self.rows, self.counts, self.extra = [], {}, {}
+
+    def write(self, rows):
+        self.rows.extend(rows)
+
+    def count(self, name, n=1):
+        self.counts[name] = self.counts.get(name, 0) + n
+
+
+def test_sentence_objectives_encode_whole_sentences_whatever_the_tokenizer_says(bases, corpus_path):
+    """SimCSE and CLEAR handed a tokenizer that still truncates and pads (one not read by load_tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from pipeline.objectives import clear, simcse
+
+    base, plain = bases["bert"]
+    built = stages(base, corpus_path)
+    tok = AutoTokenizer.from_pretrained(built["tokenizer"])
+    tok.backend_tokenizer.enable_truncation(CUT)
+    tok.backend_tokenizer.enable_padding(length=CUT, pad_id=tok.pad_token_id, pad_token="[PAD]")
+    config = {**AugmentConfig(max_sentences=30).model_dump(), "augmentation": "del-span+reorder"}
+    for objective in (simcse, clear):
+        out = Rows()
+        objective.pairs(config, {"documents": built["filter"]}, tok, out)
+        text = "original_text" if objective is clear else "anchor_text"
+        ids = "original_ids" if objective is clear else "anchor_ids"
+        assert out.rows and all(r[ids] == whole_ids(plain, r[text]) for r in out.rows), objective.NAME
+        assert tok.pad_token_id not in {i for r in out.rows for i in r[ids]}

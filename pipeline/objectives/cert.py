@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.objectives.common import epoch_seed, pair
-from pipeline.tokenizer import token_ids
+from pipeline.tokenizer import encode_whole
 from storage import read_table
 
 NAME = "cert"
@@ -52,7 +52,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     ids = list(sentences)
     choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
     texts = [sentences[i]["pivots"] for i in ids]
-    encoded = iter(token_ids(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
+    encoded = iter(encode_whole(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
     token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
     for epoch in tqdm(range(config["epochs"]), desc="augment cert", unit="epoch"):
         seed = epoch_seed(config, epoch)

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.objectives.common import epoch_seed, pair, sentences
-from pipeline.tokenizer import token_ids
+from pipeline.tokenizer import encode_whole
 
 NAME = "simcse"
 INPUTS = {"documents": "filter"}
@@ -22,7 +22,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
         raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
-    ids = token_ids(tok.backend_tokenizer, [r["text"] for r in rows])
+    ids = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
     for epoch in tqdm(range(config["epochs"]), desc="augment simcse", unit="epoch"):
         seed = epoch_seed(config, epoch)
         for k in np.random.default_rng(seed).permutation(len(rows)):
