@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 
 from pipeline.langid import LanguageIdentifier
 from pipeline.neardup import NearDuplicates
+from pipeline.tokenizer import encode_whole
 
 
 def text_key(text: str) -> bytes:
@@ -22,9 +23,8 @@ def text_key(text: str) -> bytes:
 
 
 def count_tokens(backend: Tokenizer, texts: list[str]) -> list[int]:
-    """Token counts without special tokens, in the tokenizer's parallel Rust batch path."""
-    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
-    return [len(e.ids) for e in encode(texts, add_special_tokens=False)]
+    """Whole documents' token counts without special tokens: never cut at the tokenizer's truncation."""
+    return [len(ids) for ids in encode_whole(backend, texts)]
 
 
 @lru_cache(maxsize=2)

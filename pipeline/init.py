@@ -1,17 +1,19 @@
 """init stage: the encoder before training — built from scratch (seeded) or loaded from the base model.
 
 Training runs start from these exact weights, and the leaderboard's "untrained"
-row evaluates them, so the comparison isolates what pretraining did.
+row evaluates them, so the comparison isolates what pretraining did. The exported
+tokenizer's model_max_length is the model's position limit, which training reads
+(pipeline.train.special_ids) so that no span indexes past the position table.
 """
 
 from __future__ import annotations
 
 import logging
 
-from pipeline.model import build_model, export
+from pipeline.model import build_model, export, position_limit
 from pipeline.tokenizer import load_tokenizer
 
-NAME, VERSION = "init", "2"
+NAME, VERSION = "init", "3"
 SCHEMA = None
 log = logging.getLogger("cpipe")
 
@@ -19,7 +21,9 @@ log = logging.getLogger("cpipe")
 def run(config: dict, inputs: dict, out) -> None:
     tokenizer = load_tokenizer(inputs["tokenizer"])
     model = build_model(config, tokenizer)
+    tokenizer.model_max_length = position_limit(model)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("init: %s with %.1fM parameters", type(model).__name__, n_params / 1e6)
+    log.info("init: %s with %.1fM parameters, inputs of up to %d tokens", type(model).__name__, n_params / 1e6,
+             tokenizer.model_max_length)
     export(model, tokenizer, out.local_dir)
     out.extra["parameters"] = n_params

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, RobertaConfig
+from transformers.utils import logging as hf_logging
 
+from pipeline.tokenizer import base_path
 from storage import local_copy
+
+log = logging.getLogger("cpipe")
 
 HF_DIR, ST_DIR = "hf", "sentence-transformers"
 
@@ -48,14 +55,53 @@ def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
 def build_model(cfg: dict, tokenizer) -> nn.Module:
     """From scratch (seeded) when model.base is null, else the base model's weights, with new embedding
     rows (seeded) when the tokenizer stage added tokens (CLEAR's deletion token) to the base's vocabulary."""
-    if cfg["base"]:
-        model = AutoModelForMaskedLM.from_pretrained(cfg["base"])
-        if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-            torch.manual_seed(cfg["seed"])
-            model.resize_token_embeddings(len(tokenizer))
-        return model
     torch.manual_seed(cfg["seed"])
-    return AutoModelForMaskedLM.from_config(scratch_config(cfg, tokenizer))
+    if not cfg["base"]:
+        return AutoModelForMaskedLM.from_config(scratch_config(cfg, tokenizer))
+    model = load_base(cfg["base"])
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        torch.manual_seed(cfg["seed"])
+        model.resize_token_embeddings(len(tokenizer))
+    return model
+
+
+@contextmanager
+def quiet_transformers():
+    """transformers' own load report, whose expected lines (a missing head, an unused pooler) would read as faults."""
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def load_base(base: str) -> nn.Module:
+    """The base model as a masked LM. A checkpoint without the MLM head (a sentence-transformers model, a
+    bare BertModel) gets a freshly initialised one, from the torch seed the caller set; this says so once."""
+    with quiet_transformers():
+        model, info = AutoModelForMaskedLM.from_pretrained(base_path(base), output_loading_info=True)
+    head = mlm_head_name(model)
+    fresh = sorted(k for k in info["missing_keys"] if k.startswith(f"{head}."))
+    if fresh:
+        log.info("init: %s has no masked-LM head (%d of its weights missing); MLM trains a freshly "
+                 "initialised %s.%s", base, len(fresh), type(model).__name__, head)
+    return model
+
+
+def mlm_head_name(model: nn.Module) -> str:
+    """RoBERTa-style models call their masked-LM head lm_head, BERT-style ones cls."""
+    for name in ("lm_head", "cls"):
+        if isinstance(getattr(model, name, None), nn.Module):
+            return name
+    raise ValueError(f"{type(model).__name__} has no lm_head/cls masked-LM head")
+
+
+def position_limit(mlm_model: nn.Module) -> int:
+    """The longest input, special tokens included, the position table can index: RoBERTa-style embeddings
+    number positions from padding_idx + 1 (two slots of 514 unused), BERT's from 0."""
+    padding_idx = getattr(getattr(mlm_model.base_model, "embeddings", None), "padding_idx", None)
+    return mlm_model.config.max_position_embeddings - (padding_idx + 1 if padding_idx is not None else 0)
 
 
 class SpanEncoder(nn.Module):
@@ -68,9 +114,7 @@ class SpanEncoder(nn.Module):
     def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None):
         super().__init__()
         self.mlm_model = mlm_model
-        self.head = getattr(mlm_model, "lm_head", None) or getattr(mlm_model, "cls", None)
-        if self.head is None:
-            raise ValueError(f"{type(mlm_model).__name__} has no lm_head/cls masked-LM head")
+        self.head = getattr(mlm_model, mlm_head_name(mlm_model))
         self.pooling = pooling
         self.projection = projection_head(projection, mlm_model.config.hidden_size)
 
@@ -96,8 +140,7 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean")
     hf = f"{out_dir}/{HF_DIR}"
     mlm_model.save_pretrained(hf)
     tokenizer.save_pretrained(hf)
-    # RoBERTa's position table has two slots for the padding offset.
-    max_seq_length = min(tokenizer.model_max_length, mlm_model.config.max_position_embeddings - 2)
+    max_seq_length = min(tokenizer.model_max_length, position_limit(mlm_model))
     word = models.Transformer(hf, max_seq_length=max_seq_length)
     pooler = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
     SentenceTransformer(modules=[word, pooler], device="cpu").save(f"{out_dir}/{ST_DIR}")

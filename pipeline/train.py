@@ -23,6 +23,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from pipeline.devset import best, dev_spearman, read_dev
 from pipeline.encoder import embed, eval_length
@@ -57,8 +58,11 @@ def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def collate(batch: pa.Table, special: dict, max_length: int, with_positives: bool) -> dict:
-    """Wrap each span in <s> ... </s> (as the tokenizer does for sentences) and pad. CLEAR's pairs also
-    hold the original sentence (`original_ids`), which its MLM term reads."""
+    """Wrap each span in <s> ... </s> (BERT: [CLS] ... [SEP]), as the tokenizer does for sentences, cut to
+    max_length tokens or the model's position limit, and pad. CLEAR's pairs also hold the original
+    sentence (`original_ids`), which its MLM term reads. No token_type_ids: every token is segment 0."""
+    max_length = min(max_length, special.get("positions") or max_length)
+
     def wrap(ids: list[int]) -> list[int]:
         return [special["bos"], *ids[: max_length - 2], special["eos"]]
 
@@ -271,12 +275,19 @@ def make_optimizer(model, cfg: dict, total_steps: int):
     return optimizer, scheduler
 
 
-def special_ids(tokenizer) -> dict:
-    """The ids training treats specially; "del" is CLEAR's deletion token, None where the tokenizer has none."""
+def special_ids(tokenizer, max_length: int | None = None) -> dict:
+    """The ids training treats specially; "del" is CLEAR's deletion token, None where the tokenizer has none.
+    "positions": the longest input the model takes (the init stage's model_max_length), to which collate
+    cuts spans; a train.max_length beyond it is said once, here."""
+    positions = tokenizer.model_max_length if tokenizer.model_max_length < VERY_LARGE_INTEGER else None
+    if max_length and positions and max_length > positions:
+        log.info("train: max_length %d is beyond the model's %d positions; spans are cut to %d tokens",
+                 max_length, positions, positions)
     return {"bos": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
             "eos": tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
             "pad": tokenizer.pad_token_id, "mask": tokenizer.mask_token_id, "vocab": len(tokenizer),
-            "del": tokenizer.convert_tokens_to_ids(DEL_TOKEN) if DEL_TOKEN in tokenizer.get_vocab() else None}
+            "del": tokenizer.convert_tokens_to_ids(DEL_TOKEN) if DEL_TOKEN in tokenizer.get_vocab() else None,
+            "positions": positions}
 
 
 def train_loop(config: dict) -> None:
@@ -476,7 +487,7 @@ def run(config: dict, inputs: dict, out) -> None:
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
-                           "special": special_ids(tokenizer), "dev": dev},
+                           "special": special_ids(tokenizer, cfg["max_length"]), "dev": dev},
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.objectives.common import epoch_seed, pair
+from pipeline.tokenizer import encode_whole
 from storage import read_table
 
 NAME = "cert"
@@ -51,8 +52,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     ids = list(sentences)
     choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
     texts = [sentences[i]["pivots"] for i in ids]
-    encoded = iter(e.ids for e in tok.backend_tokenizer.encode_batch(
-        [t for pivots in texts for t in pivots.values()], add_special_tokens=False))
+    encoded = iter(encode_whole(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
     token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
     for epoch in tqdm(range(config["epochs"]), desc="augment cert", unit="epoch"):
         seed = epoch_seed(config, epoch)

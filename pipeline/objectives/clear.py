@@ -21,7 +21,7 @@ from pipeline.clear import (WORDNET, ClearParams, word_core, operations, read_sy
                             two_views, wordnet_dir, wordnet_synonyms)
 from pipeline.errors import InputError
 from pipeline.objectives.common import epoch_seed, pair, sentences
-from pipeline.tokenizer import DEL_TOKEN
+from pipeline.tokenizer import DEL_TOKEN, encode_whole
 
 NAME = "clear"
 INPUTS = {"documents": "filter"}
@@ -67,15 +67,14 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     out.extra["synonym_source"] = source
     params = ClearParams(word_share=c["word_share"], n_spans=c["n_spans"], span_share=c["span_share"],
                          n_pairs=c["n_pairs"], subs_share=c["subs_share"], synonyms=table, placeholder=DEL_TOKEN)
-    encode = tok.backend_tokenizer.encode_batch
-    originals = [e.ids for e in encode([r["text"] for r in rows], add_special_tokens=False)]
+    originals = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
     for epoch in tqdm(range(config["epochs"]), desc=f"augment clear {name}", unit="epoch"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(rows))
         views = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
         texts = [" ".join(v) for pair_ in views for v in pair_]
-        ids = [e.ids for e in encode(texts, add_special_tokens=False)]
+        ids = encode_whole(tok.backend_tokenizer, texts)
         for i, k in enumerate(order):
             r = rows[k]
             out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, ids[2 * i],

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from pipeline.objectives.common import epoch_seed, pair
 from pipeline.spans import TooShort, min_document_tokens, sample_spans
+from pipeline.tokenizer import encode_whole
 from storage import read_table
 
 NAME = "declutr"
@@ -31,8 +32,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     texts = docs.column("text").to_pylist()
     if config["collapse_whitespace"]:
         texts = [" ".join(t.split()) for t in texts]
-    encodings = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-    token_ids = [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+    token_ids = [np.asarray(ids, dtype=np.int32) for ids in encode_whole(tok.backend_tokenizer, texts)]
     needed = min_document_tokens(config["num_anchors"], config["max_length"])
     eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
     out.count("too_short", len(doc_ids) - len(eligible))

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.objectives.common import epoch_seed, pair, sentences
+from pipeline.tokenizer import encode_whole
 
 NAME = "simcse"
 INPUTS = {"documents": "filter"}
@@ -21,7 +22,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
         raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
-    ids = [e.ids for e in tok.backend_tokenizer.encode_batch([r["text"] for r in rows], add_special_tokens=False)]
+    ids = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
     for epoch in tqdm(range(config["epochs"]), desc="augment simcse", unit="epoch"):
         seed = epoch_seed(config, epoch)
         for k in np.random.default_rng(seed).permutation(len(rows)):
