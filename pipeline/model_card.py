@@ -38,6 +38,8 @@ def train_info(cfg: dict, inputs: dict, extra: dict) -> dict:
     the run's manifest keeps it for the leaderboard's rewrite."""
     init = read_manifest(inputs["init"])
     pairs = read_manifest(inputs["pairs"])
+    # A run that continues another (init_from) starts from that run's train dataset, whose manifest keeps its card.
+    parent = init.get("card")
     model = init["config"]
     # The datasets the pairs were made from (the filter stage's documents; CERT's back-translations), which a
     # manifest names by fingerprint, beside the pairs in the same artifacts.
@@ -48,7 +50,10 @@ def train_info(cfg: dict, inputs: dict, extra: dict) -> dict:
         "objective": cfg["objective"], "augmentation": run.views,
         "contrastive": cfg["contrastive"], "loss": cfg["loss"], "temperature": cfg["temperature"],
         "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"], "recipe": run.recipe(),
-        "base_model": model.get("base"), "architecture": _architecture(model), "parameters": init.get("parameters"),
+        "base_model": parent["base_model"] if parent else model.get("base"),
+        "architecture": parent["architecture"] if parent else _architecture(model),
+        "parameters": parent["parameters"] if parent else init.get("parameters"),
+        "continues": {"fingerprint": init["fingerprint"], "recipe": parent["recipe"]} if parent else None,
         "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]}, "sources": sources,
         **{k: extra.get(k) for k in ("steps", "final_loss", "best_step", "best_dev_spearman")},
     }
@@ -103,6 +108,9 @@ def _training(info: dict) -> list[tuple[str, str]]:
     best = (f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
             if info.get("best_dev_spearman") is not None else "not evaluated during training")
     rows = [("base model", info.get("base_model") or "none: from scratch"), ("architecture", info["architecture"])]
+    if info.get("continues"):
+        parent = info["continues"]
+        rows.append(("continues", f"train run `{parent['fingerprint']}` ({parent['recipe']})"))
     if info.get("parameters"):
         rows.append(("parameters", f"{info['parameters']:,}"))
     steps = f"{info['steps']}" + (f" (final loss {info['final_loss']:.4f})" if info.get("final_loss") is not None

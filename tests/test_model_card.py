@@ -104,6 +104,16 @@ def _scores(model: str, kind: str, stsb: float) -> list[dict]:
     return [{**common, "protocol": "cosine", "value": stsb}, {**common, "protocol": "senteval", "value": stsb - 0.1}]
 
 
+def test_a_continued_runs_card_names_the_run_it_continues_and_keeps_its_base(artifacts):
+    art, parent = artifacts
+    pairs = dataset_path(str(art), "augment", "a" * 16)
+    cfg = TrainConfig(objective="simcse", batch_size=4, max_steps=3).model_dump()
+    info = train_info(cfg, {"pairs": pairs, "init": parent}, {"steps": 3})
+    card = render(info)
+    assert "none: from scratch" in card and "1 layers, hidden size 32" in card and "999" in card
+    assert f"train run `{'m' * 16}` ({TrainConfig(batch_size=4, max_steps=6).recipe()})" in card
+
+
 def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifacts):
     art, model_dir = artifacts
     inputs = {}

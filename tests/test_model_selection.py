@@ -3,7 +3,6 @@ test split or a missing dev set is a config error before any work."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -18,30 +17,9 @@ from pipeline.stage import run_stage
 from pipeline.tokenizer import SPECIAL
 from storage import DatasetWriter, read_manifest
 from tests.conftest import WORDS, make_document
+from tests.reference import spearman
 
 STEPS, EVAL_EVERY = 8, 2
-
-
-def ranks(values: list[float]) -> list[float]:
-    """1-based ranks, tied values sharing their mean rank (Spearman's definition)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(x: list[float], y: list[float]) -> float:
-    rx, ry = ranks(x), ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
 
 
 def cosines(model_dir: str, pairs: list[tuple[str, str]]) -> list[float]:
@@ -77,11 +55,12 @@ def setup(tmp_path_factory):
                             special_tokens=list(SPECIAL.values()))
     bpe._tokenizer.post_processor = RobertaProcessing(("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=64, **SPECIAL)
-    init = root / "init"
-    model = build_model({"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                         "dropout": 0.1, "max_position_embeddings": 66, "seed": 0}, tokenizer)
-    model.save_pretrained(init / HF_DIR)
-    tokenizer.save_pretrained(init / HF_DIR)
+    model_config = {"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
+                    "dropout": 0.1, "max_position_embeddings": 66, "seed": 0}
+    with DatasetWriter(str(root / "art"), "init", "init0", config=model_config, inputs={}, schema=None) as out:
+        build_model(model_config, tokenizer).save_pretrained(f"{out.local_dir}/{HF_DIR}")
+        tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
+    init = out.path
 
     rows = []
     for i in range(4 * STEPS):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pipeline.sts import StsSubset, score_sts
+from tests.reference import cosine, pearson, spearman
 
 DIM = 6
 
@@ -31,37 +32,6 @@ def _embeddings(sentences) -> dict[str, np.ndarray]:
     return table
 
 
-def _ranks(x) -> list[float]:
-    """Average ranks (1-based) with ties sharing the mean of their positions."""
-    order = sorted(range(len(x)), key=lambda i: x[i])
-    ranks = [0.0] * len(x)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def _pearson(x, y) -> float:
-    n = len(x)
-    mx, my = sum(x) / n, sum(y) / n
-    cov = sum((a - mx) * (b - my) for a, b in zip(x, y))
-    return cov / math.sqrt(sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y))
-
-
-def _spearman(x, y) -> float:
-    return _pearson(_ranks(list(x)), _ranks(list(y)))
-
-
-def _cosine(u, v) -> float:
-    u, v = [float(a) for a in u], [float(b) for b in v]
-    return sum(a * b for a, b in zip(u, v)) / math.sqrt(sum(a * a for a in u) * sum(b * b for b in v))
-
-
 def test_sts_per_subset_mean_and_concatenated_spearman_match_a_loop():
     rng = np.random.default_rng(0)
     subsets = []
@@ -77,16 +47,16 @@ def test_sts_per_subset_mean_and_concatenated_spearman_match_a_loop():
 
     per_subset, all_sims, all_gold = [], [], []
     for s in subsets:
-        sims = [_cosine(table[a], table[b]) for a, b in zip(s.sent1, s.sent2)]
-        per_subset.append(_spearman(sims, s.gold.tolist()))
+        sims = [cosine(table[a], table[b]) for a, b in zip(s.sent1, s.sent2)]
+        per_subset.append(spearman(sims, s.gold.tolist()))
         assert rows[(s.name, "spearman", "subset")] == pytest.approx(per_subset[-1], abs=1e-6)
-        assert rows[(s.name, "pearson", "subset")] == pytest.approx(_pearson(sims, s.gold.tolist()), abs=1e-6)
+        assert rows[(s.name, "pearson", "subset")] == pytest.approx(pearson(sims, s.gold.tolist()), abs=1e-6)
         all_sims += sims
         all_gold += s.gold.tolist()
     # SentEval's results["all"]["spearman"]["mean"]: the unweighted mean over subsets.
     assert rows[("all", "spearman", "senteval")] == pytest.approx(sum(per_subset) / len(per_subset), abs=1e-6)
     # SimCSE's "all": one Spearman over every pair of the task.
-    assert rows[("all", "spearman", "simcse")] == pytest.approx(_spearman(all_sims, all_gold), abs=1e-6)
+    assert rows[("all", "spearman", "simcse")] == pytest.approx(spearman(all_sims, all_gold), abs=1e-6)
 
 
 def _tai_targets(scores) -> list[list[float]]:
@@ -132,7 +102,7 @@ def _senteval_regressor(train, dev, test, seed=1111):
                 loss.backward()
                 optimizer.step()
         epoch += 50
-        r = _pearson(expected(features["dev"]), [g for _, _, g in dev])
+        r = pearson(expected(features["dev"]), [g for _, _, g in dev])
         if r > best:
             best, best_model = r, copy.deepcopy(model)
         else:
@@ -179,8 +149,8 @@ def test_relatedness_regressor_matches_senteval_described_loop(task, low):
 
     # Same seed, same initialisation, same shuffles: only float summation order differs (autograd here, numpy
     # there), so the numbers agree far inside 0.1 points.
-    assert rows[("test", "spearman", "senteval")][0] == pytest.approx(_spearman(predicted, test_gold), abs=1e-4)
-    assert rows[("test", "pearson", "senteval")][0] == pytest.approx(_pearson(predicted, test_gold), abs=1e-4)
+    assert rows[("test", "spearman", "senteval")][0] == pytest.approx(spearman(predicted, test_gold), abs=1e-4)
+    assert rows[("test", "pearson", "senteval")][0] == pytest.approx(pearson(predicted, test_gold), abs=1e-4)
     assert rows[("dev", "pearson", "senteval")][0] == pytest.approx(dev_pearson, abs=1e-4)
     assert rows[("test", "spearman", "senteval")][1] == 50 and rows[("dev", "pearson", "senteval")][1] == 40
     # And the regressor is not cosine: the two protocols are different numbers.
