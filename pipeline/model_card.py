@@ -32,7 +32,7 @@ LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
           "info-nce": "InfoNCE (one direction, N-1 negatives)"}
 
 
-def train_info(cfg: dict, inputs: dict, extra: dict) -> dict:
+def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
     """What the card says of a train run: its config (`train`'s), the manifests of its inputs (the init and
     pairs datasets) and its results (`extra`: steps, final loss, best dev score where evaluated). JSON-able, so
     the run's manifest keeps it for the leaderboard's rewrite."""
@@ -51,7 +51,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict) -> dict:
         "contrastive": cfg["contrastive"], "loss": cfg["loss"], "temperature": cfg["temperature"],
         "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"], "recipe": run.recipe(),
         "base_model": parent["base_model"] if parent else model.get("base"),
-        "architecture": parent["architecture"] if parent else _architecture(model),
+        "architecture": parent["architecture"] if parent else _architecture(model.get("base"), model_config),
         "parameters": parent["parameters"] if parent else init.get("parameters"),
         "continues": {"fingerprint": init["fingerprint"], "recipe": parent["recipe"]} if parent else None,
         "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]}, "sources": sources,
@@ -64,11 +64,12 @@ def _dataset(root: str, stage: str, fp: str) -> dict:
     return {"fingerprint": fp, "stage": stage, "rows": read_manifest(path).get("rows") if complete(path) else None}
 
 
-def _architecture(model: dict) -> str:
-    if model.get("base"):
-        return f"{model['base']} (continued pretraining)"
-    return (f"RoBERTa from scratch: {model['num_layers']} layers, hidden size {model['hidden_size']}, "
-            f"{model['num_heads']} heads, feed-forward {model['intermediate_size']}")
+def _architecture(base: str | None, config) -> str:
+    """From the trained model's own (transformers) config, which says what was trained whatever the stage configs say."""
+    shape = (f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
+             f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}")
+    kind = type(config).__name__.removesuffix("Config")
+    return f"{base} (continued pretraining; {kind}: {shape})" if base else f"{kind} from scratch: {shape}"
 
 
 def render(info: dict, scores: dict | None = None) -> str:

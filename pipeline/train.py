@@ -516,7 +516,7 @@ def run(config: dict, inputs: dict, out) -> None:
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
-    out.extra["card"] = train_info(cfg, inputs, out.extra)  # kept in the manifest for the leaderboard's rewrite
+    out.extra["card"] = train_info(cfg, inputs, out.extra, encoder.mlm_model.config)  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(f"{runs}/train-{out.fp}")

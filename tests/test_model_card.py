@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from transformers import AutoConfig
 
 from pipeline import ranking
 from pipeline.config import TrainConfig
-from pipeline.model import ST_DIR
+from pipeline.model import HF_DIR, ST_DIR
 from pipeline.model_card import CARD, render, train_info, update_cards, write_card
 from pipeline.stage import run_stage
 from storage import DatasetWriter, dataset_path, read_manifest
@@ -76,7 +77,8 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
     def train(out):
         tiny_model(Path(out.local_dir))
         out.extra.update({"steps": 6, "final_loss": 2.5, "best_step": 6, "best_dev_spearman": 0.5})
-        out.extra["card"] = train_info(cfg, {"pairs": pairs, "init": init}, out.extra)
+        out.extra["card"] = train_info(cfg, {"pairs": pairs, "init": init}, out.extra,
+                                       AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}"))
         write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
     return art, dataset("train", "m" * 16, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
@@ -108,10 +110,22 @@ def test_a_continued_runs_card_names_the_run_it_continues_and_keeps_its_base(art
     art, parent = artifacts
     pairs = dataset_path(str(art), "augment", "a" * 16)
     cfg = TrainConfig(objective="simcse", batch_size=4, max_steps=3).model_dump()
-    info = train_info(cfg, {"pairs": pairs, "init": parent}, {"steps": 3})
+    info = train_info(cfg, {"pairs": pairs, "init": parent}, {"steps": 3},
+                      AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"))
     card = render(info)
     assert "none: from scratch" in card and "1 layers, hidden size 32" in card and "999" in card
     assert f"train run `{'m' * 16}` ({TrainConfig(batch_size=4, max_steps=6).recipe()})" in card
+
+
+def test_the_architecture_is_the_trained_models_own_whatever_the_init_config_says(artifacts, tmp_path):
+    art, parent = artifacts
+    with DatasetWriter(str(tmp_path), "init", "bare", config={}, inputs={}) as out:
+        pass
+    cfg = TrainConfig(batch_size=4, max_steps=3).model_dump()
+    info = train_info(cfg, {"pairs": dataset_path(str(art), "augment", "a" * 16), "init": out.path}, {"steps": 3},
+                      AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"))
+    assert info["base_model"] is None
+    assert info["architecture"] == "Roberta from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64"
 
 
 def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifacts):
