@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -206,18 +207,21 @@ def test_training_from_a_bert_base_cuts_spans_to_its_positions(bases, corpus_pat
     assert st.max_seq_length == 64 and st.encode(["kabar lodos mifen"]).shape == (1, 32)
 
 
-def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_table(bases, corpus_path):
-    base, _ = bases["bert"]
+def init_stage(base, corpus_path):
+    """The init stage's export of `base` after the data stages, and its tokenizer as training loads it."""
     built = stages(base, corpus_path)
     init_dir = run_stage(init, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]},
                          built["artifacts"])
-    tok = tokenizer.load_tokenizer(f"{init_dir}/{HF_DIR}")
+    return init_dir, tokenizer.load_tokenizer(f"{init_dir}/{HF_DIR}")
+
+
+def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_table(bases, corpus_path):
+    base, _ = bases["bert"]
+    init_dir, tok = init_stage(base, corpus_path)
     special = special_ids(tok, 1000)
     assert (special["bos"], special["eos"], special["pad"]) == tuple(
         tok.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
     long_span = {"anchor_ids": [list(range(5, 300))], "positive_ids": [[list(range(5, 40))]]}
-    import pyarrow as pa
-
     batch = collate(pa.Table.from_pydict(long_span), special, 1000, True)
     ids, mask = batch["anchors"]
     assert ids.shape == (1, 64) and ids[0, 0] == special["bos"] and ids[0, -1] == special["eos"]
@@ -235,16 +239,11 @@ def test_roberta_position_limit_leaves_the_padding_offset(bases, corpus_path):
     from pipeline.model import position_limit
 
     base, _ = bases["roberta"]
-    built = stages(base, corpus_path)
-    init_dir = run_stage(init, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]},
-                         built["artifacts"])
-    tok = tokenizer.load_tokenizer(f"{init_dir}/{HF_DIR}")
+    init_dir, tok = init_stage(base, corpus_path)
     model = build_model({"base": f"{init_dir}/{HF_DIR}", "seed": 0}, tok).eval()
     assert position_limit(model) == 64 == tok.model_max_length  # 66 positions, two before the first token
     special = special_ids(tok, 512)
     assert (special["bos"], special["eos"]) == (tok.convert_tokens_to_ids("<s>"), tok.convert_tokens_to_ids("</s>"))
-    import pyarrow as pa
-
     batch = collate(pa.Table.from_pydict({"anchor_ids": [list(range(5, 300))]}), special, 512, False)
     with torch.no_grad():
         pooled, _ = SpanEncoder(model)(*batch["anchors"])
