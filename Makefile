@@ -15,7 +15,7 @@ RUN_ARGS = --config $(CONFIG) $(foreach c,$(CORPUS),--corpus $(c)) \
 	$(if $(EVAL_DATA),--eval-data $(EVAL_DATA)) $(if $(ARTIFACTS),--artifacts $(ARTIFACTS)) \
 	$(foreach s,$(SET),--set $(s))
 
-.PHONY: run test bench clean venv
+.PHONY: run test test-quick bench clean venv
 .DEFAULT_GOAL := run
 
 $(STAMP): pyproject.toml
@@ -32,6 +32,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The suite without the tests that start Ray or a Prefect server (pyproject.toml's markers).
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -m "not ray and not prefect" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.filter_throughput

@@ -132,7 +132,49 @@ CPIPE = str(Path(sys.executable).parent / "cpipe")
 
 def cpipe(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run the installed console script, as a user would."""
-    return subprocess.run([CPIPE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([CPIPE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if "Starting temporary server" in proc.stdout + proc.stderr:  # Prefect's own line when a flow run starts one
+        _STARTED.add("prefect")
+    return proc
+
+
+# What the running test started that makes it slow: "ray", "prefect" (a server). `make test-quick` leaves out
+# tests marked so; a test that starts one without its marker fails, so the quick command stays quick.
+_STARTED: set[str] = set()
+
+
+def _servers_up() -> set[str]:
+    up = set()
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        up.add("ray")
+    server = sys.modules.get("prefect.server.api.server")
+    if server is not None and any(s.running for s in server.SubprocessASGIServer._instances.values()):
+        up.add("prefect")
+    return up
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:  # a whole flow run starts both
+        if item.get_closest_marker("e2e"):
+            item.add_marker("ray")
+            item.add_marker("prefect")
+
+
+_declared_up: set[str] = set()  # servers up now that a marked test started (a shared Ray instance stays up)
+
+
+@pytest.fixture(autouse=True)
+def declared_servers(request):
+    global _declared_up
+    _STARTED.clear()
+    yield
+    marked = {m for m in ("ray", "prefect") if request.node.get_closest_marker(m)}
+    up = _servers_up()
+    undeclared = sorted((_STARTED | (up - _declared_up)) - marked)
+    _declared_up = (_declared_up | marked) & up
+    if undeclared:
+        pytest.fail(f"this test starts {' and '.join(undeclared)}: mark it "
+                    f"{', '.join(f'@pytest.mark.{m}' for m in undeclared)} (pyproject.toml's markers)")
 
 
 @contextmanager
@@ -162,6 +204,7 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
     Every node runs in its own process group, so stopping the cluster kills exactly the
     processes it started (`ray stop` would kill any other Ray instance on the machine too).
     """
+    _STARTED.add("ray")
     ray_cli = str(Path(sys.executable).parent / "ray")
     # As from an activated venv: a job's `python` is the nodes' python.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"

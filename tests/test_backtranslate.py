@@ -107,6 +107,7 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
     assert not list((setup["root"] / "artifacts" / "_work").iterdir())  # work files go once the dataset is done
 
 
+@pytest.mark.ray
 def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
     import ray
 
@@ -158,6 +159,7 @@ def test_a_cert_run_needs_two_pivots(tmp_path, tiny_config, tiny_corpus):
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.e2e
 def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(setup, tmp_path, tiny_config, tiny_corpus):
     models = setup["root"] / "models"
     result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",

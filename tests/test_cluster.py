@@ -13,6 +13,8 @@ from flows.submit import EXCLUDES, project_dependencies, runtime_env
 from storage import list_datasets
 from tests.conftest import cpipe, ray_cluster
 
+pytestmark = pytest.mark.e2e
+
 
 def test_the_job_ships_the_code_and_the_declared_dependencies():
     env = runtime_env(install=True)

@@ -86,6 +86,7 @@ def test_post_processing_is_fitted_on_the_corpus_and_changes_the_embedding(setup
     assert abs(uniformity[1]) < abs(uniformity[0])  # whitening removes the common direction
 
 
+@pytest.mark.ray
 def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
     import ray
 

@@ -21,6 +21,8 @@ from tasks.stages import evaluate_one  # what the flow runs on Ray
 from tests.conftest import SHARED, write_sts
 from tests.test_evaluate import setup  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.ray
+
 # The first lines of a few tasks' files: both STS layouts, every transfer scheme (cross-validated, train/test,
 # train/dev/test, sentence pairs) and the analysis, at a fraction of the full data's cost.
 SUBSET = {

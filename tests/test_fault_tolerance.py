@@ -20,6 +20,8 @@ from pipeline.stage import run_stage
 from storage import list_datasets, read_manifest
 from tests.conftest import cpipe
 
+pytestmark = pytest.mark.e2e
+
 STEPS = 120
 
 

@@ -85,6 +85,7 @@ def setup(tmp_path_factory):
             "gold": [float(f"{g:.6f}") for g in gold], "eval": str(root / "eval")}
 
 
+@pytest.mark.ray
 def test_the_export_is_the_checkpoint_with_the_best_dev_score(setup, local_ray):
     cfg = TrainConfig(batch_size=4, max_steps=STEPS, lr=3e-3, max_length=34, checkpoint_every=100, log_every=1000,
                       eval_every=EVAL_EVERY).model_dump()

@@ -187,6 +187,7 @@ def test_a_base_models_tokenizer_gains_the_deletion_token_and_init_grows_its_emb
     assert model.get_input_embeddings().weight.shape[0] == len(new)
 
 
+@pytest.mark.e2e
 def test_one_run_per_objective_trains_and_ranks_on_one_leaderboard(tmp_path, tiny_config, tiny_corpus, tiny_sts):
     en, de = parallel_sentences(200)
     for pivot, build in (("de", build_fsmt), ("zh", build_marian)):  # CERT's two pivots

@@ -5,6 +5,8 @@ import pytest
 
 from pipeline.parallel import ordered_map
 
+pytestmark = pytest.mark.ray
+
 
 def square_with_pid(x: int) -> tuple[int, int]:
     return x * x, os.getpid()

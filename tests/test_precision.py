@@ -266,7 +266,7 @@ def local_ray():
     ray.shutdown()
 
 
-@pytest.mark.e2e
+@pytest.mark.ray
 def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(tokenizer, local_ray, tmp_path):
     rows = pairs(tokenizer, n=26)  # 3 steps of 2 micro-batches of 4 pairs; 2 pairs left over
     schema = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])

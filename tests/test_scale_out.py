@@ -21,6 +21,8 @@ from tests.test_langid import tiny_model  # noqa: F401  (fixture)
 from tests.test_openwebtext import release, texts  # noqa: F401  (fixtures)
 from tests.test_wikipedia import paras, write_dump  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.ray
+
 BACKENDS = {"serial": {"backend": "serial"}, "processes": {"backend": "processes", "workers": 2},
             "ray": {"backend": "ray", "workers": 2}}
 
