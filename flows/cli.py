@@ -21,7 +21,8 @@ USER_ERRORS = (InputError, DatasetError)
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML profile (default: configs/default.yaml)")
     p.add_argument("--corpus", action="append", help="local file or directory; repeat to mix; replaces the profile's sources")
-    p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout")
+    p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout and/or STS pair files "
+                   "(sentence1, sentence2, score), or one pair file; replaces the profile's evaluate.data")
     p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
     p.add_argument("--until", choices=STAGES, help="stop after this stage")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

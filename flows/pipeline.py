@@ -19,6 +19,7 @@ from pipeline import encoders
 from pipeline import evaluate as evaluate_stage
 from pipeline import infersent_stage
 from pipeline.config import STAGES, Config, ConfigError, TrainConfig, load_config
+from pipeline.eval_data import local_eval_data
 from pipeline.stage import stage_path
 from pipeline.stages import STAGES as STAGE_MODULES
 from pipeline.sts import find_sts
@@ -41,6 +42,7 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
     if reaches and any(r.objective == "cert" for r in cfg.run_configs().values()):
         backtranslate_stage.stage_config(cfg.backtranslate.model_dump())  # the backend can run its models
     if STAGES.index(until or STAGES[-1]) >= STAGES.index("train"):
+        cfg.evaluate.data = local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir)  # URLs: fetched once
         for r in cfg.run_configs().values():
             if r.eval_every is not None:
                 devset.find_dev(r.dev_set, cfg.evaluate.data)  # before any work, not when training starts

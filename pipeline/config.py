@@ -406,7 +406,10 @@ class Baselines(Strict):
 
 
 class EvaluateConfig(Strict):
-    data: str | None = Field(None, description="directory holding SentEval-layout tasks (STS, transfer, SICK, MRPC)")
+    data: str | dict[str, str] | None = Field(None, description=(
+        "directory holding SentEval-layout tasks (STS, transfer, SICK, MRPC) and/or STS pair files (sentence1, "
+        "sentence2, score columns: .csv, .tsv, .jsonl[.gz], .parquet), or one pair file; or {task: path or URL} "
+        "of pair files, each downloaded once into corpus.download_dir and scored as that task"))
     batch_size: int = Field(128, ge=1)
     max_length: int = Field(128, ge=8)
     transfer: bool = Field(True, description="score the transfer tasks found in data")
@@ -434,15 +437,26 @@ class EvaluateConfig(Strict):
 
     @field_validator("data")
     @classmethod
-    def _absolute_data(cls, v: str | None) -> str | None:
-        return None if v is None else absolute(v)
+    def _absolute_data(cls, v: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        if not isinstance(v, dict):
+            return None if v is None else absolute(v)
+        from pipeline.eval_data import pair_suffix  # pyarrow: only when files are named one by one
+        from pipeline.sts import SICK_TASK, STS_TASKS
+
+        for task, spec in v.items():
+            if not task or "/" in task or task.startswith(".") or task in (*STS_TASKS, SICK_TASK):
+                raise ValueError(f"{task!r}: a task name must be a file name, not a SentEval task's name")
+            if not pair_suffix(spec):
+                raise ValueError(f"{task}: {spec} does not end in an STS pair file's suffix "
+                                 "(.csv, .tsv, .jsonl, .parquet; the text ones optionally .gz)")
+        return {task: absolute(conceal(spec)) for task, spec in v.items()}
 
     @field_validator("rank_by")
     @classmethod
     def _known_column(cls, v: str | None) -> str | None:
-        from pipeline.leaderboard import rankable_columns  # pandas and the task lists: only when a column is named
+        from pipeline.leaderboard import is_pair_column, rankable_columns  # pandas: only when a column is named
 
-        if v is not None and v not in rankable_columns():
+        if v is not None and v not in rankable_columns() and not is_pair_column(v):
             raise ValueError(f"{v!r} is not a leaderboard column; one of: {', '.join(rankable_columns())}")
         return v
 

@@ -17,11 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 from tqdm import tqdm
 
-from pipeline.download import fetch
+from pipeline.download import LOCAL_COPIES, fetch
 from pipeline.openwebtext import OpenWebTextSource, is_openwebtext
 from pipeline.parallel import ordered_map
 from pipeline.sources import LocalSource, Source, SourceError, read_part
 from pipeline.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
+from pipeline.wikitext import WikiTextParquetSource, is_wikitext_parquet
 
 NAME, VERSION = "corpus", "1"
 SCHEMA = pa.schema([
@@ -39,13 +40,15 @@ def _remote(spec: str) -> bool:
 
 def open_source(spec: str, download_dir: str = "downloads", subsets: list[int] | None = None) -> Source:
     """The source for a path or URL, chosen by its name; URLs are downloaded (resumably) first."""
-    path = str(fetch(spec, download_dir)) if _remote(spec) else spec.removeprefix("file://")
+    path = str(fetch(spec, download_dir, hint=LOCAL_COPIES)) if _remote(spec) else spec.removeprefix("file://")
     if is_openwebtext(spec) or os.path.isdir(path) and next(Path(path).rglob("urlsf_subset*.tar"), None):
         return OpenWebTextSource(path, subsets=subsets)  # a tarball, or a directory holding the release
     if is_wikipedia_dump(spec):
         return WikipediaDumpSource(path)
     if "wikipedia" in spec and spec.endswith(".parquet"):  # the wikimedia/wikipedia Parquet files on the hub
         return WikipediaParquetSource(path)
+    if is_wikitext_parquet(spec, path):  # Salesforce/wikitext on the hub: a line a row
+        return WikiTextParquetSource(path)
     return LocalSource(path)
 
 

@@ -13,6 +13,7 @@ import http.client
 import logging
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -29,6 +30,9 @@ log = logging.getLogger("cpipe")
 CHUNK = 1 << 20
 MAX_BACKOFF = 60.0
 _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
+# The end of a failed download's message where a local copy can stand in for the URL.
+LOCAL_COPIES = ("offline? download it elsewhere and pass local copies: make run CORPUS=PATH EVAL_DATA=DIR "
+                "(cpipe run --corpus PATH --eval-data DIR)")
 
 
 class DownloadError(InputError):
@@ -46,8 +50,20 @@ def cache_path(url: str, cache_dir: str | Path) -> Path:
 
 
 def fetch(url: str, cache_dir: str | Path, *, sha256: str | None = None, size: int | None = None,
-          retries: int = 5, backoff: float = 1.0, timeout: float = 60.0, progress: bool = True) -> Path:
-    """The local path of `url`'s content, downloading it into `cache_dir` unless already there."""
+          retries: int = 5, backoff: float = 1.0, timeout: float = 60.0, progress: bool = True,
+          hint: str = "") -> Path:
+    """The local path of `url`'s content, downloading it into `cache_dir` unless already there. `hint` ends the
+    message of a download that fails: what the user can do instead."""
+    try:
+        return _fetch(url, cache_dir, sha256, size, retries, backoff, timeout, progress)
+    except DownloadError as e:
+        if not hint:
+            raise
+        raise DownloadError(f"{e}; {hint}") from e.__cause__
+
+
+def _fetch(url: str, cache_dir: str | Path, sha256: str | None, size: int | None, retries: int, backoff: float,
+           timeout: float, progress: bool) -> Path:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme in ("", "file"):
         local = Path(urllib.request.url2pathname(parts.path)) if parts.scheme else Path(url)
@@ -106,6 +122,10 @@ def _download(url: str, part: Path, timeout: float, progress: bool) -> None:
         if e.code == 429 or e.code >= 500:
             raise _Retryable(f"HTTP {e.code} {e.reason}") from e
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from e
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, socket.gaierror):  # no network, or no such host: retrying will not help
+            raise DownloadError(f"{url}: cannot reach {urllib.parse.urlsplit(address).hostname} ({e.reason})") from e
+        raise _Retryable(f"{type(e).__name__}: {e}") from e
     except (OSError, http.client.HTTPException) as e:
         raise _Retryable(f"{type(e).__name__}: {e}") from e
 

@@ -12,7 +12,9 @@ Protocols (pipeline.sts, pipeline.transfer): STS12-16 "senteval" (mean of
 per-subset Spearman) and "simcse" (one Spearman over the concatenated
 subsets); STS-B and SICK-R "cosine" (Spearman of cosine similarity) and
 "senteval" (SentEval's relatedness regressor); transfer tasks "senteval"
-(SentEval's PyTorch classifier) or "sklearn" (its scikit-learn path).
+(SentEval's PyTorch classifier) or "sklearn" (its scikit-learn path). STS pair
+files (MTEB's layout, any other name) "cosine", one column each after the
+SentEval tasks, and "avg STS pair files" over them.
 """
 
 from __future__ import annotations
@@ -54,14 +56,22 @@ def avg_transfer(protocol: str) -> str:
     return f"avg transfer ({TRANSFER_PROTOCOLS[protocol]})"
 
 
-AVERAGES = (*STS_AVERAGES, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
+# STS pair files are named by their files, so their columns are known only from the scores.
+PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
+AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
 
 
 def rankable_columns() -> list[str]:
-    """Every column a leaderboard can be ranked by (`evaluate.rank_by`)."""
+    """Every column a leaderboard can be ranked by (`evaluate.rank_by`), less the STS pair files' (is_pair_column)."""
     similarity = [f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols]
     transfer = [f"{t} {p}" for p in TRANSFER_PROTOCOLS for t in (*TRANSFER_TASKS, "MRPC F1")]
     return [*AVERAGES, *similarity, *transfer]
+
+
+def is_pair_column(column: str) -> bool:
+    """Whether `column` can be an STS pair file's: "<task> cosine" for a task that is not SentEval's."""
+    task, _, protocol = column.rpartition(" ")
+    return protocol == PAIR_PROTOCOL and bool(task) and task not in (*SIMILARITY_TASKS, *TRANSFER_TASKS)
 
 
 def _test(scores: pd.DataFrame) -> pd.DataFrame:
@@ -73,6 +83,12 @@ def _similarity_rows(scores: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame
     known = np.array([p in SIMILARITY_PROTOCOLS.get(t, ()) for t, p in zip(test["task"], test["protocol"])], dtype=bool)
     keep = test["task"].isin(list(tasks)) & (test["metric"] == "spearman") & known
     return test[keep]
+
+
+def _pair_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    test = _test(scores)
+    pair = [is_pair_column(f"{t} {p}") for t, p in zip(test["task"], test["protocol"])]
+    return test[np.array(pair, dtype=bool) & (test["metric"] == "spearman").to_numpy()]
 
 
 def absent_tasks(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS) -> list[str]:
@@ -108,6 +124,13 @@ def _similarity(scores: pd.DataFrame, models, tasks: Sequence[str]) -> pd.DataFr
     for name, parts in STS_AVERAGES.items():
         if any(c in columns for c in parts):
             table[name] = _mean_of_all(table, parts)
+    pairs = _pair_rows(scores)
+    _no_duplicates(pairs)
+    pair_columns = list(dict.fromkeys(pairs["task"] + f" {PAIR_PROTOCOL}"))
+    if pair_columns:
+        table = pd.concat([table, _wide(pairs, models, pairs["task"] + f" {PAIR_PROTOCOL}", pair_columns)], axis=1)
+    if len(pair_columns) > 1:
+        table[AVG_PAIRS] = _mean_of_all(table, pair_columns)
     return table
 
 
@@ -154,7 +177,7 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
             raise ConfigError(f"evaluate.rank_by: this leaderboard has no column {rank_by!r} "
                               f"(it has: {', '.join(present)})")
         return rank_by
-    scored = [c for c in table.columns if c in rankable_columns()]
+    scored = [c for c in table.columns if c in rankable_columns() or is_pair_column(c)]
     candidates = [c for c in AVERAGES if c in scored] + [c for c in scored if c not in AVERAGES]
     return next((c for c in candidates if table[c].notna().any()), None)
 
@@ -201,7 +224,13 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None) -> list[
                  "concatenated (SimCSE's \"all\"). STSB and SICKR: cosine = Spearman of cosine similarity (as SimCSE "
                  "reports them); senteval = Spearman of SentEval's relatedness regressor on [|u-v|, u*v], trained on "
                  "the train split and selected on dev (as DeCLUTR reports them).")
+    pair_columns = [c for c in table.columns if is_pair_column(c)]
+    if pair_columns:
+        notes.append(f"STS pair files ({', '.join(pair_columns)}): Spearman x 100 on each file's pairs of the cosine "
+                     "similarity with its scores, the protocol of STSB cosine (and MTEB's), named by the file.")
     averages = []
+    if AVG_PAIRS in columns:
+        averages.append(f"{AVG_PAIRS} = mean of the STS pair file columns")
     if AVG_SIMCSE in columns:
         averages.append(f"{AVG_SIMCSE} = mean of STS12-16 simcse, STSB cosine and SICKR cosine (SimCSE's table 1)")
     if AVG_STS_SENTEVAL in columns:
@@ -262,14 +291,15 @@ def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, titl
 
 
 def plot(table: pd.DataFrame, title: str, path: str) -> None:
-    """Grouped horizontal bars: each model's scores on the tasks of SimCSE's seven-task average, in the table's
-    order (best on top)."""
+    """Grouped horizontal bars: each model's scores on the tasks of SimCSE's seven-task average (else on the STS
+    pair files), in the table's order (best on top)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and workers
     import matplotlib.pyplot as plt
 
-    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns]
+    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [c for c in table.columns
+                                                                             if is_pair_column(c)]
     data = table.set_index("model")[columns].iloc[::-1]
     fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * len(data) * max(1, len(columns)) / 2))
     if columns:

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow.parquet as pq
 
@@ -161,7 +161,8 @@ class LocalFile(Part):
             text = path.read_text(encoding="utf-8")
             yield Document(doc_id(rel), src, path.stem, text)
         elif path.suffix == ".raw":
-            for i, (title, text) in enumerate(_wikitext_articles(path.read_text(encoding="utf-8"))):
+            lines = path.read_text(encoding="utf-8").replace("\r\n", "\n").split("\n")
+            for i, (title, text) in enumerate(wikitext_articles(lines)):
                 yield Document(doc_id(f"{rel}#{i}"), src, title, text)
         elif path.suffix == ".jsonl":
             with path.open(encoding="utf-8") as f:
@@ -186,9 +187,10 @@ class LocalFile(Part):
                 yield Document(doc_id(f"{rel}:{row}"), src, title, record["text"] or "")
 
 
-def _wikitext_articles(raw: str) -> Iterator[tuple[str, str]]:
+def wikitext_articles(raw_lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(title, text) of each article in WikiText's lines; lines before the first title belong to none."""
     title, lines = None, []
-    for line in raw.replace("\r\n", "\n").split("\n"):
+    for line in raw_lines:
         m = _WIKITEXT_TITLE.match(line)
         if m:
             if title is not None:

@@ -1,4 +1,4 @@
-"""STS12-16 and STS-B in SentEval's file layout, and SICK-R as distributed: reading and scoring.
+"""STS12-16 and STS-B in SentEval's file layout, SICK-R as distributed, and STS pair files: reading and scoring.
 
 Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
@@ -13,18 +13,29 @@ Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
   supervised regressor on [|u-v|, u*v] trained on the train split and selected
   on dev (pipeline.relatedness; what DeCLUTR reports), scored only when the
   task has all three splits.
+- STS pair files (MTEB's layout: sentence1, sentence2, score columns in CSV,
+  TSV, JSONL or Parquet, optionally gzipped): one task per file, named by the
+  file's stem and scored like STS-B's "cosine" (one correlation of cosine
+  similarity with the scores, the protocol MTEB reports); they have no train
+  split, so no regressor.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
 import hashlib
+import io
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pyarrow.parquet as pq
 from scipy import stats
+
 from pipeline import relatedness
 from pipeline.errors import InputError
 
@@ -46,6 +57,9 @@ _STSB_SCORE, _STSB_SENT1, _STSB_SENT2 = 4, 5, 6
 SICK_TEST = "SICK_test_annotated.txt"
 SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": SICK_TEST}
 _SICK_HEADER = ["pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment"]
+# STS pair files: the columns MTEB's STS datasets use, and the formats they may come in.
+PAIR_COLUMNS = ("sentence1", "sentence2", "score")
+PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 
 
 class EvalDataError(InputError):
@@ -177,13 +191,138 @@ def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
     return [_read_sts_subset(task, path) for path in inputs]
 
 
+def pair_format(path: Path) -> str | None:
+    """The format of an STS pair file by its name (.csv, .tsv, .jsonl, .parquet; the text ones may end in .gz),
+    else None."""
+    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
+    fmt = suffixes[0] if suffixes else ""
+    return fmt if fmt in PAIR_SUFFIXES and not (fmt == ".parquet" and path.suffix == ".gz") else None
+
+
+def pair_task(path: Path) -> str:
+    """The task a pair file is scored as: its name without the format suffixes (sts12-sts.jsonl.gz -> sts12-sts)."""
+    return path.name[:-len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))]
+
+
+def _text(path: Path) -> io.TextIOBase:
+    return gzip.open(path, "rt", encoding="utf-8", newline="") if path.suffix == ".gz" else \
+        open(path, encoding="utf-8", newline="")
+
+
+def _pair_records(path: Path, fmt: str):
+    """(where, record) for each row: where is "path:line" for text files, "path: row N" for Parquet."""
+    if fmt == ".parquet":
+        table = pq.read_table(path)
+        missing = [c for c in PAIR_COLUMNS if c not in table.column_names]
+        if missing:
+            raise StsDataError(f"{path}: no column(s) {', '.join(missing)} (columns: {', '.join(table.column_names)})")
+        for row, record in enumerate(table.select(list(PAIR_COLUMNS)).to_pylist(), start=1):
+            yield f"{path}: row {row}", record
+        return
+    with _text(path) as f:
+        if fmt == ".jsonl":
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise StsDataError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+                if not isinstance(record, dict):
+                    raise StsDataError(f"{path}:{lineno}: expected a JSON object with {', '.join(PAIR_COLUMNS)}")
+                yield f"{path}:{lineno}", record
+            return
+        # Quoted as the csv module and pandas write them, so a sentence may hold the delimiter or a newline.
+        reader = csv.DictReader(f, delimiter="\t" if fmt == ".tsv" else ",")
+        missing = [c for c in PAIR_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise StsDataError(f"{path}:1: no column(s) {', '.join(missing)} in the header "
+                               f"(got: {', '.join(reader.fieldnames or [])})")
+        for record in reader:
+            yield f"{path}:{reader.line_num}", record
+
+
+def _pair_score(value, where: str) -> float:
+    try:
+        score = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        score = math.nan
+    if not math.isfinite(score):
+        raise StsDataError(f"{where}: score {value!r} is not a number")
+    return score
+
+
+def read_pair_file(path: str | Path) -> StsSubset:
+    """One STS pair file as a test split: every row needs two sentences (strings) and a numeric score."""
+    path = Path(path)
+    fmt = pair_format(path)
+    if fmt is None:
+        raise StsDataError(f"{path}: not an STS pair file (expected {', '.join(PAIR_SUFFIXES)}, text ones optionally .gz)")
+    sent1, sent2, gold = [], [], []
+    try:
+        for where, record in _pair_records(path, fmt):
+            for column in PAIR_COLUMNS[:2]:
+                if not isinstance(record.get(column), str):
+                    raise StsDataError(f"{where}: {column} is {record.get(column)!r}, not a sentence")
+            gold.append(_pair_score(record.get("score"), where))
+            sent1.append(record["sentence1"])
+            sent2.append(record["sentence2"])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
+        raise StsDataError(f"{path}: cannot read ({e})") from None
+    if len(gold) < 2:
+        raise StsDataError(f"{path}: {len(gold)} pair(s); a correlation needs at least 2")
+    task = pair_task(path)
+    return StsSubset(task, task, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
+
+
+def _has_pair_columns(path: Path, fmt: str) -> bool:
+    """Whether a file in an evaluation directory is an STS pair file, judged by its columns; other tables there
+    (MRPC's TSVs, say) are other tasks' data."""
+    try:
+        if fmt == ".parquet":
+            names = pq.read_schema(path).names
+        else:
+            with _text(path) as f:
+                first = next((line for line in f if line.strip()), "")
+            if fmt == ".jsonl":
+                record = json.loads(first)
+                names = list(record) if isinstance(record, dict) else []
+            else:
+                names = next(csv.reader([first], delimiter="\t" if fmt == ".tsv" else ","), [])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, ValueError, csv.Error):
+        return False
+    return all(c in names for c in PAIR_COLUMNS)
+
+
+def find_pairs(data: Path) -> list[StsSubset]:
+    """STS pair files: `data` itself when it is a file, else the files directly in the directory with
+    sentence1, sentence2 and score columns (SentEval's tasks sit in subdirectories)."""
+    if data.is_file():
+        return [read_pair_file(data)]
+    files = [p for p in sorted(data.iterdir()) if p.is_file() and (fmt := pair_format(p)) and _has_pair_columns(p, fmt)]
+    subsets, seen = [], {}
+    for path in files:
+        task = pair_task(path)
+        if task in (*STS_TASKS, SICK_TASK):
+            raise StsDataError(f"{path}: an STS pair file may not be named {task}, a SentEval task's name: "
+                               "its scores would pass for SentEval's; rename the file")
+        if task in seen:
+            raise StsDataError(f"{path} and {seen[task]} both name the task {task}")
+        seen[task] = path
+        subsets.append(read_pair_file(path))
+    return subsets
+
+
 def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
-    """Load every known STS task under data_dir; return (subsets, names of absent tasks).
+    """Load every known STS task under data_dir, and the STS pair files in it; return (subsets, names of absent
+    SentEval tasks). `data_dir` may also be one STS pair file.
 
     STS tasks sit in fixed directories (SentEval's layout); SICK-R is found by its
     test file anywhere below data_dir (SentEval's SICK/, or sick2014/ as distributed).
     """
     data_dir = Path(data_dir)
+    if data_dir.is_file():
+        return find_pairs(data_dir), [*STS_TASKS, SICK_TASK]
     if not data_dir.is_dir():
         raise StsDataError(f"STS data directory {data_dir} does not exist")
     subsets: list[StsSubset] = []
@@ -201,9 +340,11 @@ def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
     else:
         subsets.extend(_read_sick(sick_test.with_name(SICK_FILES[split]), split)
                        for split in _SPLITS if sick_test.with_name(SICK_FILES[split]).is_file())
+    subsets.extend(find_pairs(data_dir))
     if not subsets:
         looked_for = ", ".join(f"{_task_dir(t)}/" for t in STS_TASKS)
-        raise StsDataError(f"no known STS task in {data_dir} (looked for {looked_for}, and {SICK_TEST} below it)")
+        raise StsDataError(f"no known STS task in {data_dir} (looked for {looked_for}, {SICK_TEST} below it, and "
+                           f"STS pair files with {', '.join(PAIR_COLUMNS)} columns in it)")
     return subsets, absent
 
 
@@ -260,7 +401,7 @@ def _cosine(pairs: list[tuple[StsSubset, tuple]]) -> list[dict]:
     groups: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     for s, (u, v, gold) in pairs:
         sims = _cosines(u, v)
-        if s.task in RELATEDNESS_TASKS:  # one subset per split: its correlation is the task's
+        if s.task not in STS_TASKS or s.task in RELATEDNESS_TASKS:  # one subset a split: its correlation is the task's
             rows += _rows(s.task, "all", s.split, "cosine", sims, gold, len(gold))
             continue
         rows += _rows(s.task, s.name, s.split, "subset", sims, gold, len(gold))

@@ -194,6 +194,8 @@ _LAYOUTS: dict[str, tuple[tuple[str, ...], list[tuple[str, Callable[[Path], dict
 def find_transfer(data_dir: str | Path) -> tuple[list[TransferTask], list[str]]:
     """Load every transfer task found below data_dir; return (tasks, names of absent tasks)."""
     data_dir = Path(data_dir)
+    if data_dir.is_file():  # one STS pair file (pipeline.sts)
+        return [], list(TRANSFER_TASKS)
     if not data_dir.is_dir():
         raise TransferDataError(f"transfer data directory {data_dir} does not exist")
     tasks, absent = [], []
