@@ -16,6 +16,9 @@ from storage import local_copy
 log = logging.getLogger("cpipe")
 
 HF_DIR, ST_DIR = "hf", "sentence-transformers"
+# torch.compile's backend for SpanEncoder(compile=True); tests on CPU swap in "aot_eager", which traces the
+# same graphs, forward and backward, but skips inductor's C++ code generation (minutes on a small CPU).
+COMPILE_BACKEND = "inductor"
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -124,7 +127,7 @@ class SpanEncoder(nn.Module):
         if compile:
             # In place (nn.Module.compile): parameter names, state_dict and export stay the model's own.
             # Dynamic shapes, as chunks' widths and rows change every step.
-            mlm_model.base_model.compile(dynamic=True)
+            mlm_model.base_model.compile(dynamic=True, backend=COMPILE_BACKEND)
 
     def forward(self, input_ids, attention_mask, mlm_positions=None, chunks=None):
         """(pooled embeddings, projected when there is a head; MLM logits at `mlm_positions`, in their
@@ -136,9 +139,10 @@ class SpanEncoder(nn.Module):
         pooled, logits, start = [], [], 0
         for rows, width in chunks or [(input_ids.size(0), input_ids.size(1))]:
             block = slice(start, start + rows)
-            mask = attention_mask[block, :width]
-            hidden = self.mlm_model.base_model(input_ids=input_ids[block, :width],
-                                               attention_mask=mask).last_hidden_state
+            # Copies with their own strides and offset 0: a compiled encoder guards on both, which cuts vary.
+            ids, mask = (t[block, :width].clone(memory_format=torch.contiguous_format)
+                         for t in (input_ids, attention_mask))
+            hidden = self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
             pooled.append(pool(hidden, mask, self.pooling))
             if mlm_positions is not None:
                 logits.append(self.head(hidden[mlm_positions[block, :width]]))
