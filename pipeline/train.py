@@ -25,17 +25,16 @@ import pyarrow.parquet as pq
 import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
-from pipeline.devset import best, dev_spearman, read_dev
 from pipeline.encoder import embed, eval_length
 from pipeline.curves import write_curves
+# The dev set's scoring (scipy) and the model card (pandas, fastText) are imported where the driver or
+# rank 0 uses them: the training step (bench.train_mfu) runs where only torch and transformers are.
 from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
 from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
 from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
-from pipeline.model_card import train_info, write_card
 from pipeline.moco import MomentumEncoder
-from pipeline.sts import data_hash
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
@@ -419,6 +418,8 @@ def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
 def dev_scorer(model, tokenizer, pooling: str, dev: dict):
     """A function scoring the model as it is now on the dev pairs: the evaluation's tokenisation, the run's
     pooling, eval mode (no dropout), no gradient; training mode is restored after."""
+    from pipeline.devset import dev_spearman
+
     module = getattr(model, "module", model)
     encoder = module.mlm_model.base_model
     max_length = eval_length(encoder.config, tokenizer, dev["max_length"])
@@ -482,6 +483,9 @@ def dev_set(config: dict) -> dict | None:
     if not config.get("dev"):
         raise InputError("train: eval_every is set but the stage config names no dev set "
                          "(pipeline.devset.stage_config builds it)")
+    from pipeline.devset import read_dev
+    from pipeline.sts import data_hash
+
     subset = read_dev(config["dev"]["file"])
     if data_hash([subset]) != config["dev"]["hash"]:
         raise InputError(f"train: {config['dev']['file']} changed after the run was configured; start it again")
@@ -507,6 +511,9 @@ def run(config: dict, inputs: dict, out) -> None:
     import ray.data
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
+
+    from pipeline.devset import best
+    from pipeline.model_card import train_info, write_card
 
     cfg = config["train"]
     pairs = inputs["pairs"]
