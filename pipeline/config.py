@@ -253,6 +253,9 @@ class TrainConfig(Strict):
                                                         "(fp16 with loss scaling); weights and losses stay float32")
     num_workers: int = Field(1, ge=1)
     use_gpu: bool = False
+    compile: bool = Field(False, description=(
+        "run the encoder's transformer under torch.compile (dynamic shapes: every step's blocks of rows differ); "
+        "pays its compilation in the first steps, for faster steps on a GPU; on CPU it needs a C++ compiler"))
     cpus_per_worker: int = Field(1, ge=1)
     torch_threads: int | None = Field(None, ge=1, description="null = every core of the machine")
     checkpoint_every: int = Field(100, ge=1)

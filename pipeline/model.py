@@ -16,6 +16,9 @@ from storage import local_copy
 log = logging.getLogger("cpipe")
 
 HF_DIR, ST_DIR = "hf", "sentence-transformers"
+# torch.compile's backend for SpanEncoder(compile=True); tests on CPU swap in "aot_eager", which traces the
+# same graphs, forward and backward, but skips inductor's C++ code generation (minutes on a small CPU).
+COMPILE_BACKEND = "inductor"
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -109,23 +112,47 @@ class SpanEncoder(nn.Module):
 
     Projecting only the masked ~15% of tokens onto the vocabulary saves most of
     the LM head's cost, and one module call keeps DDP to one forward per step.
+    `compile` runs the transformer body under torch.compile: the part whose shapes are a chunk's
+    (rows, width) and where nearly all the FLOPs are. The head's gather of the masked tokens, whose
+    count changes every step, stays eager, so it neither recompiles nor breaks the graph.
     """
 
-    def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None):
+    def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None,
+                 compile: bool = False):
         super().__init__()
         self.mlm_model = mlm_model
         self.head = getattr(mlm_model, mlm_head_name(mlm_model))
         self.pooling = pooling
         self.projection = projection_head(projection, mlm_model.config.hidden_size)
+        if compile:
+            # In place (nn.Module.compile): parameter names, state_dict and export stay the model's own.
+            # Dynamic shapes, as chunks' widths and rows change every step.
+            mlm_model.base_model.compile(dynamic=True, backend=COMPILE_BACKEND)
 
-    def forward(self, input_ids, attention_mask, mlm_positions=None):
-        """(pooled embeddings, projected when there is a head; MLM logits at `mlm_positions`)."""
-        hidden = self.mlm_model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        pooled = pool(hidden, attention_mask, self.pooling)
+    def forward(self, input_ids, attention_mask, mlm_positions=None, chunks=None):
+        """(pooled embeddings, projected when there is a head; MLM logits at `mlm_positions`, in their
+        row-major order). `chunks`: (rows, width) pairs splitting the rows, in order, into consecutive
+        blocks each encoded apart, cut to its first `width` columns; when the rows are right-padded and
+        no row of a block is longer than its width, only padding is left out, and neither attention
+        (which masks it), position ids (counted from the left) nor pooling (over real tokens) change.
+        None: every row at once, at full width."""
+        pooled, logits, start = [], [], 0
+        for rows, width in chunks or [(input_ids.size(0), input_ids.size(1))]:
+            block = slice(start, start + rows)
+            # Copies with their own strides and offset 0: a compiled encoder guards on both, which cuts vary.
+            ids, mask = (t[block, :width].clone(memory_format=torch.contiguous_format)
+                         for t in (input_ids, attention_mask))
+            hidden = self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+            pooled.append(pool(hidden, mask, self.pooling))
+            if mlm_positions is not None:
+                logits.append(self.head(hidden[mlm_positions[block, :width]]))
+            start += rows
+        pooled = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
         if self.projection is not None:
             pooled = self.projection(pooled)
-        logits = self.head(hidden[mlm_positions]) if mlm_positions is not None else None
-        return pooled, logits
+        if mlm_positions is None:
+            return pooled, None
+        return pooled, torch.cat(logits) if len(logits) > 1 else logits[0]
 
 
 def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean") -> None:

@@ -25,25 +25,28 @@ import pyarrow.parquet as pq
 import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
-from pipeline.devset import best, dev_spearman, read_dev
 from pipeline.encoder import embed, eval_length
 from pipeline.curves import write_curves
+# The dev set's scoring (scipy) and the model card (pandas, fastText) are imported where the driver or
+# rank 0 uses them: the training step (bench.train_mfu) runs where only torch and transformers are.
 from pipeline.errors import InputError
 from pipeline.gradcache import cached_step
 from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
 from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
-from pipeline.model_card import train_info, write_card
 from pipeline.moco import MomentumEncoder
-from pipeline.sts import data_hash
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
 # 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
-# curves and a model card beside the model.
-NAME, VERSION = "train", "3"
+# curves and a model card beside the model. 4: rows encoded in length-sorted blocks (less padding
+# computed, the same losses up to rounding); metrics count padded_tokens besides the real tokens.
+NAME, VERSION = "train", "4"
 SCHEMA = None
 METRICS = "metrics.parquet"
+# Rows join a block while it holds fewer padded tokens than this: below it, a GPU's kernels run short of
+# work, and a block costs a launch of every kernel of the encoder.
+BLOCK_TOKENS = 4096
 log = logging.getLogger("cpipe")
 
 
@@ -78,11 +81,12 @@ def collate(batch: pa.Table, special: dict, max_length: int, with_positives: boo
 
 
 def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
-    """The rows the trained encoder embeds, padded to one width: anchors; their positives, unless a
-    momentum encoder embeds those (`keys`); for CLEAR's MLM, the original sentences. MLM masks the
-    originals where there are any (CLEAR eq. 3: MLM on the original sentence, the contrastive loss
-    between the two unmasked views), else the anchors (DeCLUTR). `positions` marks the masked tokens
-    and `original` holds the true ids."""
+    """The rows the trained encoder embeds: anchors; their positives, unless a momentum encoder embeds
+    those (`keys`); for CLEAR's MLM, the original sentences. MLM masks the originals where there are any
+    (CLEAR eq. 3: MLM on the original sentence, the contrastive loss between the two unmasked views), else
+    the anchors (DeCLUTR). `positions` marks the masked tokens and `original` holds the true ids.
+    The rows are sorted longest first (`lengths`), so that consecutive rows encode together with little
+    padding (length_blocks); `unsort` puts their embeddings back in the order above."""
     moco = cfg["contrastive"] and cfg["momentum"] is not None
     if cfg["mlm"] and cfg["objective"] == "clear" and "originals" not in batch:
         raise InputError("train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
@@ -103,9 +107,42 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
         originals.append(_widen(part, width, special["pad"]))
         masks.append(_widen(mask, width, 0))
         positions.append(_widen(chosen, width, False))
-    return {"ids": torch.cat(ids), "mask": torch.cat(masks), "original": torch.cat(originals),
-            "positions": torch.cat(positions) if target else None, "anchors": batch["anchors"][0].size(0),
+    mask = torch.cat(masks)
+    lengths = mask.sum(1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    return {"ids": torch.cat(ids)[order], "mask": mask[order], "original": torch.cat(originals)[order],
+            "positions": torch.cat(positions)[order] if target else None, "lengths": lengths[order].tolist(),
+            "unsort": torch.argsort(order), "anchors": batch["anchors"][0].size(0),
             "keys": batch["positives"] if moco else None}
+
+
+def length_blocks(lengths: list[int], min_tokens: int | None = None) -> list[tuple[int, int]]:
+    """(rows, width) blocks of rows sorted longest first, each padded only to its own longest row: a row
+    joins the open block while that block holds fewer than `min_tokens` slots (BLOCK_TOKENS), or when
+    the row is at least 7/8 of the block's width (little padding); otherwise it opens a new block."""
+    min_tokens = BLOCK_TOKENS if min_tokens is None else min_tokens
+    blocks: list[list[int]] = []
+    for length in lengths:
+        if blocks and (blocks[-1][0] * blocks[-1][1] < min_tokens or 8 * length >= 7 * blocks[-1][1]):
+            blocks[-1][0] += 1
+        else:
+            blocks.append([1, length])
+    return [(rows, width) for rows, width in blocks]
+
+
+def encode_ranges(n: int, cfg: dict) -> list[tuple[int, int]]:
+    """The row ranges [start, end) the encoder sees at a time: grad_cache's chunks when it caches, else all."""
+    if cfg["contrastive"] and cfg["grad_cache"] and cfg["grad_cache"] < n:
+        return [(start, min(start + cfg["grad_cache"], n)) for start in range(0, n, cfg["grad_cache"])]
+    return [(0, n)]
+
+
+def padded_tokens(x: dict, cfg: dict) -> int:
+    """Token slots the encoders compute for one micro-batch's step_inputs (once each, though GradCache
+    encodes every row twice), padding included; against the real tokens, the share spent on padding."""
+    slots = sum(rows * width for start, end in encode_ranges(len(x["lengths"]), cfg)
+                for rows, width in length_blocks(x["lengths"][start:end]))
+    return slots + (x["keys"][0].numel() if x["keys"] is not None else 0)
 
 
 def maskable(ids: torch.Tensor, mask: torch.Tensor, special: dict) -> torch.Tensor:
@@ -147,6 +184,7 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
     whose gradients add up to those of the step's loss: the micro-batches' mean contrastive loss
     plus MLM's mean over all their masked tokens. `scaler` is the run's make_scaler (needed in fp16);
     `key_encoder` is MoCo's (pipeline.moco), which follows the model after each update.
+    "tokens" counts the real tokens the encoders saw, "padded_tokens" the slots they computed.
     A step whose fp16 gradients overflowed is skipped, and then neither are the weights updated nor
     the learning-rate schedule advanced (as the HF Trainer and Accelerate do): the schedule counts updates."""
     batches = [batches] if isinstance(batches, dict) else batches
@@ -157,14 +195,15 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
     inputs = [step_inputs(batch, cfg, special, generator) for batch in batches]
     n_masked = sum(int(x["positions"].sum()) for x in inputs if x["positions"] is not None)
     optimizer.zero_grad(set_to_none=True)
-    losses, tokens = {}, sum(int(x["mask"].sum()) + _tokens(x["keys"]) for x in inputs)
+    losses, tokens = {}, {"tokens": sum(int(x["mask"].sum()) + _tokens(x["keys"]) for x in inputs),
+                          "padded_tokens": sum(padded_tokens(x, cfg) for x in inputs)}
     for i, (batch, x) in enumerate(zip(batches, inputs)):
         for name, share in accumulate(model, batch, x, cfg, n_masked, len(batches), bank, scaler.scale,
                                       last=i == len(batches) - 1, key_encoder=key_encoder).items():
             losses[name] = losses.get(name, 0.0) + share
     if not losses:  # an MLM-only step that drew no masked token has no gradient to step with
         return {"loss": 0.0, "grad_norm": 0.0, "lr": scheduler.get_last_lr()[0], "skipped": True,
-                "grad_scale": scaler.get_scale(), "tokens": tokens}
+                "grad_scale": scaler.get_scale(), **tokens}
     scaler.unscale_(optimizer)  # so that the norm is clipped on the true gradients
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
     scale = scaler.get_scale()
@@ -176,7 +215,7 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
         if key_encoder is not None:
             key_encoder.update(getattr(model, "module", model))
     return {"loss": sum(losses.values()), **losses, "grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0],
-            "skipped": skipped, "grad_scale": scaler.get_scale(), "tokens": tokens}
+            "skipped": skipped, "grad_scale": scaler.get_scale(), **tokens}
 
 
 def _tokens(keys) -> int:
@@ -190,25 +229,28 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
     (embedded by the key encoder with MoCo), with a memory bank's or MoCo queue's negatives if any, plus
     MLM. Returns the micro-batch's shares of the step's losses, which its backward adds (`scale`d) into
     `.grad`. With `grad_cache` smaller than its rows, the encoder sees that many rows at a time and the
-    gradients are still the whole micro-batch's (pipeline.gradcache)."""
+    gradients are still the whole micro-batch's (pipeline.gradcache). The rows are those of step_inputs,
+    longest first; each range of them the encoder sees is cut into length_blocks, so that it computes
+    little padding, and the losses see the embeddings in step_inputs' order."""
     device, n, b = next(model.parameters()).device, x["ids"].size(0), x["anchors"]
     keys = embed_keys(key_encoder, x["keys"], batch["num_positives"], cfg, device) if x["keys"] is not None else None
 
     def encode(start: int, end: int):
-        rows = slice(start, end)
+        rows = (slice(start, end), slice(0, x["lengths"][start]))  # the longest row first: none is cut
         positions = x["positions"][rows].to(device) if n_masked else None
         # Under DDP, only the step's last backward all-reduces the accumulated gradients.
         sync = last and end == n
         with model.no_sync() if not sync and hasattr(model, "no_sync") else nullcontext(), \
                 autocast(cfg["precision"], device.type):
-            pooled, logits = model(x["ids"][rows].to(device), x["mask"][rows].to(device), positions)
+            pooled, logits = model(x["ids"][rows].to(device), x["mask"][rows].to(device), positions,
+                                   length_blocks(x["lengths"][start:end]))
         if not n_masked:
             return pooled.float()
         labels = x["original"][rows].to(device)[positions]
         return pooled.float(), torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_masked
 
     def contrastive(z: torch.Tensor) -> torch.Tensor:
-        p = batch["num_positives"]
+        p, z = batch["num_positives"], z[x["unsort"].to(z.device)]
         positives = gather(keys if keys is not None else z[b:b + b * p].view(b, p, -1).mean(1))
         negatives = bank.negatives() if bank is not None else None
         if bank is not None:
@@ -216,7 +258,7 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         return LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives) / k
 
     losses = {}
-    if cfg["contrastive"] and cfg["grad_cache"] and cfg["grad_cache"] < n:
+    if len(encode_ranges(n, cfg)) > 1:
         step = cached_step(encode, n, cfg["grad_cache"], contrastive, scale)
         losses["contrastive_loss"] = step.loss
         if n_masked:
@@ -265,11 +307,19 @@ def _widen(t: torch.Tensor, width: int, value) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.size(1)), value=value)
 
 
+def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
+    """The encoder a run trains, under torch.compile with train.compile."""
+    return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"])
+
+
 def make_optimizer(model, cfg: dict, total_steps: int):
+    """AdamW, fused into one kernel launch a step on a GPU (use_gpu, or a model already placed there; the
+    same update as the per-parameter loop, up to rounding); torch's default implementation on CPU."""
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]  # biases and LayerNorm, as BERT
+    fused = bool(cfg["use_gpu"] or next(model.parameters()).is_cuda) or None
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg["lr"])
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg["lr"], fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"]))
     return optimizer, scheduler
@@ -300,7 +350,7 @@ def train_loop(config: dict) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.set_num_threads(cfg["torch_threads"] or max(1, (os.cpu_count() or 1) // world))
     torch.manual_seed(cfg["seed"] + rank)
-    model = SpanEncoder(load_mlm(config["init"]), cfg["pooling"], cfg["projection"])
+    model = make_encoder(load_mlm(config["init"]), cfg)
     model.train()
     optimizer, scheduler = make_optimizer(model, cfg, config["total_steps"])
     bank = MemoryBank(cfg["memory_bank"], model.mlm_model.config.hidden_size) if cfg["memory_bank"] else None
@@ -368,6 +418,8 @@ def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
 def dev_scorer(model, tokenizer, pooling: str, dev: dict):
     """A function scoring the model as it is now on the dev pairs: the evaluation's tokenisation, the run's
     pooling, eval mode (no dropout), no gradient; training mode is restored after."""
+    from pipeline.devset import dev_spearman
+
     module = getattr(model, "module", model)
     encoder = module.mlm_model.base_model
     max_length = eval_length(encoder.config, tokenizer, dev["max_length"])
@@ -431,6 +483,9 @@ def dev_set(config: dict) -> dict | None:
     if not config.get("dev"):
         raise InputError("train: eval_every is set but the stage config names no dev set "
                          "(pipeline.devset.stage_config builds it)")
+    from pipeline.devset import read_dev
+    from pipeline.sts import data_hash
+
     subset = read_dev(config["dev"]["file"])
     if data_hash([subset]) != config["dev"]["hash"]:
         raise InputError(f"train: {config['dev']['file']} changed after the run was configured; start it again")
@@ -456,6 +511,9 @@ def run(config: dict, inputs: dict, out) -> None:
     import ray.data
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
+
+    from pipeline.devset import best
+    from pipeline.model_card import train_info, write_card
 
     cfg = config["train"]
     pairs = inputs["pairs"]
