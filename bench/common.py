@@ -22,7 +22,7 @@ def default_model(work: str) -> str:
     """configs/default.yaml's model as the init stage exports it (a BPE trained on the shared corpus, initial
     weights), built under `work`."""
     from pipeline import corpus, init, tokenizer
-    from pipeline.config import CorpusConfig, load_config
+    from pipeline.config import Config, CorpusConfig, load_config
     from pipeline.stage import run_stage
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
