@@ -22,11 +22,11 @@ def default_model(work: str) -> str:
     """configs/default.yaml's model as the init stage exports it (a BPE trained on the shared corpus, initial
     weights), built under `work`."""
     from pipeline import corpus, init, tokenizer
-    from pipeline.config import CorpusConfig, load_config
+    from pipeline.config import Config, CorpusConfig, load_config
     from pipeline.stage import run_stage
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
-    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()), {},
+    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},
                      work)
     tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
     return run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench.common import shared_corpus
 from pipeline import corpus, docstats, filter, tokenizer
-from pipeline.config import CorpusConfig, FilterConfig
+from pipeline.config import Config, CorpusConfig, FilterConfig
 from pipeline.docstats import count_tokens, text_key
 from pipeline.parallel import ordered_map
 from pipeline.stage import run_stage
@@ -79,8 +79,8 @@ def write_corpus(directory: Path, addresses: list[tuple[str, str]], count: int, 
 
 
 def corpus_config(directory: Path, backend: str = "serial", workers: int = 1) -> dict:
-    return corpus.stage_config(CorpusConfig(sources=[str(directory)]).model_dump(),
-                               {"backend": backend, "workers": workers})
+    return corpus.config(Config(corpus=CorpusConfig(sources=[str(directory)]),
+                                parallel={"backend": backend, "workers": workers}))
 
 
 def filter_config(args, backend: str, workers: int = 1) -> dict:

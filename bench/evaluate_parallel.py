@@ -20,11 +20,9 @@ import ray
 
 from bench.common import alternate, default_model, shared_corpus
 from pipeline import evaluate
-from pipeline.config import EvaluateConfig
-from pipeline.parallel import ordered_map
+from pipeline.config import Config, EvaluateConfig
 from pipeline.stage import run_stage
 from storage import read_table
-from tasks.stages import evaluate_one  # what the flow runs on Ray
 
 
 def main() -> None:
@@ -37,11 +35,11 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-evaluate-")
     try:
         model = default_model(work)
-        fp = evaluate.data_fingerprint(data, True)
+        row = evaluate.Row("default", {"kind": "untrained"}, {"model": model}, {})
 
         def job(workers: int) -> tuple[dict, dict]:
-            ev = EvaluateConfig(data=data, kfold=args.kfold, workers=workers).model_dump()
-            return evaluate.stage_config(ev, fp, "default", {"kind": "untrained"}, {}), {"model": model}
+            cfg = Config(evaluate=EvaluateConfig(data=data, kfold=args.kfold, workers=workers))
+            return evaluate.config(cfg, row), row.inputs
 
         outputs: dict[str, list[str]] = {"serial": [], "ray": []}
 
@@ -50,8 +48,7 @@ def main() -> None:
 
         def parallel() -> None:
             config, inputs = job(args.workers)
-            outputs["ray"] += ordered_map(evaluate_one, [(config, inputs, tempfile.mkdtemp(dir=work))], "ray",
-                                          args.workers)
+            outputs["ray"].append(run_stage(evaluate, config, inputs, tempfile.mkdtemp(dir=work)))
 
         ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
         t_ray, t_serial = alternate(parallel, serial, args.repeats)

@@ -14,7 +14,7 @@ import tempfile
 
 from bench.common import alternate, ratio_report, shared_corpus
 from pipeline import corpus, docstats, filter, tokenizer
-from pipeline.config import CorpusConfig
+from pipeline.config import Config, CorpusConfig
 from pipeline.docstats import count_tokens
 from pipeline.stage import run_stage
 from storage import read_table
@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-filter-")
     try:
-        docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()), {}, work)
+        docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
         tok = run_stage(tokenizer, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
                         {"corpus": docs}, work)
         texts = read_table(docs, columns=["text"]).column("text").to_pylist()

@@ -24,8 +24,9 @@ import torch
 
 from bench.common import shared_corpus
 from pipeline import augment, corpus, filter, init, tokenizer, train
-from pipeline.config import CorpusConfig, load_config
+from pipeline.config import Config, CorpusConfig, load_config
 from pipeline.model import HF_DIR, SpanEncoder, load_mlm
+from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
 from pipeline.tokenizer import load_tokenizer
 from pipeline.train import collate, make_optimizer, special_ids, train_step
@@ -35,7 +36,7 @@ WARMUP = 10
 
 
 def prepare(work: str, cfg) -> tuple[str, str]:
-    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(shared_corpus())]).model_dump()), {}, work)
+    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
     tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
     kept = run_stage(filter, cfg.filter.model_dump(), {"corpus": docs, "tokenizer": tok}, work)
     pairs = run_stage(augment, cfg.augment.model_dump(), {"documents": kept, "tokenizer": tok}, work)
@@ -81,7 +82,7 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-train-")
     try:
         pairs, init_path = prepare(work, cfg)
-        train.ray_init(None, cfg.ray.num_cpus)
+        ray_init(None, cfg.ray.num_cpus)
         plain, ray_steps, startup = [], [], []
         for attempt in range(args.repeats):
             plain += plain_loop(pairs, init_path, run_cfg, args.steps)

@@ -63,23 +63,48 @@ def cmd_run(args) -> int:
 
     options = _concealed(dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                               artifacts=args.artifacts, until=args.until, overrides=_overrides(args)))
-    resolve(**options)  # fail on bad input before Prefect or Ray start
+    cfg = resolve(**options)  # fail on bad input before Prefect or Ray start; the flow takes it as it is
     _quiet_user_errors()
     started = time.perf_counter()
-    full_pipeline(**options)
+    full_pipeline(**options, resolved=cfg)
     print(f"cpipe: finished in {time.perf_counter() - started:.1f}s")
     return 0
 
 
 def cmd_serve(args) -> int:
-    from flows.pipeline import full_pipeline, resolve
+    import inspect
+
+    from prefect import serve
+
+    from flows.pipeline import data, evaluate, full_pipeline, resolve, train
 
     parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                                                     artifacts=args.artifacts, until=args.until,
                                                     overrides=_overrides(args) or None).items() if v is not None}
     if args.corpus and args.eval_data:
         resolve(**parameters)
-    full_pipeline.serve(name=args.name, parameters=parameters)
+    # Each flow's deployment gets the defaults it takes (the data flow reads no evaluation data, say).
+    serve(*(f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
+                                                        if k in inspect.signature(f.fn).parameters})
+            for f in (data, train, evaluate, full_pipeline)))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    import fsspec
+
+    from flows.pipeline import evaluate, resolve
+    from pipeline.evaluate import user_rows
+    from pipeline.ranking import CUMULATIVE
+
+    options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
+                              overrides=_overrides(args)))
+    user_rows(args.model)  # every model exists, before Prefect starts
+    cfg = resolve(**options, first="evaluate")
+    _quiet_user_errors()
+    evaluate(models=args.model, **options, resolved=cfg)
+    with fsspec.open(f"{cfg.artifacts.rstrip('/')}/{CUMULATIVE}.md", "r") as f:
+        print(f.read())
     return 0
 
 
@@ -114,10 +139,22 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="run the full pipeline locally (embedded Prefect, local Ray)")
     _run_options(p_run)
     p_run.set_defaults(fn=cmd_run)
-    p_serve = sub.add_parser("serve", help="serve the deployment full-pipeline/<name> to a Prefect server")
+    p_serve = sub.add_parser("serve", help="serve the deployments data/<name>, train/<name>, evaluate/<name> and "
+                             "full-pipeline/<name> to a Prefect server")
     _run_options(p_serve)
     p_serve.add_argument("--name", default="local", help="deployment name (default: local)")
     p_serve.set_defaults(fn=cmd_serve)
+    p_eval = sub.add_parser("evaluate", help="score model directories or hub names (HF or sentence-transformers) "
+                            "and add them to the cumulative leaderboard")
+    p_eval.add_argument("--model", action="append", required=True,
+                        help="a model directory or hub name; repeat for several; the row is named by its directory")
+    p_eval.add_argument("--eval-data", required=True, help="directory of evaluation tasks in SentEval's layout")
+    p_eval.add_argument("--config", help="YAML profile (default: configs/default.yaml): the evaluate settings")
+    p_eval.add_argument("--artifacts", help="where stage datasets and the leaderboard go (default ./artifacts)")
+    p_eval.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set evaluate.workers=2")
+    p_eval.add_argument("--ray-address", help="send Ray work to this cluster (ray.address; RAY_ADDRESS works too)")
+    p_eval.set_defaults(fn=cmd_evaluate)
     p_submit = sub.add_parser("submit", help="run the pipeline as a Ray job on a cluster (Ray Jobs API); "
                               "every other option is passed to `cpipe run` there")
     p_submit.add_argument("--address", required=True, help="the cluster's dashboard, e.g. http://HOST:8265")

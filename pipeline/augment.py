@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from pipeline.config import Config, TrainConfig
 from pipeline.objectives import OBJECTIVES
 from pipeline.tokenizer import load_tokenizer
 
@@ -31,18 +32,25 @@ SCHEMA = pa.schema([
 
 
 SHARED = ("epochs", "seed", "rows_per_shard")
+RUNTIME: dict = {}
 
 
-def stage_config(augment: dict, objective: str, augmentation: str | None = None) -> dict:
-    """Only the settings the objective uses, so changing span lengths does not rebuild CERT's pairs;
-    `augmentation` picks CLEAR's combination."""
-    config = {"objective": objective, **{k: augment[k] for k in (*SHARED, *OBJECTIVES[objective].SETTINGS)}}
-    return {**config, "augmentation": augmentation} if augmentation else config
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """One dataset per objective (and CLEAR combination) the runs train on, named as the runs name it."""
+    return {f"{NAME}/{r.pairs}": (r,) for r in {r.pairs: r for r in cfg.run_configs().values()}.values()}
 
 
-def inputs_for(objective: str, done: dict[str, str]) -> dict[str, str]:
+def config(cfg: Config, run: TrainConfig) -> dict:
+    """Only the settings the run's objective uses, so changing span lengths does not rebuild CERT's pairs;
+    the run's `views` pick CLEAR's combination."""
+    augment = cfg.augment.model_dump()
+    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *OBJECTIVES[run.objective].SETTINGS)}}
+    return {**settings, "augmentation": run.views} if run.views else settings
+
+
+def inputs(done: dict[str, str], cfg: Config, run: TrainConfig) -> dict[str, str]:
     """The datasets an objective's pairs are made from, by the stage that built them."""
-    return {**{name: done[stage] for name, stage in OBJECTIVES[objective].INPUTS.items()},
+    return {**{name: done[stage] for name, stage in OBJECTIVES[run.objective].INPUTS.items()},
             "tokenizer": done["tokenizer"]}
 
 

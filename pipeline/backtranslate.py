@@ -20,7 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from pipeline.config import Config
 from pipeline.objectives.common import sentences
+from pipeline.stage import runtime, split_runtime
 from pipeline.translate import check_backend, load_translator
 
 NAME, VERSION = "backtranslate", "1"
@@ -28,16 +30,32 @@ SEGMENT_SCHEMA = pa.schema([("doc_id", pa.string()), ("segment_id", pa.string())
                             ("end", pa.int32()), ("text", pa.string())])
 SCHEMA = SEGMENT_SCHEMA.append(pa.field("bt_text", pa.string())).append(pa.field("pivot_lang", pa.string())) \
     .append(pa.field("backend", pa.string())).append(pa.field("model", pa.string()))
+RUNTIME = {"workers": 0}
 GENERATION = ("num_beams", "do_sample", "top_k", "temperature", "max_new_tokens", "max_input_tokens", "batch_size")
 log = logging.getLogger("cpipe")
 
 
-def stage_config(bt: dict) -> dict:
-    """The fingerprinted settings; the actor count is runtime (it does not change the output)."""
+def config(cfg: Config) -> dict:
+    """The fingerprinted settings, once the backend is known to run every pivot's models; the actor count is
+    runtime (it does not change the output)."""
+    bt = cfg.backtranslate.model_dump()
     for pivot in bt["pivots"]:
         for model in model_names(bt, pivot):
             check_backend(bt["backend"], model)
-    return {**{k: v for k, v in bt.items() if k != "workers"}, "runtime": {"workers": bt["workers"]}}
+    return split_runtime(RUNTIME, bt)
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"documents": done["filter"]}
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Built only for CERT's pairs."""
+    return {NAME: ()} if any(r.objective == "cert" for r in cfg.run_configs().values()) else {}
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["workers"] > 0  # an actor pool on Ray
 
 
 def model_names(config: dict, pivot: str) -> tuple[str, str]:
@@ -114,7 +132,7 @@ def run(config: dict, inputs: dict, out) -> None:
     out.count("resumed_chunks", n_chunks - len(pending))
     log.info("backtranslate: %d chunks of up to %d sentences, %d to translate (%s)", n_chunks,
              config["chunk_size"], len(pending), ", ".join(" -> ".join(model_names(config, p)) for p in config["pivots"]))
-    workers = config.get("runtime", {}).get("workers", 0)
+    workers = runtime(config, RUNTIME)["workers"]
     with tqdm(total=len(pending), desc="backtranslate", unit="chunk") as bar:
         if pending and workers == 0:
             translator = BackTranslator(config, work_dir)

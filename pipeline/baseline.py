@@ -5,12 +5,30 @@ from __future__ import annotations
 import logging
 
 from pipeline.bow import train_fasttext
+from pipeline.config import Config
 from storage import iter_batches
 
 NAME, VERSION = "baseline", "1"
 SCHEMA = None
+RUNTIME: dict = {}
 MODEL_FILE = "fasttext.bin"
 log = logging.getLogger("cpipe")
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Built for the fastText row, and for the InferSent row that reads the corpus's vectors."""
+    from pipeline import infersent_stage  # which imports this module
+
+    wanted = cfg.evaluate.fasttext.enabled or infersent_stage.reads_corpus_vectors(cfg)
+    return {NAME: ()} if wanted else {}
+
+
+def config(cfg: Config) -> dict:
+    return cfg.evaluate.fasttext.model_dump(exclude={"enabled"})
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"documents": done["filter"]}
 
 
 def run(config: dict, inputs: dict, out) -> None:

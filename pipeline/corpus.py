@@ -17,14 +17,18 @@ from pathlib import Path
 import pyarrow as pa
 from tqdm import tqdm
 
+from pipeline.config import Config
 from pipeline.download import LOCAL_COPIES, fetch
 from pipeline.openwebtext import OpenWebTextSource, is_openwebtext
 from pipeline.parallel import ordered_map
+from pipeline.stage import runtime, split_runtime
 from pipeline.sources import LocalSource, Source, SourceError, read_part
 from pipeline.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
 from pipeline.wikitext import WikiTextParquetSource, is_wikitext_parquet
 
-NAME, VERSION = "corpus", "1"
+# 2: a WikiText Parquet file (one line a row) reads as its articles, not one document per row.
+NAME, VERSION = "corpus", "2"
+RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 SCHEMA = pa.schema([
     ("doc_id", pa.string()),
     ("source", pa.string()),
@@ -52,29 +56,43 @@ def open_source(spec: str, download_dir: str = "downloads", subsets: list[int] |
     return LocalSource(path)
 
 
-def stage_config(corpus: dict, parallel: dict | None = None) -> dict:
-    """The corpus config plus a snapshot of each source, so edited files invalidate the cache.
-
-    A URL stands for its own content, so validating a config downloads nothing. How the
-    work is spread (`parallel`) goes under "runtime", outside the fingerprint: it does
-    not change the output.
-    """
-    if not corpus["sources"]:
+def _sources(cfg: Config) -> dict[str, Source | None]:
+    """Each source opened (which checks it exists and holds documents), None for a URL."""
+    if not cfg.corpus.sources:
         raise SourceError("no corpus given: pass --corpus PATH or set corpus.sources")
-    snapshots = [s if _remote(s) else open_source(s, subsets=corpus["subsets"]).snapshot() for s in corpus["sources"]]
-    return {**{k: v for k, v in corpus.items() if k != "download_dir"}, "snapshots": snapshots,
-            "runtime": {"download_dir": corpus["download_dir"], **(parallel or {})}}
+    return {s: None if _remote(s) else open_source(s, subsets=cfg.corpus.subsets) for s in cfg.corpus.sources}
+
+
+def check(cfg: Config) -> None:
+    """Before any work: every local source is readable. A URL stands for its own content, so this downloads
+    nothing."""
+    _sources(cfg)
+
+
+def config(cfg: Config) -> dict:
+    """The corpus config plus a snapshot of each source, so edited files invalidate the cache; where the
+    downloads go and how the work is spread (cfg.parallel) are runtime."""
+    snapshots = [spec if source is None else source.snapshot() for spec, source in _sources(cfg).items()]
+    return {**split_runtime(RUNTIME, {**cfg.corpus.model_dump(), **cfg.parallel.model_dump()}), "snapshots": snapshots}
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {}
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["backend"] == "ray"
 
 
 def run(config: dict, inputs: dict, out) -> None:
-    runtime, opened = config["runtime"], []
+    settings, opened = runtime(config, RUNTIME), []
 
     def documents():
         for spec in config["sources"]:
             # Opened one at a time, so a URL is not downloaded when max_docs was reached before it.
-            source = open_source(spec, runtime["download_dir"], config["subsets"])
+            source = open_source(spec, settings["download_dir"], config["subsets"])
             opened.append(source)
-            reads = ordered_map(read_part, source.parts(), runtime.get("backend", "serial"), runtime.get("workers", 1))
+            reads = ordered_map(read_part, source.parts(), settings["backend"], settings["workers"])
             for read in tqdm(reads, desc=f"corpus {spec}", unit="part", mininterval=2):
                 for doc in source.take(read):
                     if doc.text.strip():

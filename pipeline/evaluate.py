@@ -16,25 +16,33 @@ are merged in unit order, so both write the same dataset.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from pipeline import encoders
+from pipeline import devset, encoders, infersent_stage
 from pipeline.analysis import score_analysis
+from pipeline.config import Config, TrainConfig
+from pipeline.errors import InputError
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.postprocess import Flow, PostProcessed, Whitening
+from pipeline.stage import runtime
 from pipeline.sts import data_hash, find_sts, score_sts
 from pipeline.transfer import averages, score_transfer
 from pipeline.transfer_data import find_transfer, transfer_data_hash
+from storage import read_manifest
 
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
 # 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
@@ -60,7 +68,19 @@ SCHEMA = pa.schema([
 ])
 log = logging.getLogger("cpipe")
 # How a config without a runtime (one written by hand) is scored.
-SERIAL = {"backend": "serial", "workers": 1}
+RUNTIME = {"backend": "serial", "workers": 1}
+SETTINGS = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
+HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+class Row(NamedTuple):
+    """One leaderboard row to score: how to build its encoder (pipeline.encoders), the datasets it reads, and
+    what the leaderboard says of it."""
+
+    name: str
+    spec: dict
+    inputs: dict[str, str]
+    about: dict
 
 
 def data_fingerprint(data: str, transfer: bool) -> str:
@@ -70,15 +90,94 @@ def data_fingerprint(data: str, transfer: bool) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
 
 
-def stage_config(evaluate: dict, data_fingerprint: str, name: str, spec: dict, about: dict) -> dict:
-    """`spec` says how to build the encoder (pipeline.encoders); `about` is what the leaderboard says of it.
+@functools.lru_cache(maxsize=8)
+def _data_fingerprint(data: str, transfer: bool, listing: str) -> str:
+    return data_fingerprint(data, transfer)
 
-    `evaluate["workers"]` > 1 runs the units on Ray; as a runtime setting it leaves the fingerprint, and so the
-    cached scores, as they are."""
-    keys = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
-    workers = evaluate["workers"]
-    return {**{k: evaluate[k] for k in keys}, "data_hash": data_fingerprint, "model": name, "spec": spec,
-            "about": about, "runtime": {"backend": "ray" if workers > 1 else "serial", "workers": workers}}
+
+def config(cfg: Config, row: Row) -> dict:
+    """evaluate.workers > 1 runs the units on Ray; as a runtime setting it leaves the fingerprint, and so the
+    cached scores, as they are. The data's hash is read once per content (its files' sizes and times), not per
+    model."""
+    ev = cfg.evaluate
+    data = _data_fingerprint(ev.data, ev.transfer, json.dumps(encoders.snapshot(ev.data)))
+    return {**{k: getattr(ev, k) for k in SETTINGS}, "data_hash": data, "model": row.name, "spec": row.spec,
+            "about": row.about, "runtime": {"backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers}}
+
+
+def inputs(done: dict[str, str], cfg: Config, row: Row) -> dict[str, str]:
+    return row.inputs
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["backend"] == "ray"
+
+
+def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> dict:
+    """A run's leaderboard row: an MLM-only run is named as such, not by the pairs whose anchors it reads; the
+    recipe says which run it continued and, for a dev-selected run, the step it exported and its dev score."""
+    recipe = r.recipe() + (f", from {r.init_from}" if r.init_from else "") + (f", {selected}" if selected else "")
+    return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)", "recipe": recipe, "corpus": corpus}
+
+
+def _hub_name(path: str) -> bool:
+    """"org/name" or "name" that is no local path: a model on the Hugging Face hub."""
+    return not path.startswith((".", "~")) and bool(HUB_NAME.match(path)) and not os.path.exists(path)
+
+
+def model_row(name: str, path: str, pooling: str | None = None) -> Row:
+    """Any Hugging Face or sentence-transformers model: a local directory, or a hub name."""
+    spec = {"kind": "model", "path": path, "pooling": pooling,
+            "snapshot": [path] if _hub_name(path) else encoders.snapshot(path)}
+    return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
+
+
+def user_rows(models: list[str]) -> list[Row]:
+    """The rows of `cpipe evaluate --model ...`: each named by its directory's name, or by its hub name."""
+    for m in models:
+        if not _hub_name(m) and not os.path.exists(m):
+            raise InputError(f"--model {m}: no such directory (nor a hub name such as org/name)")
+    rows = [model_row(m, m) if _hub_name(m) else model_row(os.path.basename(os.path.abspath(m)), os.path.abspath(m))
+            for m in models]
+    names = [r.name for r in rows]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories")
+    return rows
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Every row of the pipeline's leaderboard: the runs, the untrained model, the baselines."""
+    rows = [Row(name, {"kind": "trained"}, {"model": path},
+                trained_about(cfg.run_configs()[name], _corpus(done), devset.selected(read_manifest(path))))
+            for name, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
+    ev, base = cfg.evaluate, cfg.evaluate.baselines
+    if ev.untrained:
+        rows.append(Row("untrained", {"kind": "untrained"}, {"model": done["init"]}, {"objective": "none (initial weights)"}))
+    if ev.fasttext.enabled:
+        rows.append(Row("fasttext-bow", {"kind": "fasttext"}, {"model": done["baseline"]},
+                        {"objective": "fastText skipgram", "corpus": _corpus(done),
+                         # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
+                         "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible"}))
+    if "infersent" in done:
+        about = infersent_stage.about(read_manifest(done["infersent"])["config"])
+        vectors = {} if base.infersent.vectors else {"corpus": _corpus(done)}
+        rows.append(Row("infersent", {"kind": "infersent"}, {"model": done["infersent"]}, {**about, **vectors}))
+    if base.random:
+        rows.append(Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"}))
+    for path in base.vectors:
+        rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": encoders.snapshot(path)},
+                        {}, {"objective": "pretrained word vectors"}))
+    rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
+    by_name = {r.name: r for r in rows}
+    for pp in base.postprocess:
+        r = by_name[pp.model]
+        rows.append(Row(f"{pp.model}+{pp.kind}", {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
+                        {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
+    return {f"{NAME}/{r.name}": (r,) for r in rows}
+
+
+def _corpus(done: dict[str, str]) -> str:
+    return done["filter"].rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -183,7 +282,7 @@ def _encoder(config: dict, inputs: dict, out):
 
 
 def run(config: dict, inputs: dict, out) -> None:
-    config = {"runtime": SERIAL, **config}
+    config = {**config, "runtime": runtime(config, RUNTIME)}
     subsets, absent = find_sts(config["data"])
     transfer, absent_transfer = find_transfer(config["data"]) if config["transfer"] else ([], [])
     todo = units(config, subsets, transfer, _encoder(config, inputs, out))

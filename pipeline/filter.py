@@ -15,17 +15,20 @@ from collections import deque
 import pyarrow as pa
 from tqdm import tqdm
 
+from pipeline.config import Config
 from pipeline.corpus import SCHEMA as CORPUS_SCHEMA
 from pipeline.docstats import analyse
 from pipeline.download import fetch
 from pipeline.errors import InputError
 from pipeline.neardup import NearDuplicates
 from pipeline.parallel import ordered_map
+from pipeline.stage import runtime, split_runtime
 from storage import iter_batches, read_manifest
 
 NAME, VERSION = "filter", "2"
 SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32())) \
     .append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float32()))
+RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 BATCH = 256
 log = logging.getLogger("cpipe")
 
@@ -34,9 +37,23 @@ class FilterError(InputError):
     pass
 
 
+def config(cfg: Config) -> dict:
+    """The filter's settings; where the language model is downloaded and how the work is spread are runtime."""
+    return split_runtime(RUNTIME, {**cfg.filter.model_dump(), **cfg.parallel.model_dump(),
+                                   "download_dir": cfg.corpus.download_dir})
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["backend"] == "ray"
+
+
 def run(config: dict, inputs: dict, out) -> None:
-    runtime = config.get("runtime", {})
-    langid_model = str(fetch(config["langid_model"], runtime.get("download_dir", "downloads"))) \
+    settings = runtime(config, RUNTIME)
+    langid_model = str(fetch(config["langid_model"], settings["download_dir"])) \
         if config["language"] else None
     near_threshold = config["near_dedup_threshold"] if config["near_dedup"] else None
     near = NearDuplicates(threshold=near_threshold) if near_threshold else None
@@ -49,7 +66,7 @@ def run(config: dict, inputs: dict, out) -> None:
             batches.append(batch)
             yield batch.column("text").to_pylist(), inputs["tokenizer"], langid_model, near_threshold
 
-    results = ordered_map(analyse, jobs(), runtime.get("backend", "serial"), runtime.get("workers", 1))
+    results = ordered_map(analyse, jobs(), settings["backend"], settings["workers"])
     with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar:
         for result in results:
             batch = batches.popleft()

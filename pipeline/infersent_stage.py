@@ -12,23 +12,48 @@ import os
 
 from pipeline import infersent
 from pipeline.baseline import MODEL_FILE
+from pipeline.config import Config
 from pipeline.encoders import snapshot
 
 NAME, VERSION = "infersent", "1"
 SCHEMA = None
+RUNTIME: dict = {}
 TRAINING = tuple(infersent.Settings.__dataclass_fields__)
 log = logging.getLogger("cpipe")
 
 
-def stage_config(settings: dict, eval_data: str | None) -> dict | None:
-    """From the evaluate.baselines.infersent settings; None when there is no NLI data to train on."""
-    files = infersent.nli_files(settings["nli"], eval_data)
-    if files is None:
-        return None
+def _nli(cfg: Config) -> dict[str, list[str]] | None:
+    settings = cfg.evaluate.baselines.infersent
+    return infersent.nli_files(settings.nli, cfg.evaluate.data) if settings.enabled else None
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Built when enabled and there is NLI data to train on."""
+    if not cfg.evaluate.baselines.infersent.enabled:
+        return {}
+    if _nli(cfg) is None:
+        log.warning("infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under evaluate.data, no "
+                    "evaluate.baselines.infersent.nli): row left out")
+        return {}
+    return {NAME: ()}
+
+
+def reads_corpus_vectors(cfg: Config) -> bool:
+    """Whether the InferSent row's word vectors are the corpus's fastText ones (the baseline stage's)."""
+    return _nli(cfg) is not None and not cfg.evaluate.baselines.infersent.vectors
+
+
+def config(cfg: Config) -> dict:
+    """From the evaluate.baselines.infersent settings and the NLI files found."""
+    settings, files = cfg.evaluate.baselines.infersent.model_dump(), _nli(cfg)
     watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
     return {"nli": files, "vectors": settings["vectors"], "vocab_size": settings["vocab_size"],
             "max_pairs": settings["max_pairs"], **{k: settings[k] for k in TRAINING},
             "snapshot": {path: snapshot(path) for path in watched}}
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"vectors": done["baseline"]} if reads_corpus_vectors(cfg) else {}
 
 
 def about(config: dict) -> dict:

@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import logging
 
+from pipeline.config import Config
 from pipeline.model import build_model, export, position_limit
 from pipeline.tokenizer import load_tokenizer
 
 NAME, VERSION = "init", "3"
 SCHEMA = None
+RUNTIME: dict = {}
 log = logging.getLogger("cpipe")
+
+
+def config(cfg: Config) -> dict:
+    return cfg.model.model_dump()
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"tokenizer": done["tokenizer"]}
 
 
 def run(config: dict, inputs: dict, out) -> None:

@@ -15,6 +15,7 @@ import tempfile
 import fsspec
 import pandas as pd
 
+from pipeline.config import Config
 from pipeline.leaderboard import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 from pipeline.model_card import update_cards
 from storage import put_file, read_manifest, read_table
@@ -22,6 +23,7 @@ from storage import put_file, read_manifest, read_table
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
 NAME, VERSION = "leaderboard", "3"
 SCHEMA = None
+RUNTIME: dict = {}
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
 CUMULATIVE = "leaderboard-all"
@@ -33,6 +35,15 @@ log = logging.getLogger("cpipe")
 
 def load_scores(paths: list[str]) -> pd.DataFrame:
     return pd.concat([read_table(p).to_pandas() for p in paths], ignore_index=True)
+
+
+def config(cfg: Config) -> dict:
+    return {"rank_by": cfg.evaluate.rank_by}
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    """Every scored row's evaluate dataset."""
+    return {f"scores-{k.split('/', 1)[1]}": v for k, v in done.items() if k.startswith("evaluate/")}
 
 
 def run(config: dict, inputs: dict, out) -> None:

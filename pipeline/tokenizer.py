@@ -20,11 +20,13 @@ import os
 from tokenizers import AddedToken, ByteLevelBPETokenizer, Tokenizer
 from tokenizers.processors import RobertaProcessing
 
+from pipeline.config import Config
 from pipeline.errors import InputError
 from storage import iter_batches, local_copy
 
 NAME, VERSION = "tokenizer", "3"
 SCHEMA = None
+RUNTIME: dict = {}
 SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
 DEL_TOKEN = "<del>"
 log = logging.getLogger("cpipe")
@@ -75,6 +77,15 @@ def add_deletion_token(tok) -> None:
 def _texts(corpus: str):
     for batch in iter_batches(corpus, columns=["text"]):
         yield from batch.column("text").to_pylist()
+
+
+def config(cfg: Config) -> dict:
+    return {"base": cfg.model.base, **cfg.tokenizer.model_dump()}
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    """A tokenizer trained from scratch reads the corpus; a base model's comes with it."""
+    return {"corpus": done["corpus"]} if cfg.model.base is None else {}
 
 
 def run(config: dict, inputs: dict, out) -> None:

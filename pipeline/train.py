@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
+from pipeline.config import Config, TrainConfig
 from pipeline.encoder import embed, eval_length
 from pipeline.curves import write_curves
 # The dev set's scoring (scipy) and the model card (pandas, fastText) are imported where the driver or
@@ -35,13 +36,22 @@ from pipeline.losses import LOSSES, mask_tokens, slanted_triangular
 from pipeline.memory_bank import MemoryBank
 from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
 from pipeline.moco import MomentumEncoder
+from pipeline.ray_session import ray_init
+from pipeline.stage import runtime
 from pipeline.tokenizer import DEL_TOKEN, load_tokenizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
 # 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
 # curves and a model card beside the model. 4: rows encoded in length-sorted blocks (less padding
-# computed, the same losses up to rounding); metrics count padded_tokens besides the real tokens.
+# computed, the same losses up to rounding); metrics count padded_tokens besides the real tokens;
+# log_every, checkpoint_every, max_failures, torch_threads and cpus_per_worker left the fingerprint (RUNTIME).
 NAME, VERSION = "train", "4"
+# How often to log and checkpoint, how many failures to survive, threads and CPUs: the same model either way.
+# num_workers and use_gpu stay in the fingerprint: the workers split each batch (and seed and shard by rank),
+# and a GPU computes other floats. With eval_every, every checkpoint is scored and may be the one exported,
+# so checkpoint_every is fingerprinted then.
+RUNTIME = {k: TrainConfig.model_fields[k].default
+           for k in ("log_every", "checkpoint_every", "max_failures", "torch_threads", "cpus_per_worker")}
 SCHEMA = None
 METRICS = "metrics.parquet"
 # Rows join a block while it holds fewer padded tokens than this: below it, a GPU's kernels run short of
@@ -462,18 +472,32 @@ def _report(model, optimizer, scheduler, scaler, bank, key_encoder, generator, s
         ray.train.report({"step": state["step"], "loss": last["loss"], **score}, checkpoint=checkpoint)
 
 
-def ray_init(address: str | None, num_cpus: int | None) -> None:
-    import ray
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """One model per run, parents first."""
+    return {f"{NAME}/{name}": (name,) for name in cfg.training_order()}
 
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        # Workers' prints reach the driver once, through log_to_driver, not also through Train's print patch.
-        os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-        # RAY_ADDRESS (set inside Ray jobs) means a cluster too. Without either, "local" starts our own
-        # instance: a bare ray.init() would join whatever `ray start` left on this machine.
-        cluster = address or os.environ.get("RAY_ADDRESS")
-        ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
-                 configure_logging=False)
+
+def config(cfg: Config, name: str) -> dict:
+    """The run's settings; a dev-selected run's hold its dev set. init_from stays out: the parent's dataset is an
+    input, so its fingerprint is part of the child's, and renaming the parent rebuilds nothing."""
+    from pipeline import devset
+
+    run = cfg.run_configs()[name]
+    settings = run.model_dump(exclude={"init_from"})
+    moved = [k for k in RUNTIME if not (k == "checkpoint_every" and run.eval_every)]
+    dev = devset.stage_config(settings, cfg.evaluate.data, cfg.evaluate.max_length)
+    return {"train": {k: v for k, v in settings.items() if k not in moved}, **({"dev": dev} if dev else {}),
+            "runtime": {k: settings[k] for k in moved}}
+
+
+def inputs(done: dict[str, str], cfg: Config, name: str) -> dict[str, str]:
+    """The run's pairs, and the init stage's model or, for a continuing run, its parent's."""
+    run = cfg.run_configs()[name]
+    return {"pairs": done[f"augment/{run.pairs}"], "init": done[f"{NAME}/{run.init_from}" if run.init_from else "init"]}
+
+
+def needs_ray(config: dict) -> bool:
+    return True  # Ray Train
 
 
 def dev_set(config: dict) -> dict | None:
@@ -509,13 +533,13 @@ def _load(checkpoint) -> dict:
 
 def run(config: dict, inputs: dict, out) -> None:
     import ray.data
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from pipeline.devset import best
     from pipeline.model_card import train_info, write_card
 
-    cfg = config["train"]
+    cfg = {**runtime(config, RUNTIME), **config["train"]}  # the loop reads both
     pairs = inputs["pairs"]
     rows = read_manifest(pairs)["rows"]
     per_step = cfg["batch_size"] * cfg["grad_accumulation"]
@@ -551,7 +575,10 @@ def run(config: dict, inputs: dict, out) -> None:
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
                              storage_filesystem=arrow_filesystem(runs),
                              checkpoint_config=checkpoint_config(dev is not None),
-                             failure_config=FailureConfig(max_failures=cfg["max_failures"])),
+                             failure_config=FailureConfig(max_failures=cfg["max_failures"]),
+                             # Train's own INFO lines (resources requested, each report and checkpoint) are
+                             # noise on the user's terminal; our steps are logged by the loop.
+                             logging_config=LoggingConfig(log_level="WARNING")),
         datasets={"train": dataset},
     )
     log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],

@@ -18,12 +18,12 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import TaskRunContext
 from prefect.filesystems import RemoteFileSystem
 
-from pipeline.parallel import ordered_map
+from pipeline.config import RayConfig
 from pipeline.ranking import publish
-from pipeline.stage import run_stage, stage_fingerprint, stage_path
+from pipeline.ray_session import ray_init
+from pipeline.stage import needs_ray, run_stage, stage_fingerprint
 from pipeline.stages import STAGES
-from pipeline.train import ray_init
-from storage import complete, is_local, read_manifest
+from storage import complete, dataset_path, is_local, read_manifest
 
 RESULTS = "_prefect"
 
@@ -42,22 +42,17 @@ _show_pipeline_logs()  # under remote artifacts: Prefect's results of the stage 
 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
-    name, config, inputs, artifacts = params["name"], params["config"], params["inputs"], params["artifacts"]
-    if not built(name, config, inputs, artifacts):
+    name, fp, artifacts = params["name"], params["fp"], params["artifacts"]
+    if not complete(dataset_path(artifacts, STAGES[name].NAME, fp)):
         return None
     # The same fingerprint under another artifacts directory is another dataset (another path).
     where = hashlib.sha256(artifacts.encode()).hexdigest()[:8]
-    return f"{name}-{stage_fingerprint(STAGES[name], config, inputs)}-{where}"
+    return f"{name}-{fp}-{where}"
 
 
 @task(task_run_name="{name}", cache_key_fn=_cache_key, persist_result=True)
-def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str) -> str:
-    return run_stage(STAGES[name], config, inputs, artifacts)
-
-
-def built(name: str, config: dict, inputs: dict[str, str], artifacts: str) -> bool:
-    """Whether the stage's dataset for these inputs is already finished."""
-    return complete(stage_path(STAGES[name], config, inputs, artifacts))
+def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str, fp: str) -> str:
+    return run_stage(STAGES[name], config, inputs, artifacts, fp)
 
 
 @functools.cache
@@ -72,26 +67,45 @@ def result_storage(artifacts: str) -> str | None:
     return f"remote-file-system/{name}"
 
 
-def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None) -> str:
-    """Run a stage as a task and log whether it was reused or built."""
-    started = time.time()
-    path = stage_task.with_options(task_run_name=label or name, result_storage=result_storage(artifacts))(
-        name, config, inputs, artifacts)
+def _prepared(name: str, config: dict, inputs: dict[str, str], artifacts: str, ray: RayConfig | None) -> str:
+    """The stage's fingerprint, computed once, here, for the task and its cache key; Ray is started first when the stage is not
+    built yet and its config runs on Ray (the stage decides), so a rerun that reuses everything needs no Ray."""
+    stage = STAGES[name]
+    fp = stage_fingerprint(stage, config, inputs)
+    if needs_ray(stage, config) and not complete(dataset_path(artifacts, stage.NAME, fp)):
+        start_ray(ray.address if ray else None, ray.num_cpus if ray else None)
+    return fp
+
+
+def _task(label: str, artifacts: str):
+    return stage_task.with_options(task_run_name=label, result_storage=result_storage(artifacts))
+
+
+def _logged(label: str, path: str, started: float) -> str:
     # Finished before this task started: a cache hit, or a dataset another run built while this one waited.
     reused = read_manifest(path)["created"] < started
-    get_run_logger().info("%s: %s %s", label or name, "reused" if reused else "built", path)
+    get_run_logger().info("%s: %s %s", label, "reused" if reused else "built", path)
     return path
 
 
-@task
-def evaluate_on_ray(jobs: list[tuple[dict, dict]], artifacts: str, workers: int) -> list[str]:
-    """Score several models at once as Ray tasks; each writes its own evaluate dataset, its configs' runtime
-    fanning its tasks out as nested Ray tasks (a task waiting on them gives its CPU back meanwhile)."""
-    return list(ordered_map(evaluate_one, [(config, inputs, artifacts) for config, inputs in jobs], "ray", workers))
+def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None,
+        ray: RayConfig | None = None) -> str:
+    """Run a stage as a task and log whether it was reused or built."""
+    started = time.time()
+    fp = _prepared(name, config, inputs, artifacts, ray)
+    return _logged(label or name, _task(label or name, artifacts)(name, config, inputs, artifacts, fp), started)
 
 
-def evaluate_one(job: tuple[dict, dict, str]) -> str:
-    return run_stage(STAGES["evaluate"], *job)
+def run_all(jobs: dict[str, tuple[str, dict, dict[str, str]]], artifacts: str,
+            ray: RayConfig | None = None) -> dict[str, str]:
+    """label -> (stage, config, inputs): the stage tasks submitted at once, so that they run concurrently
+    (Prefect's thread pool), each waiting on Ray for its own work; label -> path."""
+    started = time.time()
+    futures = {}
+    for label, (name, config, inputs) in jobs.items():
+        fp = _prepared(name, config, inputs, artifacts, ray)
+        futures[label] = _task(label, artifacts).submit(name, config, inputs, artifacts, fp)
+    return {label: _logged(label, future.result(), started) for label, future in futures.items()}
 
 
 @task

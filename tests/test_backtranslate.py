@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from pipeline import augment, backtranslate, corpus, filter, tokenizer
-from pipeline.config import AugmentConfig, BacktranslateConfig, CorpusConfig, FilterConfig
+from pipeline.config import AugmentConfig, BacktranslateConfig, Config, CorpusConfig, FilterConfig, TrainConfig
 from pipeline.segment import segments
 from pipeline.stage import run_stage, stage_path
 from pipeline.train import collate, special_ids
@@ -36,7 +36,7 @@ def setup(tmp_path_factory):
         lines = [" ".join(en[d * 8 + k] for k in range(i, i + 4)) for i in (0, 4)]
         (docs / f"doc{d}.txt").write_text("\n".join(lines), encoding="utf-8")
     art = str(root / "artifacts")
-    documents = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump()), {}, art)
+    documents = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
     tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": documents}, art)
     kept = run_stage(filter, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
@@ -48,7 +48,7 @@ def setup(tmp_path_factory):
 
 
 def bt_config(setup, **changes) -> dict:
-    return backtranslate.stage_config({**setup["config"], **changes})
+    return backtranslate.config(Config(backtranslate=BacktranslateConfig(**{**setup["config"], **changes})))
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
 
 
 def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup, translated):
-    config = augment.stage_config(AugmentConfig(epochs=2, seed=3).model_dump(), "cert")
+    config = augment.config(Config(augment=AugmentConfig(epochs=2, seed=3)), TrainConfig(objective="cert"))
     assert "min_length" not in config  # DeCLUTR's span settings do not touch CERT's pairs
     pairs = run_stage(augment, config, {"backtranslations": translated, "tokenizer": setup["tokenizer"]},
                       setup["art"])

@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from pipeline import augment, corpus, filter, init, tokenizer
-from pipeline.config import AugmentConfig, CorpusConfig, FilterConfig, ModelConfig, TrainConfig
+from pipeline.config import AugmentConfig, Config, CorpusConfig, FilterConfig, ModelConfig, TrainConfig
 from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, build_model, export
 from pipeline.stage import run_stage
 from pipeline.train import collate, special_ids
@@ -122,7 +122,7 @@ def bases(tmp_path_factory, documents) -> dict:
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory, documents) -> tuple[str, str]:
     art = str(tmp_path_factory.mktemp("base-artifacts"))
-    return run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(documents[0])]).model_dump()), {}, art), art
+    return run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(documents[0])]))), {}, art), art
 
 
 def stages(base: Path, corpus_path) -> dict:
@@ -132,8 +132,8 @@ def stages(base: Path, corpus_path) -> dict:
                     {"corpus": docs}, art)
     kept = run_stage(filter, {**FilterConfig(min_tokens=MIN_TOKENS).model_dump(), "runtime": {}},
                      {"corpus": docs, "tokenizer": tok}, art)
-    pairs = run_stage(augment, augment.stage_config(AugmentConfig(**SPANS).model_dump(), "declutr"),
-                      augment.inputs_for("declutr", {"filter": kept, "tokenizer": tok}), art)
+    cfg, run = Config(augment=AugmentConfig(**SPANS)), TrainConfig(objective="declutr")
+    pairs = run_stage(augment, augment.config(cfg, run), augment.inputs({"filter": kept, "tokenizer": tok}, cfg, run), art)
     return {"tokenizer": tok, "filter": kept, "augment": pairs, "artifacts": art}
 
 

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import corpus
-from pipeline.config import CorpusConfig
+from pipeline.config import Config, CorpusConfig
 from pipeline.corpus import open_source
 from pipeline.sources import SourceError
 from pipeline.stage import run_stage
@@ -16,8 +16,9 @@ from tests.conftest import SHARED
 
 
 def corpus_config(sources, max_docs=None, workers=1) -> dict:
-    parallel = {"backend": "processes", "workers": workers} if workers > 1 else None
-    return corpus.stage_config(CorpusConfig(sources=[str(s) for s in sources], max_docs=max_docs).model_dump(), parallel)
+    parallel = {"backend": "processes", "workers": workers} if workers > 1 else {}
+    return corpus.config(Config(corpus=CorpusConfig(sources=[str(s) for s in sources], max_docs=max_docs),
+                                parallel=parallel))
 
 
 def build(tmp_path, sources, max_docs=None, workers=1):

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from pipeline import corpus
-from pipeline.config import CorpusConfig
+from pipeline.config import Config, CorpusConfig
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import http_server
@@ -51,8 +51,8 @@ def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_download
                     f"/dumps/{dump.name}": dump.read_bytes()}
     base = f"http://127.0.0.1:{server.server_port}"
     cfg = CorpusConfig(sources=[f"{base}/owt/urlsf_subset00.tar", f"{base}/dumps/{dump.name}"],
-                       download_dir=str(tmp_path / "downloads")).model_dump()
-    path = run_stage(corpus, corpus.stage_config(cfg), {}, str(tmp_path / "artifacts"))
+                       download_dir=str(tmp_path / "downloads"))
+    path = run_stage(corpus, corpus.config(Config(corpus=cfg)), {}, str(tmp_path / "artifacts"))
 
     table = read_table(path)
     docs = dict(zip(table.column("title_or_url").to_pylist(), table.column("text").to_pylist()))

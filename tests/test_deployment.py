@@ -59,18 +59,21 @@ def prefect_server(tmp_path):
         log.close()
 
 
-def test_served_deployment_runs_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts):
+def test_serve_registers_every_flow_and_the_full_pipeline_runs_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts):
     env = prefect_server
     artifacts = tmp_path / "artifacts"
     serve_log = open(tmp_path / "serve.log", "w")
     serve = subprocess.Popen([CPIPE, "serve", "--config", str(tiny_config), "--set", "runs={declutr: {}}"],
                              cwd=ROOT, env=env, stdout=serve_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        def deployed() -> bool:
-            out = subprocess.run([PREFECT, "deployment", "ls"], env=env, capture_output=True, text=True)
-            return "full-pipeline/local" in out.stdout
+        flows = ("data", "train", "evaluate", "full-pipeline")
 
-        wait_for(deployed, "the deployment full-pipeline/local")
+        def deployed() -> bool:
+            out = subprocess.run([PREFECT, "deployment", "ls"], env={**env, "COLUMNS": "250"}, capture_output=True,
+                                 text=True)
+            return all(f"{name}/local" in out.stdout for name in flows)
+
+        wait_for(deployed, "the deployments data, train, evaluate and full-pipeline /local")
         run = subprocess.run(
             [PREFECT, "deployment", "run", "full-pipeline/local", "--param", f"corpus={tiny_corpus}",
              "--param", f"eval_data={tiny_sts}", "--param", f"artifacts={artifacts}", "--watch"],

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import time
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -103,9 +104,9 @@ def test_exported_model_loads_in_sentence_transformers_without_our_code(first_ru
     assert out.stdout.strip().endswith("(2, 32)")
 
 
-def test_second_run_reuses_every_stage(first_run):
+def test_second_run_reuses_every_stage_whatever_its_logging(first_run):
     args, artifacts, _ = first_run
-    result = cpipe(*args)
+    result = cpipe(*args, "--set", "train.log_every=5", "--set", "train.checkpoint_every=3")  # runtime settings
     assert result.returncode == 0, result.stderr[-3000:]
     log = stage_log(result.stdout + result.stderr)
     assert log and set(log.values()) == {"reused"}, log
@@ -199,3 +200,27 @@ def test_inspect_lists_datasets_and_shows_one(first_run):
     assert f"rows: {read_manifest(augment)['rows']}" in shown.stdout
     missing = cpipe("inspect", str(artifacts / "nowhere"))
     assert missing.returncode == 2 and "not a directory" in missing.stderr
+
+
+def test_cpipe_evaluate_scores_a_model_directory_into_the_cumulative_leaderboard(first_run, tmp_path, tiny_config,
+                                                                                 tiny_sts):
+    """A sentence-transformers directory this run did not train (a copy of one of its exports, renamed), scored
+    alone: its row is named by its directory; a missing directory fails in one line before any work."""
+    _, trained, _ = first_run
+    export = next(d["path"] for d in list_datasets(str(trained)) if d["stage"] == "train")
+    model = tmp_path / "my-encoder"
+    shutil.copytree(f"{export}/sentence-transformers", model)
+    artifacts = tmp_path / "artifacts"
+    args = ["evaluate", "--model", str(model), "--eval-data", str(tiny_sts), "--artifacts", str(artifacts),
+            "--config", str(tiny_config)]
+    missing = cpipe(*args, "--model", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    [error] = [line for line in missing.stderr.splitlines() if line.startswith("cpipe: error: ")]
+    assert str(tmp_path / "nowhere") in error and not artifacts.exists()
+    result = cpipe(*args)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    table = pd.read_csv(artifacts / "leaderboard-all.csv").set_index("model")
+    assert list(table.index) == ["my-encoder"] and pd.notna(table.loc["my-encoder", "STSB cosine"])
+    assert table.loc["my-encoder", "objective"] == "pretrained"
+    assert "| my-encoder |" in result.stdout  # the cumulative table, printed
+    assert {d["stage"] for d in list_datasets(str(artifacts))} == {"evaluate", "leaderboard"}

@@ -3,19 +3,19 @@ twice identically; every baseline kind builds and scores; Ray-parallel scoring g
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from pipeline import corpus, evaluate, filter, tokenizer
-from pipeline.config import Baselines, CorpusConfig, EvaluateConfig, FilterConfig
-from pipeline.parallel import ordered_map
+from pipeline.config import Baselines, Config, CorpusConfig, EvaluateConfig, FilterConfig
 from pipeline.stage import run_stage
 from pipeline.sts import STS_TASKS
 from pipeline.transfer_data import TRANSFER_TASKS
 from storage import read_table
 from tests.conftest import SHARED, WORDS, write_corpus, write_sts
-from tasks.stages import evaluate_one  # what the flow runs on Ray
 from tests.test_embed import tiny_model
 
 
@@ -23,8 +23,8 @@ from tests.test_embed import tiny_model
 def setup(tmp_path_factory, tiny_sts):
     root = tmp_path_factory.mktemp("evaluate")
     art = str(root / "artifacts")
-    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(write_corpus(root / "docs"))])
-                                                 .model_dump()), {}, art)
+    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
+                                                 )), {}, art)
     tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": docs}, art)
     kept = run_stage(filter, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
@@ -33,10 +33,16 @@ def setup(tmp_path_factory, tiny_sts):
             "data": str(tiny_sts)}
 
 
+def concurrently(jobs: list[tuple[dict, dict]], artifacts: str) -> list[str]:
+    """As the evaluate flow scores models when evaluate.workers > 1: all at once, from this process (Prefect's
+    threads), each fanning its own units out on Ray."""
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        return list(pool.map(lambda job: run_stage(evaluate, *job, artifacts), jobs))
+
+
 def scores(setup, name, spec, inputs, data=None, art=None, **settings):
-    ev = EvaluateConfig(data=data or setup["data"], batch_size=16, **settings).model_dump()
-    fp = evaluate.data_fingerprint(ev["data"], ev["transfer"])
-    config = evaluate.stage_config(ev, fp, name, spec, {"objective": "test"})
+    cfg = Config(evaluate=EvaluateConfig(data=data or setup["data"], batch_size=16, **settings))
+    config = evaluate.config(cfg, evaluate.Row(name, spec, inputs, {"objective": "test"}))
     return read_table(run_stage(evaluate, config, inputs, art or setup["art"])).to_pandas()
 
 
@@ -90,15 +96,17 @@ def test_post_processing_is_fitted_on_the_corpus_and_changes_the_embedding(setup
 def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
     import ray
 
-    ev = EvaluateConfig(data=setup["data"], batch_size=16, baselines=Baselines()).model_dump()
-    fp = evaluate.data_fingerprint(ev["data"], ev["transfer"])
-    jobs = [(evaluate.stage_config(ev, fp, n, s, {}), i) for n, s, i in (
-        ("tiny", {"kind": "untrained"}, {"model": setup["model"]}),
-        ("random", {"kind": "random", "dim": 16, "seed": 0}, {}))]
-    serial = [read_table(evaluate_one((c, i, str(tmp_path / "serial")))) for c, i in jobs]
+    rows = [evaluate.Row("tiny", {"kind": "untrained"}, {"model": setup["model"]}, {}),
+            evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {})]
+
+    def jobs(workers: int) -> list[tuple[dict, dict]]:
+        cfg = Config(evaluate=EvaluateConfig(data=setup["data"], batch_size=16, baselines=Baselines(), workers=workers))
+        return [(evaluate.config(cfg, r), r.inputs) for r in rows]
+
+    serial = [read_table(run_stage(evaluate, c, i, str(tmp_path / "serial"))) for c, i in jobs(1)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        paths = list(ordered_map(evaluate_one, [(c, i, str(tmp_path / "ray")) for c, i in jobs], "ray", 2))
+        paths = concurrently(jobs(2), str(tmp_path / "ray"))
     finally:
         ray.shutdown()
     for table, path in zip(serial, paths):

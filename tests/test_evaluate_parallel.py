@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from pipeline import evaluate
-from pipeline.config import EvaluateConfig
+from pipeline.config import Config, EvaluateConfig
 from pipeline.encoder import Encoder
-from pipeline.parallel import ordered_map
+
 from pipeline.stage import run_stage
 from pipeline.sts import find_sts
 from pipeline.transfer_data import find_transfer
 from storage import read_manifest, read_table
-from tasks.stages import evaluate_one  # what the flow runs on Ray
+from tests.test_evaluate import concurrently
 from tests.conftest import SHARED, write_sts
 from tests.test_evaluate import setup  # noqa: F401  (fixture)
 
@@ -54,10 +54,10 @@ def data(tmp_path_factory) -> str:
 
 def jobs(setup, data: str, workers: int) -> list[tuple[dict, dict]]:  # noqa: F811  (the fixture's value)
     """A model and its whitened version: the transform is fitted by the stage and must reach every unit."""
-    ev = EvaluateConfig(data=data, batch_size=16, kfold=2, workers=workers).model_dump()
-    fp = evaluate.data_fingerprint(data, ev["transfer"])
+    cfg = Config(evaluate=EvaluateConfig(data=data, batch_size=16, kfold=2, workers=workers))
     whitening = {"kind": "whitening", "k": 8, "sentences": 200, "seed": 0}
-    return [(evaluate.stage_config(ev, fp, name, spec, {"objective": "test"}), inputs) for name, spec, inputs in (
+    return [(evaluate.config(cfg, evaluate.Row(name, spec, inputs, {"objective": "test"})), inputs)
+            for name, spec, inputs in (
         ("tiny", {"kind": "untrained"}, {"model": setup["model"]}),
         ("tiny+whitening", {"kind": "untrained", "postprocess": whitening},
          {"model": setup["model"], "corpus": setup["documents"]}))]
@@ -68,11 +68,9 @@ def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(setup, da
     import ray
 
     serial = [run_stage(evaluate, config, inputs, str(tmp_path / "serial")) for config, inputs in jobs(setup, data, 1)]
-    # Two CPUs for two models: their units only run because a model's task waiting on them gives its CPU back.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        parallel = list(ordered_map(evaluate_one, [(config, inputs, str(tmp_path / "ray"))
-                                                   for config, inputs in jobs(setup, data, 2)], "ray", 2))
+        parallel = concurrently(jobs(setup, data, 2), str(tmp_path / "ray"))
     finally:
         ray.shutdown()
     ray_tasks = []

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from pipeline import corpus, filter, tokenizer
-from pipeline.config import CorpusConfig, FilterConfig
+from pipeline.config import Config, CorpusConfig, FilterConfig
 from pipeline.filter import FilterError
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
@@ -36,7 +36,7 @@ def stages(tmp_path_factory, lid_model):
     for name, text in files.items():
         (root / f"{name}.txt").write_text(text)
     art = str(tmp_path_factory.mktemp("artifacts"))
-    docs = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(root)]).model_dump()), {}, art)
+    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(root)]))), {}, art)
     tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": docs}, art)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from flows.pipeline import trainings, trained_about
+from pipeline import train
 from pipeline.config import ConfigError, load_config
-from pipeline.stage import stage_fingerprint
+from pipeline.evaluate import trained_about
+from pipeline.stage import stage_fingerprint, stage_path
 from pipeline.stages import STAGES
 
 
@@ -49,10 +50,15 @@ def test_without_init_from_the_order_is_the_configs(tmp_path):
     assert config(tmp_path, "  z: {}\n  m: {}\n  a: {}\n").training_order() == ["z", "m", "a"]
 
 
-def plan(cfg, artifacts="/art"):
-    runs = cfg.run_configs()
-    pairs = {r.pairs: f"{artifacts}/augment/pairs-{r.pairs}" for r in runs.values()}
-    return trainings(cfg, runs, pairs, f"{artifacts}/init/0123456789abcdef", artifacts)
+def plan(cfg, artifacts="/art") -> dict[str, tuple[dict, dict]]:
+    """Each run's train config and inputs, as the train flow builds them, every dataset's path standing in for it."""
+    done = {"init": f"{artifacts}/init/0123456789abcdef",
+            **{f"augment/{r.pairs}": f"{artifacts}/augment/pairs-{r.pairs}" for r in cfg.run_configs().values()}}
+    jobs = {}
+    for label, key in train.instances(cfg, done).items():
+        jobs[key[0]] = (train.config(cfg, *key), train.inputs(done, cfg, *key))
+        done[label] = stage_path(train, *jobs[key[0]], artifacts)
+    return jobs
 
 
 def fingerprints(cfg) -> dict[str, str]:

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from pipeline import devset, train
-from pipeline.config import ConfigError, TrainConfig, load_config
+from pipeline.config import Config, ConfigError, TrainConfig, load_config
 from pipeline.encoder import Encoder
 from pipeline.model import HF_DIR, build_model
-from pipeline.stage import run_stage
+from pipeline.stage import run_stage, stage_path
 from pipeline.tokenizer import SPECIAL
 from storage import DatasetWriter, read_manifest
 from tests.conftest import WORDS, make_document
@@ -141,18 +141,12 @@ def test_the_dev_set_content_enters_the_train_fingerprint(tmp_path):
     dev = tmp_path / "STSBenchmark" / "sts-dev.csv"
     dev.parent.mkdir()
     dev.write_text("g\tx\t2012\t0\t1.0\ta\tb\ng\tx\t2012\t1\t2.0\tc\td\n")
-    cfg = TrainConfig(eval_every=5).model_dump()
+    cfg = Config(train={"eval_every": 5}, evaluate={"data": str(tmp_path)})
     inputs = {"pairs": "/a/augment/p", "init": "/a/init/i"}
-    before = train_path(cfg, devset.stage_config(cfg, str(tmp_path), 64), inputs)
+    before = stage_path(train, train.config(cfg, "declutr"), inputs, "/a")
     dev.write_text("g\tx\t2012\t0\t3.0\ta\tb\ng\tx\t2012\t1\t2.0\tc\td\n")
-    assert train_path(cfg, devset.stage_config(cfg, str(tmp_path), 64), inputs) != before
-    assert devset.stage_config(TrainConfig().model_dump(), str(tmp_path), 64) is None
-
-
-def train_path(cfg: dict, dev: dict, inputs: dict) -> str:
-    from pipeline.stage import stage_path
-
-    return stage_path(train, {"train": cfg, "dev": dev}, inputs, "/a")
+    assert stage_path(train, train.config(cfg, "declutr"), inputs, "/a") != before
+    assert "dev" not in train.config(Config(evaluate={"data": str(tmp_path)}), "declutr")
 
 
 def test_the_best_is_the_highest_score_earliest_among_ties_never_nan():

@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaske
 
 from pipeline import augment, corpus, init, tokenizer
 from pipeline.clear import WORDNET, wordnet_dir
-from pipeline.config import OBJECTIVES, AugmentConfig, CorpusConfig, ModelConfig
+from pipeline.config import OBJECTIVES, AugmentConfig, Config, CorpusConfig, ModelConfig, TrainConfig
 from pipeline.model import load_mlm
 from pipeline.objectives import OBJECTIVES as REGISTRY
 from pipeline.segment import sentences
@@ -27,12 +27,16 @@ def test_the_config_names_every_registered_objective():
         assert set(module.INPUTS.values()) <= {"filter", "backtranslate"}
 
 
+def pairs_config(objective: str, augmentation: str | None = None, **settings) -> dict:
+    """The augment stage's config for a run of `objective` under these augment settings."""
+    return augment.config(Config(augment=AugmentConfig(**settings)),
+                          TrainConfig(objective=objective, augmentation=augmentation))
+
+
 def test_each_objective_is_fingerprinted_on_its_own_settings_only():
-    base = AugmentConfig().model_dump()
-    longer = {**base, "max_length": 256}
-    assert augment.stage_config(base, "declutr") != augment.stage_config(longer, "declutr")
-    assert augment.stage_config(base, "simcse") == augment.stage_config(longer, "simcse")
-    assert augment.stage_config(base, "cert") == augment.stage_config({**longer, "min_chars": 5}, "cert")
+    assert pairs_config("declutr") != pairs_config("declutr", max_length=256)
+    assert pairs_config("simcse") == pairs_config("simcse", max_length=256)
+    assert pairs_config("cert") == pairs_config("cert", max_length=256, min_chars=5)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def documents(tmp_path_factory):
     root = tmp_path_factory.mktemp("objectives")
     docs = write_corpus(root / "docs", n_docs=4, n_words=120)
     art = str(root / "artifacts")
-    path = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump()), {}, art)
+    path = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
     tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": path}, art)
     return path, tok, art
@@ -48,7 +52,7 @@ def documents(tmp_path_factory):
 
 def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
     docs, tok, art = documents
-    config = augment.stage_config(AugmentConfig(epochs=3, min_chars=10, max_sentences=12).model_dump(), "simcse")
+    config = pairs_config("simcse", epochs=3, min_chars=10, max_sentences=12)
     path = run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)
     rows = read_table(path).to_pylist()
     assert len(rows) == 3 * 12
@@ -65,8 +69,7 @@ def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
 
 def clear_rows(documents, augmentation: str, epochs: int = 2, **clear) -> tuple[list[dict], str]:
     docs, tok, art = documents
-    config = augment.stage_config(AugmentConfig(epochs=epochs, min_chars=10, clear=clear).model_dump(), "clear",
-                                  augmentation)
+    config = pairs_config("clear", augmentation, epochs=epochs, min_chars=10, clear=clear)
     path = run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)
     return read_table(path).to_pylist(), path
 
@@ -139,7 +142,7 @@ def test_clear_substitution_uses_wordnet_where_it_is_installed(tmp_path):
     docs.mkdir()
     (docs / "a.txt").write_text("The big dog runs quickly to the old car. A happy child sees the large house. " * 5)
     art = str(tmp_path / "art")
-    path = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump()), {}, art)
+    path = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
     tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 1, "max_length": 64},
                     {"corpus": path}, art)
     rows, out = clear_rows((path, tok, art), "subs", epochs=1)
@@ -154,13 +157,13 @@ def test_declutr_collapses_whitespace_and_drops_short_documents(tmp_path):
         f.write_text(f.read_text().replace(". ", ".\n\n   \t"))
     (docs / "short.txt").write_text("Kabar lobar mifen.")
     art = str(tmp_path / "art")
-    path = run_stage(corpus, corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump()), {}, art)
+    path = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
     tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": path}, art)
     spans = {"min_length": 4, "max_length": 16, "epochs": 2}
     texts = {}
     for collapse in (True, False):
-        config = augment.stage_config(AugmentConfig(**spans, collapse_whitespace=collapse).model_dump(), "declutr")
+        config = pairs_config("declutr", **spans, collapse_whitespace=collapse)
         out = run_stage(augment, config, {"documents": path, "tokenizer": tok}, art)
         assert read_manifest(out)["counts"]["too_short"] == 1
         texts[collapse] = [t for r in read_table(out).to_pylist() for t in [r["anchor_text"], *r["positive_text"]]]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flows.pipeline import resolve
-from pipeline.config import DEFAULT_PROFILE, ConfigError, load_config
+from pipeline.config import Config, DEFAULT_PROFILE, ConfigError, load_config
 from pipeline.errors import InputError
 from storage import DatasetError
 
@@ -53,6 +53,6 @@ def test_a_corpus_whose_every_file_is_not_utf8_says_so(tmp_path):
     docs.mkdir()
     (docs / "a.txt").write_bytes(b"\xff\xfe caf\xe9")
     (docs / "b.txt").write_bytes(b"plain \xff")
-    config = corpus.stage_config(CorpusConfig(sources=[str(docs)]).model_dump())
+    config = corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)])))
     with pytest.raises(InputError, match=r": 2 skipped \(2 not_utf8; first: .*a\.txt: not UTF-8"):
         run_stage(corpus, config, {}, str(tmp_path / "artifacts"))

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from pipeline import corpus, filter, tokenizer
-from pipeline.config import CorpusConfig, FilterConfig
+from pipeline.config import Config, CorpusConfig, FilterConfig
 from pipeline.parallel import ordered_map
 from pipeline.stage import run_stage
-from pipeline.train import ray_init
+from pipeline.ray_session import ray_init
 from pipeline.wikipedia import WikipediaDumpSource
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, ray_cluster, write_corpus
@@ -57,13 +57,13 @@ def test_corpus_and_filter_write_the_same_documents_on_every_backend(cluster, re
     dump = write_dump(tmp_path / "enwiki-20240501-pages-articles-multistream.xml.bz2", paras, streams=2)
     monkeypatch.setattr(WikipediaDumpSource, "PAGES_PER_PART", 1)  # several parts even from a tiny dump
     local = f"{SHARED}/corpus/sotu" if SHARED else str(write_corpus(tmp_path / "local", n_docs=30))
-    sources = CorpusConfig(sources=[str(owt), str(dump), local]).model_dump()
+    sources = CorpusConfig(sources=[str(owt), str(dump), local])
     filter_config = FilterConfig(min_tokens=50, language="en", near_dedup=True, langid_model=lid_model).model_dump()
 
     results = {}
     for name, runtime in BACKENDS.items():
         art = str(tmp_path / name)  # the runtime is not in the fingerprint: separate artifacts force real runs
-        docs = run_stage(corpus, corpus.stage_config(sources, runtime), {}, art)
+        docs = run_stage(corpus, corpus.config(Config(corpus=sources, parallel=runtime)), {}, art)
         tok = results["tok"] if name != "serial" else run_stage(
             tokenizer, {"base": None, "vocab_size": 500, "min_frequency": 2, "max_length": 64}, {"corpus": docs}, art)
         results.setdefault("tok", tok)

@@ -1,0 +1,19 @@
+"""Connecting to Ray, for the stages that run on it and the tasks that start it for them."""
+
+from __future__ import annotations
+
+import os
+
+
+def ray_init(address: str | None, num_cpus: int | None) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # Workers' prints reach the driver once, through log_to_driver, not also through Train's print patch.
+        os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+        # RAY_ADDRESS (set inside Ray jobs) means a cluster too. Without either, "local" starts our own
+        # instance: a bare ray.init() would join whatever `ray start` left on this machine.
+        cluster = address or os.environ.get("RAY_ADDRESS")
+        ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
+                 configure_logging=False)
