@@ -128,7 +128,21 @@ class AugmentConfig(Strict):
 ModelName = str | dict[str, str]
 
 
-class BacktranslateConfig(Strict):
+class Generation(Strict):
+    """How a translation model decodes: greedy (num_beams=1), beam search, or sampling (do_sample)."""
+
+    num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
+    do_sample: bool = False
+    top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(256, ge=1)
+    max_input_tokens: int | None = Field(None, ge=2, description="longer sentences are truncated and counted; "
+                                         "null = the model's limit")
+    batch_size: int = Field(32, ge=1, description="sentences per generate call (length-sorted)")
+    seed: int = Field(0, description="sampling draws the same outputs for the same inputs and seed")
+
+
+class BacktranslateConfig(Generation):
     """CERT's positives: each sentence to every pivot language and back. Built only for runs with objective cert,
     whose pairs are two back-translations of a sentence through two different pivots."""
 
@@ -147,21 +161,12 @@ class BacktranslateConfig(Strict):
     target_token: dict[str, str] = Field(default_factory=lambda: {"zh": ">>cmn_Hans<<"}, description=(
         "per pivot, a token put before each sentence sent to the forward model: multi-target Marian models "
         "(opus-mt-en-zh) need the target language's >>id<<"))
-    num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
-    do_sample: bool = False
-    top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(256, ge=1)
-    max_input_tokens: int | None = Field(None, ge=2, description="longer sentences are truncated and counted; "
-                                         "null = the model's limit")
-    batch_size: int = Field(32, ge=1, description="sentences per generate call (length-sorted)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bf16 on GPU")
     min_chars: int = Field(20, ge=1, description="shorter sentences are not translated (counted)")
     max_sentences: int | None = Field(None, ge=1, description="cap on sentences translated (samples, budgets)")
     chunk_size: int = Field(256, ge=1, description="sentences per resumable chunk")
     workers: int = Field(0, ge=0, description="0: translate in this process; N: a Ray Data actor pool of N models")
     use_gpu: bool = Field(False, description="one GPU per actor")
-    seed: int = 0
 
     @field_validator("forward_model", "backward_model")
     @classmethod
