@@ -14,6 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.credentials import conceal
 from pipeline.errors import InputError
 
+# Sentences shorter than this are left out wherever sentences are read from documents, unless a stage sets its own.
+MIN_SENTENCE_CHARS = 20
+# fastText 0.9.3 built from sdist returns NaN vectors with fewer threads on small machines (DESIGN.md).
+FASTTEXT_MIN_THREADS = 11
+
 STAGES = ("corpus", "tokenizer", "filter", "backtranslate", "augment", "init", "train", "evaluate", "leaderboard")
 
 
@@ -106,7 +111,8 @@ class AugmentConfig(Strict):
     """Pairs for every objective the runs use; num_anchors to max_length are DeCLUTR's span settings."""
 
     epochs: int = Field(1, ge=1)
-    min_chars: int = Field(20, ge=1, description="sentence objectives (simcse, clear): shorter sentences are left out")
+    min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1,
+                           description="sentence objectives (simcse, clear): shorter sentences are left out")
     max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
     clear: ClearConfig = ClearConfig()
     num_anchors: int = Field(2, ge=1)
@@ -162,7 +168,7 @@ class BacktranslateConfig(Generation):
         "per pivot, a token put before each sentence sent to the forward model: multi-target Marian models "
         "(opus-mt-en-zh) need the target language's >>id<<"))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bf16 on GPU")
-    min_chars: int = Field(20, ge=1, description="shorter sentences are not translated (counted)")
+    min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1, description="shorter sentences are not translated (counted)")
     max_sentences: int | None = Field(None, ge=1, description="cap on sentences translated (samples, budgets)")
     chunk_size: int = Field(256, ge=1, description="sentences per resumable chunk")
     workers: int = Field(0, ge=0, description="0: translate in this process; N: a Ray Data actor pool of N models")
@@ -336,12 +342,14 @@ class TrainConfig(Strict):
 
 
 class FastTextBaseline(Strict):
+    """The bag-of-words baseline's vectors; pipeline.bow.train_fasttext's defaults (CLEAR's corpus synonyms too)."""
+
     enabled: bool = True
     dim: int = Field(100, ge=2)
     epoch: int = Field(5, ge=1)
     min_count: int = Field(2, ge=1)
     bucket: int = Field(200_000, ge=1000, description="subword hash buckets (fastText's 2M default: ~800 MB models)")
-    threads: int = Field(12, ge=11, description="fasttext 0.9.3 gives NaNs below 11 threads (DESIGN.md)")
+    threads: int = Field(12, ge=FASTTEXT_MIN_THREADS, description="fasttext 0.9.3 gives NaNs with fewer (DESIGN.md)")
 
 
 class ModelBaseline(Strict):

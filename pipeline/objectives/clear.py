@@ -44,7 +44,7 @@ def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     if c["synonym_vectors"] != "corpus":
         return synonyms_from_vectors(c["synonym_vectors"], words, c["synonym_k"], c["synonym_threshold"]), source
     with tempfile.TemporaryDirectory() as d:
-        model = train_fasttext(texts, f"{d}/vectors.bin", dim=100, epoch=5, bucket=200_000)
+        model = train_fasttext(texts, f"{d}/vectors.bin")
         return synonyms_from_vectors(model, words, c["synonym_k"], c["synonym_threshold"]), source
 
 
