@@ -10,7 +10,6 @@ model replica per actor (and per GPU with `use_gpu`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.config import Config
+from pipeline.config import Config, Generation
 from pipeline.objectives.common import sentences
 from pipeline.stage import runtime, split_runtime
 from pipeline.translate import check_backend, load_translator
@@ -31,7 +30,6 @@ SEGMENT_SCHEMA = pa.schema([("doc_id", pa.string()), ("segment_id", pa.string())
 SCHEMA = SEGMENT_SCHEMA.append(pa.field("bt_text", pa.string())).append(pa.field("pivot_lang", pa.string())) \
     .append(pa.field("backend", pa.string())).append(pa.field("model", pa.string()))
 RUNTIME = {"workers": 0}
-GENERATION = ("num_beams", "do_sample", "top_k", "temperature", "max_new_tokens", "max_input_tokens", "batch_size")
 log = logging.getLogger("cpipe")
 
 
@@ -72,7 +70,7 @@ class BackTranslator:
     def __init__(self, config: dict, work_dir: str):
         self.config, self.work_dir = config, work_dir
         device = "cuda" if config["use_gpu"] else "cpu"
-        generation = {k: config[k] for k in GENERATION}
+        generation = {k: config[k] for k in Generation.model_fields}
         self.models = {pivot: tuple(load_translator(config["backend"], m, device, config["dtype"], **generation)
                                     for m in model_names(config, pivot)) for pivot in config["pivots"]}
 
@@ -85,7 +83,7 @@ class BackTranslator:
         tables, counts = [], {}
         for pivot, (forward, backward) in self.models.items():
             for t in (forward, backward):  # sampling seeded per chunk: a resumed run draws the same
-                t.generation = dataclasses.replace(t.generation, seed=self.config["seed"] * 1_000_003 + chunk)
+                t.generation = t.generation.model_copy(update={"seed": self.config["seed"] * 1_000_003 + chunk})
                 t.counts.clear()
             token = self.config["target_token"].get(pivot)
             back = backward.translate(forward.translate([f"{token} {t}" for t in texts] if token else texts))

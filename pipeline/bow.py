@@ -14,11 +14,10 @@ from typing import Iterable
 import fasttext
 import numpy as np
 
+from pipeline.config import FASTTEXT_MIN_THREADS, FastTextBaseline
 from storage import local_copy
 
-# fastText 0.9.3 built from sdist returns NaN vectors with fewer threads than
-# this on small machines (DESIGN.md, "What is known about the dependencies").
-MIN_THREADS = 11
+DEFAULTS = FastTextBaseline()
 
 
 def _one_line(text: str) -> str:
@@ -26,16 +25,18 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ").lower()
 
 
-def train_fasttext(texts: Iterable[str], out_path: str, dim: int = 100, epoch: int = 5,
-                   min_count: int = 2, threads: int = 12, bucket: int = 200_000) -> str:
+def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim, epoch: int = DEFAULTS.epoch,
+                   min_count: int = DEFAULTS.min_count, threads: int = DEFAULTS.threads,
+                   bucket: int = DEFAULTS.bucket) -> str:
     """Train skipgram vectors on texts (lowercased, one document per line); save the binary model to out_path.
 
     fastText 0.9.3 takes no seed for unsupervised training (it always uses 0), and
     several threads are not bit-reproducible anyway. `bucket` sizes the subword
     hash table: fastText's default of 2M makes an ~800 MB model at dim 100.
     """
-    if threads < MIN_THREADS:
-        raise ValueError(f"fastText needs threads >= {MIN_THREADS} here (fewer gives NaN vectors), got {threads}")
+    if threads < FASTTEXT_MIN_THREADS:
+        raise ValueError(f"fastText needs threads >= {FASTTEXT_MIN_THREADS} here (fewer gives NaN vectors), "
+                         f"got {threads}")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     # The corpus file sits beside the model: a filtered corpus can outgrow /tmp.

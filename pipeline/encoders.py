@@ -11,6 +11,7 @@ import numpy as np
 from pipeline import postprocess
 from pipeline.baseline import MODEL_FILE
 from pipeline.bow import FastTextEncoder
+from pipeline.config import MIN_SENTENCE_CHARS
 from pipeline.encoder import Encoder
 from pipeline.errors import InputError
 from pipeline.infersent import InferSentEncoder
@@ -51,7 +52,8 @@ def load(spec: dict, inputs: dict, max_length: int):
 def post_processed(encoder, spec: dict, corpus: str, out_dir: str, batch_size: int, out):
     """Fit the spec's transform on the corpus's first sentences (never on evaluation data), keep it
     beside the scores, and return the wrapped encoder."""
-    fitting = [r["text"] for r in sentences(corpus, {"min_chars": 20, "max_sentences": spec["sentences"]}, out)]
+    settings = {"min_chars": MIN_SENTENCE_CHARS, "max_sentences": spec["sentences"]}
+    fitting = [r["text"] for r in sentences(corpus, settings, out)]
     if len(fitting) < 2:
         raise InputError(f"post-processing needs corpus sentences; found {len(fitting)} in {corpus}")
     if spec["kind"] == "whitening":

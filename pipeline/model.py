@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForMaskedLM, RobertaConfig
+from transformers import AutoModelForMaskedLM, RobertaConfig
 from transformers.utils import logging as hf_logging
 
 from pipeline.tokenizer import base_path
@@ -176,9 +176,3 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean")
 def load_mlm(path: str) -> nn.Module:
     with local_copy(path) as local:  # any fsspec URL, as load_tokenizer
         return AutoModelForMaskedLM.from_pretrained(local)
-
-
-def describe(path: str) -> dict:
-    config = AutoConfig.from_pretrained(path)
-    return {"architecture": config.architectures[0] if config.architectures else config.model_type,
-            "hidden_size": config.hidden_size, "layers": config.num_hidden_layers}

@@ -105,12 +105,9 @@ class NearDuplicates:
     def signature(self, text: str) -> np.ndarray:
         return minhash(shingle_hashes(text, self.ngram), self.a, self.b)
 
-    def is_duplicate(self, text: str) -> bool:
-        """True if a kept document is a near-duplicate of text; otherwise keep text and return False."""
-        return self.seen(self.signature(text))
-
     def seen(self, signature: np.ndarray) -> bool:
-        """`is_duplicate` for a signature computed elsewhere (say, on a worker with the same parameters)."""
+        """True if a kept document is a near-duplicate of the one with this signature (computed here or on a
+        worker with the same parameters); otherwise keep that document and return False."""
         keys = [signature[i * self.rows : (i + 1) * self.rows].tobytes() for i in range(self.bands)]
         candidates = {bucket[key] for bucket, key in zip(self.buckets, keys) if key in bucket}
         for doc in candidates:

@@ -204,12 +204,6 @@ class Flow:
         return sum(p.numel() for p in self.steps.parameters())
 
     @torch.no_grad()
-    def log_likelihood(self, x: np.ndarray) -> float:
-        """Mean log-density of the rows of x under the flow, in nats per dimension."""
-        _check_dim(x, self.config["dim"])
-        return float(self._log_prob(torch.as_tensor(x, dtype=torch.float32)).mean()) / self.config["dim"]
-
-    @torch.no_grad()
     def __call__(self, x: np.ndarray) -> np.ndarray:
         _check_dim(x, self.config["dim"])
         return self._forward(torch.as_tensor(x, dtype=torch.float32))[0].numpy()

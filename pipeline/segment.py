@@ -52,14 +52,6 @@ def segment_id(doc_id: str, index: int) -> str:
     return f"{doc_id}-{index:05d}"
 
 
-def parse_segment_id(seg_id: str) -> tuple[str, int]:
-    """(doc_id, index) back from segment_id(); doc ids may contain '-' themselves."""
-    doc_id, sep, index = seg_id.rpartition("-")
-    if not sep or not index.isdigit():
-        raise ValueError(f"not a segment id: {seg_id!r}")
-    return doc_id, int(index)
-
-
 def document_sentences(docs: Iterable[tuple[str, str]], min_chars: int, limit: int | None,
                        count: Callable[[str], None]) -> Iterator[dict]:
     """Rows (doc_id, segment_id, start, end, text) of the documents' sentences of at least `min_chars`

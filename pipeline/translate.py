@@ -12,11 +12,11 @@ import abc
 import logging
 import re
 from collections import Counter
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 
+from pipeline.config import Generation
 from pipeline.errors import InputError
 
 log = logging.getLogger("cpipe")
@@ -27,20 +27,6 @@ FAIRSEQ_TO_HF = {f"transformer.wmt19.{pair}{suffix}": f"facebook/wmt19-{pair}"
                  for pair in ("en-de", "de-en", "en-ru", "ru-en") for suffix in ("", ".single_model")}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
-
-
-@dataclass(frozen=True)
-class Generation:
-    """Greedy (num_beams=1), beam search, or sampling (do_sample; top_k=0 means no top-k cut)."""
-
-    num_beams: int = 5  # fairseq's and FSMT's default
-    do_sample: bool = False
-    top_k: int = 0
-    temperature: float = 1.0
-    max_new_tokens: int = 256
-    max_input_tokens: int | None = None  # None: the model's own limit
-    batch_size: int = 32
-    seed: int = 0  # sampling gives the same outputs for the same inputs and seed
 
 
 class Translator(abc.ABC):
@@ -182,17 +168,12 @@ def load_translator(backend: str, model: str, device: str | None = None, dtype: 
                     **generation) -> Translator:
     """A Translator for `model` (hub name or local directory); `generation` holds Generation's fields."""
     check_backend(backend, model)
-    unknown = set(generation) - {f.name for f in fields(Generation)}
+    unknown = set(generation) - set(Generation.model_fields)
     if unknown:
         raise InputError(f"unknown generation option(s) {', '.join(sorted(unknown))} "
-                         f"(known: {', '.join(f.name for f in fields(Generation))})")
+                         f"(known: {', '.join(Generation.model_fields)})")
     cls = HFTranslator if backend == "hf" else FairseqTranslator
     return cls(model, device, dtype, Generation(**generation))
-
-
-def backtranslate(texts: list[str], forward: Translator, backward: Translator) -> list[str]:
-    """Round trip through the pivot language: CERT's augmented views, in input order."""
-    return backward.translate(forward.translate(texts))
 
 
 def _placement(device: str | None, dtype: str) -> tuple[torch.device, torch.dtype]:

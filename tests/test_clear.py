@@ -10,6 +10,7 @@ from pathlib import Path
 import fasttext
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from pipeline.bow import train_fasttext
 from pipeline.clear import (OPERATIONS, ClearParams, SynonymsError, augment, operations, read_synonyms,
@@ -83,7 +84,7 @@ def test_defaults_are_clears():
 
 @pytest.mark.parametrize("bad", [{"word_share": 1.5}, {"subs_share": -0.1}, {"n_spans": -1}])
 def test_params_are_validated(bad):
-    with pytest.raises(InputError, match=next(iter(bad))):
+    with pytest.raises(ValidationError, match=next(iter(bad))):
         ClearParams(**bad)
 
 

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from pipeline.bow import train_fasttext
 from pipeline.clear import (WORDNET, ClearParams, word_core, operations, read_synonyms, synonyms_from_vectors,
                             two_views, wordnet_dir, wordnet_synonyms)
+from pipeline.config import ClearOperations
 from pipeline.errors import InputError
 from pipeline.objectives.common import epoch_seed, pair, sentences
 from pipeline.tokenizer import DEL_TOKEN, encode_whole
@@ -43,7 +44,7 @@ def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     if c["synonym_vectors"] != "corpus":
         return synonyms_from_vectors(c["synonym_vectors"], words, c["synonym_k"], c["synonym_threshold"]), source
     with tempfile.TemporaryDirectory() as d:
-        model = train_fasttext(texts, f"{d}/vectors.bin", dim=100, epoch=5, bucket=200_000)
+        model = train_fasttext(texts, f"{d}/vectors.bin")
         return synonyms_from_vectors(model, words, c["synonym_k"], c["synonym_threshold"]), source
 
 
@@ -65,8 +66,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     table, source = synonyms(c, [r["text"] for r in rows]) if "subs" in operations(name) else ({}, None)
     out.count("synonym_entries", len(table))
     out.extra["synonym_source"] = source
-    params = ClearParams(word_share=c["word_share"], n_spans=c["n_spans"], span_share=c["span_share"],
-                         n_pairs=c["n_pairs"], subs_share=c["subs_share"], synonyms=table, placeholder=DEL_TOKEN)
+    params = ClearParams(**{k: c[k] for k in ClearOperations.model_fields}, synonyms=table, placeholder=DEL_TOKEN)
     originals = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
     for epoch in tqdm(range(config["epochs"]), desc=f"augment clear {name}", unit="epoch"):
         seed = epoch_seed(config, epoch)
