@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                             "and add them to the cumulative leaderboard")
     p_eval.add_argument("--model", action="append", required=True,
                         help="a model directory or hub name; repeat for several; the row is named by its directory")
-    p_eval.add_argument("--eval-data", required=True, help="directory of evaluation tasks in SentEval's layout")
+    p_eval.add_argument("--eval-data", help="evaluation tasks: a directory in SentEval's layout and/or STS pair files, "
+                        "or one pair file (default: the config's evaluate.data, public STS sets)")
     p_eval.add_argument("--config", help="YAML profile (default: configs/default.yaml): the evaluate settings")
     p_eval.add_argument("--artifacts", help="where stage datasets and the leaderboard go (default ./artifacts)")
     p_eval.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
