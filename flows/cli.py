@@ -76,7 +76,7 @@ def cmd_serve(args) -> int:
 
     from prefect import serve
 
-    from flows.pipeline import data, evaluate, full_pipeline, resolve, train
+    from flows.pipeline import data_flow, evaluate_flow, full_pipeline, resolve, train_flow
 
     parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                                                     artifacts=args.artifacts, until=args.until,
@@ -86,14 +86,14 @@ def cmd_serve(args) -> int:
     # Each flow's deployment gets the defaults it takes (the data flow reads no evaluation data, say).
     serve(*(f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
                                                         if k in inspect.signature(f.fn).parameters})
-            for f in (data, train, evaluate, full_pipeline)))
+            for f in (data_flow, train_flow, evaluate_flow, full_pipeline)))
     return 0
 
 
 def cmd_evaluate(args) -> int:
     import fsspec
 
-    from flows.pipeline import evaluate, resolve
+    from flows.pipeline import evaluate_flow, resolve
     from pipeline.evaluate import user_rows
     from pipeline.ranking import CUMULATIVE
 
@@ -102,7 +102,7 @@ def cmd_evaluate(args) -> int:
     user_rows(args.model)  # every model exists, before Prefect starts
     cfg = resolve(**options, first="evaluate")
     _quiet_user_errors()
-    evaluate(models=args.model, **options, resolved=cfg)
+    evaluate_flow(models=args.model, **options, resolved=cfg)
     with fsspec.open(f"{cfg.artifacts.rstrip('/')}/{CUMULATIVE}.md", "r") as f:
         print(f.read())
     return 0

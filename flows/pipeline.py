@@ -91,8 +91,10 @@ def leaderboard(cfg: Config, done: dict[str, str]) -> dict[str, str]:
     return {"leaderboard": path, "leaderboard.md": markdown}
 
 
+# The flow functions end in _flow: Prefect loads this file as a module named `pipeline`, where a function
+# named `train` would shadow the train stage for `from pipeline import train`.
 @flow(name="data")
-def data(config: str | None = None, corpus: str | list[str] | None = None, artifacts: str | None = None,
+def data_flow(config: str | None = None, corpus: str | list[str] | None = None, artifacts: str | None = None,
          until: str | None = None, overrides: list[str] | None = None, resolved: Config | None = None) -> dict[str, str]:
     """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs."""
     cfg = resolved or resolve(config, corpus, None, artifacts, until or "augment", overrides)
@@ -102,18 +104,18 @@ def data(config: str | None = None, corpus: str | list[str] | None = None, artif
 
 
 @flow(name="train")
-def train(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
+def train_flow(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
           artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
           resolved: Config | None = None, done: dict[str, str] | None = None) -> dict[str, str]:
     """The initial model and every run's, on the data flow's datasets (`done`; built, or reused, when not given)."""
     cfg = resolved or resolve(config, corpus, eval_data, artifacts, until or "train", overrides)
-    done = dict(done) if done is not None else data(resolved=cfg)
+    done = dict(done) if done is not None else data_flow(resolved=cfg)
     build(cfg, TRAIN, done, until)
     return done
 
 
 @flow(name="evaluate")
-def evaluate(models: list[str] | None = None, eval_data: str | None = None, config: str | None = None,
+def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None, config: str | None = None,
              artifacts: str | None = None, overrides: list[str] | None = None, resolved: Config | None = None,
              done: dict[str, str] | None = None, until: str | None = None) -> dict[str, str]:
     """Score `models` (model directories or hub names, HF or sentence-transformers), or else the pipeline's
@@ -122,7 +124,7 @@ def evaluate(models: list[str] | None = None, eval_data: str | None = None, conf
     if models:
         rows, done = evaluate_stage.user_rows(models), {}
     else:
-        done = dict(done) if done is not None else train(resolved=cfg)
+        done = dict(done) if done is not None else train_flow(resolved=cfg)
         build(cfg, ROWS, done)
         rows = [key[0] for key in evaluate_stage.instances(cfg, done).values()]
     done = {**done, **score(cfg, rows, done)}
@@ -137,10 +139,10 @@ def full_pipeline(config: str | None = None, corpus: str | list[str] | None = No
                   resolved: Config | None = None) -> dict[str, str]:
     """Train and rank sentence encoders on a corpus; every stage is cached by its fingerprint."""
     cfg = resolved or resolve(config, corpus, eval_data, artifacts, until, overrides)
-    done = data(resolved=cfg, until=until)
+    done = data_flow(resolved=cfg, until=until)
     if until in DATA:
         return done
-    done = train(resolved=cfg, done=done, until=until)
+    done = train_flow(resolved=cfg, done=done, until=until)
     if until in TRAIN:
         return done
-    return evaluate(resolved=cfg, done=done, until=until)
+    return evaluate_flow(resolved=cfg, done=done, until=until)

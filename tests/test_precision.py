@@ -47,7 +47,10 @@ def step(tok, batches, generator=None, scaler=None, **overrides):
 
 def assert_close_grads(got: dict, expected: dict, rel: float) -> None:
     assert got.keys() == expected.keys()
-    errors = {k: ((got[k] - expected[k]).norm() / expected[k].norm()).item() for k in expected}
+    # A key bias adds the same q.b to every key's score of a query, which softmax ignores: its exact gradient
+    # is zero, and what is computed is rounding alone, which no relative tolerance bounds.
+    errors = {k: ((got[k] - expected[k]).norm() / expected[k].norm()).item() for k in expected
+              if not k.endswith("attention.self.key.bias")}
     assert max(errors.values()) < rel, errors
 
 
