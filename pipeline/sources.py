@@ -104,6 +104,32 @@ class Source(ABC):
         return read.documents
 
 
+def files_snapshot(files: list[Path]) -> str:
+    """Changes when a file is added, removed or modified (by name, size and time): part of the corpus fingerprint."""
+    listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+class ParquetFilesSource(Source):
+    """One .parquet file or a directory of them, in name order; KIND names them in errors."""
+
+    KIND = "Parquet"
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.root = Path(path)
+        if not self.root.exists():
+            raise SourceError(f"{self.KIND} Parquet path does not exist: {path}")
+        if not self.files():
+            raise SourceError(f"no .parquet files under {path}")
+
+    def files(self) -> list[Path]:
+        return [self.root] if self.root.is_file() else sorted(self.root.rglob("*.parquet"))
+
+    def snapshot(self) -> str:
+        return files_snapshot(self.files())
+
+
 class LocalSource(Source):
     """A file or a directory (searched recursively) of .txt, .jsonl, .parquet and WikiText .raw files."""
 

@@ -13,8 +13,6 @@ time in-process, which is what a streaming Source needs.
 from __future__ import annotations
 
 import bz2
-import hashlib
-import json
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from typing import Iterator
 import mwparserfromhell
 import pyarrow.parquet as pq
 
-from pipeline.sources import Document, Part, Read, Source, SourceError, doc_id
+from pipeline.sources import Document, ParquetFilesSource, Part, Read, Source, SourceError, doc_id, files_snapshot
 
 # Split dumps are named like enwiki-...-pages-articles1.xml-p1p41242.bz2.
 _DUMP_NAME = re.compile(r"pages-articles.*\.xml(-p\d+p\d+)?(\.bz2)?$")
@@ -63,11 +61,6 @@ def _is_disambiguation(title: str, code: mwparserfromhell.wikicode.Wikicode) -> 
     return any(n in _DISAMBIGUATION or n.endswith(" disambiguation") for n in names)
 
 
-def _snapshot(files: list[Path]) -> str:
-    listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
-
-
 class WikipediaDumpSource(Source):
     """One `*pages-articles*.xml[.bz2]` dump; keeps articles (namespace 0) and counts what it drops and why.
 
@@ -84,7 +77,7 @@ class WikipediaDumpSource(Source):
             raise SourceError(f"Wikipedia dump does not exist: {path}")
 
     def snapshot(self) -> str:
-        return _snapshot([self.path])
+        return files_snapshot([self.path])
 
     def parts(self) -> Iterator[Part]:
         opener = bz2.open if self.path.suffix == ".bz2" else open
@@ -144,22 +137,10 @@ class WikiPages(Part):
         return result
 
 
-class WikipediaParquetSource(Source):
+class WikipediaParquetSource(ParquetFilesSource):
     """`wikimedia/wikipedia` Parquet files (id, url, title, text): one file or a directory of them."""
 
-    def __init__(self, path: str):
-        super().__init__()
-        self.root = Path(path)
-        if not self.root.exists():
-            raise SourceError(f"Wikipedia Parquet path does not exist: {path}")
-        if not self.files():
-            raise SourceError(f"no .parquet files under {path}")
-
-    def files(self) -> list[Path]:
-        return [self.root] if self.root.is_file() else sorted(self.root.rglob("*.parquet"))
-
-    def snapshot(self) -> str:
-        return _snapshot(self.files())
+    KIND = "Wikipedia"
 
     def parts(self) -> Iterator[Part]:
         for path in self.files():

@@ -9,15 +9,13 @@ that any worker can turn into documents; memory holds one part, not the file.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pyarrow.parquet as pq
 
-from pipeline.sources import Document, Part, Read, Source, SourceError, doc_id, wikitext_articles
+from pipeline.sources import Document, ParquetFilesSource, Part, Read, SourceError, doc_id, wikitext_articles
 
 ARTICLES_PER_PART = 64
 BATCH_ROWS = 65_536
@@ -30,24 +28,14 @@ def is_wikitext_parquet(spec: str, path: str) -> bool:
                                    and next(Path(path).rglob("*.parquet"), None) is not None)
 
 
-class WikiTextParquetSource(Source):
+class WikiTextParquetSource(ParquetFilesSource):
     """One WikiText Parquet file (a `text` column, a line a row) or a directory of them, in name order."""
 
-    def __init__(self, path: str):
-        super().__init__()
-        self.root = Path(path)
-        if not self.root.exists():
-            raise SourceError(f"WikiText Parquet path does not exist: {path}")
-        if not self.files():
-            raise SourceError(f"no .parquet files under {path}")
-
-    def files(self) -> list[Path]:
-        return [self.root] if self.root.is_file() else sorted(self.root.rglob("*.parquet"))
+    KIND = "WikiText"
 
     def snapshot(self) -> str:
         # "wikitext" keeps this reading's fingerprint apart from the same files read a row a document.
-        listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in self.files()]
-        return "wikitext-" + hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+        return "wikitext-" + super().snapshot()
 
     def parts(self) -> Iterator[Part]:
         for path in self.files():
