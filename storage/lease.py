@@ -71,11 +71,21 @@ class Lease:
     def holder(self) -> dict | None:
         try:
             with self.fs.open(self._p, "rb") as f:
-                return json.loads(f.read() or b"{}")
+                raw = f.read()
         except FileNotFoundError:
             return None
-        except ValueError:  # a lease caught half-written: treat it as held, freshly
-            return {"renewed": time.time()}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            # Empty or half-written: its writer is between create and write (held), or died there (stale once
+            # the file is older than STALE). Reading it as `{}` would judge a live writer stale and break it.
+            return {"renewed": self._modified()}
+
+    def _modified(self) -> float:
+        try:
+            return self.fs.modified(self._p).timestamp()
+        except (FileNotFoundError, NotImplementedError):
+            return time.time()
 
     def _try_take(self) -> bool:
         if self._local:

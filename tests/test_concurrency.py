@@ -57,6 +57,22 @@ def test_a_lease_not_renewed_for_long_is_stale_whatever_its_host():
     assert not stale({"host": os.uname().nodename, "pid": os.getpid(), "renewed": time.time()})
 
 
+def test_an_empty_lease_is_held_while_fresh_and_broken_once_old(tmp_path):
+    """A lease between O_EXCL create and its write is empty; a second writer must wait, not break it."""
+    dataset = str(tmp_path / "stage" / "abc")
+    (tmp_path / "stage").mkdir()
+    path = tmp_path / "stage" / ".lease-abc"
+    path.write_bytes(b"")
+    assert not stale(Lease(dataset).holder())
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    assert stale(Lease(dataset).holder())
+    lease = Lease(dataset)
+    lease.acquire(poll=0.05)
+    assert json.loads(path.read_text())["token"] == lease.token
+    lease.release()
+
+
 def test_a_second_writer_waits_for_the_first_then_reuses_its_dataset(tmp_path):
     Counting.builds.clear()
     results, errors = [], []
