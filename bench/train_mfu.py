@@ -10,7 +10,8 @@ times, side by side (`--steps` timed after `--warmup` untimed, in `--precision`,
   eager and under torch.compile (`--no-compile` skips every compiled case): the reference;
 - `train_step` on the paper's span lengths (the project's sampler, pipeline.spans: l_min 32,
   l_max 512, Beta(4, 2) anchors, Beta(2, 4) positives), with every row padded to the longest
-  (the padded path), in length-sorted blocks (pipeline.train.length_blocks), and compiled.
+  (the padded path, the default), in length-sorted blocks (train.block_tokens), packed (train.packing), and
+  compiled.
 
 Model FLOPs a step count real tokens only (padding is not work):
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,6 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, RobertaConfig
 
-from pipeline import train
 from pipeline.config import load_config
 from pipeline.losses import nt_xent
 from pipeline.spans import span_length
@@ -74,15 +73,6 @@ def spans_table(anchors: int, positives: int, lengths, vocab: int, rng: np.rando
 
     return pa.Table.from_pylist([{"anchor_ids": ids(4, 2), "positive_ids": [ids(2, 4) for _ in range(positives)]}
                                  for _ in range(anchors)])
-
-
-@contextmanager
-def block_tokens(n: int):
-    saved, train.BLOCK_TOKENS = train.BLOCK_TOKENS, n
-    try:
-        yield
-    finally:
-        train.BLOCK_TOKENS = saved
 
 
 def model_flops(batch: dict, shape: dict, layers: int, head: int, masked: float) -> float:
@@ -141,8 +131,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (allocator, compilation)")
     parser.add_argument("--peak-flops", type=float, help="the device's peak FLOP/s (default: known GPUs' bf16 peak)")
     parser.add_argument("--threads", type=int, help="torch threads on CPU (default: torch's)")
-    parser.add_argument("--block-tokens", type=int, default=train.BLOCK_TOKENS,
-                        help="pipeline.train.BLOCK_TOKENS: a block's least padded tokens (default: %(default)s)")
+    parser.add_argument("--block-tokens", type=int, default=4096,
+                        help="train.block_tokens of the length-blocks cases (default: %(default)s)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile cases")
     parser.add_argument("--tiny", action="store_true", help="2 layers x 64 hidden, 4 anchors: a smoke run")
     args = parser.parse_args()
@@ -164,32 +154,37 @@ def main() -> None:
     config = RobertaConfig(**shape, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                            layer_norm_eps=1e-5, attn_implementation="sdpa")
 
-    def fresh(compiled: bool):
+    def fresh(compiled: bool, packing: bool = False):
         torch.manual_seed(run["seed"])
-        return make_encoder(AutoModelForMaskedLM.from_config(config), {**run, "compile": compiled}) \
+        return make_encoder(AutoModelForMaskedLM.from_config(config), {**run, "compile": compiled, "packing": packing}) \
             .to(args.device).train()
 
-    def stepper(name: str, compiled: bool, blocks: int):
-        model = fresh(compiled)
+    def stepper(name: str, compiled: bool, blocks: int | None, packing: bool = False):
+        model = fresh(compiled, packing)
         optimizer, scheduler = make_optimizer(model, {**run, "compile": compiled}, args.warmup + args.steps)
         scaler = make_scaler(args.precision, torch.device(args.device).type)
         generator = torch.Generator().manual_seed(run["seed"])
 
         def step():
-            with block_tokens(blocks):
-                return train_step(model, optimizer, scheduler, batches[name], run, special, generator, scaler=scaler)
+            return train_step(model, optimizer, scheduler, batches[name],
+                              {**run, "packing": packing, "block_tokens": blocks}, special, generator, scaler=scaler)
         return step
 
-    cases = [("train_step, every span l_max", "fixed", stepper("fixed", False, args.block_tokens)),
+    cases = [("train_step, every span l_max", "fixed", stepper("fixed", False, None)),
+             ("train_step, every span l_max, compiled", "fixed", stepper("fixed", True, None)),
              ("plain loop, same batch, eager", "fixed",
               reference_loop(fresh(False), run, batches["fixed"], special, args.device, False,
                              torch.Generator().manual_seed(1))),
              ("plain loop, same batch, compiled", "fixed",
               reference_loop(fresh(False), run, batches["fixed"], special, args.device, True,
                              torch.Generator().manual_seed(1))),
-             ("train_step, paper spans, padded to the longest", "paper", stepper("paper", False, 1 << 62)),
+             ("train_step, paper spans, padded to the longest", "paper", stepper("paper", False, None)),
+             ("train_step, paper spans, padded to the longest, compiled", "paper", stepper("paper", True, None)),
              ("train_step, paper spans, length blocks", "paper", stepper("paper", False, args.block_tokens)),
-             ("train_step, paper spans, length blocks, compiled", "paper", stepper("paper", True, args.block_tokens))]
+             ("train_step, paper spans, length blocks, compiled", "paper", stepper("paper", True, args.block_tokens)),
+             ("train_step, paper spans, packed", "paper", stepper("paper", False, None, packing=True)),
+             ("train_step, paper spans, packed, compiled", "paper",
+              stepper("paper", True, None, packing=True))]
     if args.no_compile:
         cases = [c for c in cases if "compiled" not in c[0]]
 
@@ -219,11 +214,19 @@ def main() -> None:
     ratios = [("train_step / plain loop eager (fixed)", "train_step, every span l_max", "plain loop, same batch, eager"),
               ("train_step / plain loop compiled (fixed)", "train_step, every span l_max",
                "plain loop, same batch, compiled"),
+              ("compiled train_step / plain loop compiled (fixed)", "train_step, every span l_max, compiled",
+               "plain loop, same batch, compiled"),
               ("plain loop compiled / eager (fixed)", "plain loop, same batch, compiled", "plain loop, same batch, eager"),
               ("length blocks / padded (paper spans)", "train_step, paper spans, length blocks",
                "train_step, paper spans, padded to the longest"),
               ("compiled / eager train_step (paper spans)", "train_step, paper spans, length blocks, compiled",
-               "train_step, paper spans, length blocks")]
+               "train_step, paper spans, length blocks"),
+              ("padded compiled / padded (paper spans)", "train_step, paper spans, padded to the longest, compiled",
+               "train_step, paper spans, padded to the longest"),
+              ("packed / padded (paper spans)", "train_step, paper spans, packed",
+               "train_step, paper spans, padded to the longest"),
+              ("packed compiled / padded (paper spans)", "train_step, paper spans, packed, compiled",
+               "train_step, paper spans, padded to the longest")]
     print("step-time ratios (below 1: the first is faster): " + "; ".join(
         f"{name} {medians[a] / medians[b]:.3f}" for name, a, b in ratios if a in medians and b in medians))
 

@@ -10,6 +10,8 @@ from torch import nn
 from transformers import AutoModelForMaskedLM, RobertaConfig
 from transformers.utils import logging as hf_logging
 
+from pipeline.errors import InputError
+from pipeline.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.tokenizer import base_path
 from storage import local_copy
 
@@ -103,8 +105,7 @@ def mlm_head_name(model: nn.Module) -> str:
 def position_limit(mlm_model: nn.Module) -> int:
     """The longest input, special tokens included, the position table can index: RoBERTa-style embeddings
     number positions from padding_idx + 1 (two slots of 514 unused), BERT's from 0."""
-    padding_idx = getattr(getattr(mlm_model.base_model, "embeddings", None), "padding_idx", None)
-    return mlm_model.config.max_position_embeddings - (padding_idx + 1 if padding_idx is not None else 0)
+    return mlm_model.config.max_position_embeddings - first_position(mlm_model)
 
 
 class SpanEncoder(nn.Module):
@@ -118,12 +119,18 @@ class SpanEncoder(nn.Module):
     """
 
     def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None,
-                 compile: bool = False):
+                 compile: bool = False, packing: bool = False):
         super().__init__()
         self.mlm_model = mlm_model
         self.head = getattr(mlm_model, mlm_head_name(mlm_model))
         self.pooling = pooling
         self.projection = projection_head(projection, mlm_model.config.hidden_size)
+        self.packing = packing
+        if packing:
+            if not packable(mlm_model):
+                raise InputError(f"train.packing: {type(mlm_model).__name__} does not use transformers' attention "
+                                  "interface, which packing needs; set train.packing: false")
+            mlm_model.set_attn_implementation(PACKED)  # not saved: an exported model loads with the default
         if compile:
             # In place (nn.Module.compile): parameter names, state_dict and export stay the model's own.
             # Dynamic shapes, as chunks' widths and rows change every step.
@@ -135,14 +142,15 @@ class SpanEncoder(nn.Module):
         blocks each encoded apart, cut to its first `width` columns; when the rows are right-padded and
         no row of a block is longer than its width, only padding is left out, and neither attention
         (which masks it), position ids (counted from the left) nor pooling (over real tokens) change.
-        None: every row at once, at full width."""
+        None, or packing: every row at once, at full width."""
         pooled, logits, start = [], [], 0
-        for rows, width in chunks or [(input_ids.size(0), input_ids.size(1))]:
+        for rows, width in (None if self.packing else chunks) or [(input_ids.size(0), input_ids.size(1))]:
             block = slice(start, start + rows)
             # Copies with their own strides and offset 0: a compiled encoder guards on both, which cuts vary.
             ids, mask = (t[block, :width].clone(memory_format=torch.contiguous_format)
                          for t in (input_ids, attention_mask))
-            hidden = self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+            hidden = packed_hidden(self.mlm_model, ids, mask) if self.packing else \
+                self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
             pooled.append(pool(hidden, mask, self.pooling))
             if mlm_positions is not None:
                 logits.append(self.head(hidden[mlm_positions[block, :width]]))

@@ -1,7 +1,8 @@
-"""Encoding a step's rows in length-sorted blocks, each padded to its own longest row, computes the same
-losses and gradients as one forward of every row padded to a common width (a reference written here), with
-and without MLM, with and without GradCache; the step counts real and padded tokens; train.compile trains
-as eager does."""
+"""Encoding a step's rows in length-sorted blocks, each padded to its own longest row (train.block_tokens), or
+packed end to end with per-row attention (train.packing), computes the same losses and gradients as one
+forward of every row padded to a common width (a reference written here), with and without MLM, with and
+without GradCache; packed rows get the states each row gets alone (RoBERTa and BERT); the step counts real
+and padded tokens; train.compile trains as eager does."""
 
 import math
 
@@ -10,11 +11,13 @@ import pyarrow as pa
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
 
 from pipeline import model as model_module
-from pipeline import train
 from pipeline.config import TrainConfig
-from pipeline.model import build_model
+from pipeline.errors import InputError
+from pipeline.model import SpanEncoder, build_model
+from pipeline.packing import packed_hidden
 from pipeline.train import (accumulate, collate, length_blocks, make_encoder, make_optimizer, special_ids,
                             step_inputs, train_step)
 from tests.conftest import make_document
@@ -67,25 +70,27 @@ def grads(model) -> dict:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("mlm,grad_cache,pooling", [(False, None, "mean"), (True, None, "mean"),
-                                                    (True, 5, "mean"), (False, 7, "mean"), (True, 5, "cls")])
-def test_blocks_give_the_padded_batch_loss_and_gradients(tokenizer, monkeypatch, mlm, grad_cache, pooling):
-    monkeypatch.setattr(train, "BLOCK_TOKENS", 0)  # a block per width that differs by over 1/8
-    cfg = TrainConfig(batch_size=8, mlm=mlm, grad_cache=grad_cache, pooling=pooling, projection="none").model_dump()
+@pytest.mark.parametrize("mlm,grad_cache,pooling,packing", [
+    (False, None, "mean", False), (True, None, "mean", False), (True, 5, "mean", False), (False, 7, "mean", False),
+    (True, 5, "cls", False), (True, None, "mean", True), (True, 5, "mean", True), (False, None, "cls", True)])
+def test_blocks_and_packing_give_the_padded_batch_loss_and_gradients(tokenizer, mlm, grad_cache, pooling,
+                                                                      packing):
+    cfg = TrainConfig(batch_size=8, mlm=mlm, grad_cache=grad_cache, pooling=pooling, projection="none",
+                      packing=packing, block_tokens=0).model_dump()  # a block per width that differs by over 1/8
     special = special_ids(tokenizer)
     batch = collate(uneven_pairs(tokenizer), special, 64, True)
     model = make_encoder(build_model(MODEL, tokenizer), cfg).eval()
+    padded_model = make_encoder(build_model(MODEL, tokenizer), {**cfg, "packing": False}).eval()  # same seed
     x = step_inputs(batch, cfg, special, torch.Generator().manual_seed(0))
     n_masked = int(x["positions"].sum()) if mlm else 0
     assert not mlm or n_masked > 5
-    assert len(length_blocks(x["lengths"])) >= 4 and x["lengths"][0] > 8 * x["lengths"][-1]
+    assert len(length_blocks(x["lengths"], 0)) >= 4 and x["lengths"][0] > 8 * x["lengths"][-1]
 
     losses = accumulate(model, batch, x, cfg, n_masked, 1, None, lambda loss: loss, last=True)
     blocked = grads(model)
-    model.zero_grad(set_to_none=True)
-    expected = reference(model, x, cfg, n_masked)
+    expected = reference(padded_model, x, cfg, n_masked)
     expected.backward()
-    padded = grads(model)
+    padded = grads(padded_model)
 
     assert sum(losses.values()) == pytest.approx(expected.item(), abs=1e-5)
     assert set(losses) == ({"contrastive_loss", "mlm_loss"} if mlm else {"contrastive_loss"})
@@ -95,15 +100,53 @@ def test_blocks_give_the_padded_batch_loss_and_gradients(tokenizer, monkeypatch,
         torch.testing.assert_close(blocked[name], padded[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("config", [
+    RobertaConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                  max_position_embeddings=40, pad_token_id=1, type_vocab_size=1),
+    BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+               max_position_embeddings=40, pad_token_id=0, type_vocab_size=2)], ids=["roberta", "bert"])
+def test_packed_rows_get_the_hidden_states_each_row_gets_alone(config):
+    """Positions restart at each row (RoBERTa's from padding_idx + 1, BERT's from 0), token types are 0, and
+    no row attends to another: each row's states are those of the row encoded by itself, with no padding."""
+    torch.manual_seed(0)
+    alone = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa").eval()
+    packed = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa").eval()
+    packed.load_state_dict(alone.state_dict())
+    encoder = SpanEncoder(packed, packing=True)
+    lengths = [9, 1, 5, 30]
+    ids = torch.full((4, 30), config.pad_token_id)
+    mask = torch.zeros(4, 30, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, :n], mask[i, :n] = torch.randint(3, 60, (n,)), 1
+    hidden = packed_hidden(encoder.mlm_model, ids, mask)
+    for i, n in enumerate(lengths):
+        expected = alone.base_model(input_ids=ids[i:i + 1, :n]).last_hidden_state[0]
+        torch.testing.assert_close(hidden[i, :n], expected, rtol=1e-5, atol=1e-5)
+        assert not hidden[i, n:].any()
+    unpacked = encoder.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(unpacked * mask[..., None], hidden, rtol=1e-5, atol=1e-5)  # padded calls still mask
+
+
+def test_packing_refuses_a_model_off_the_attention_interface(tokenizer):
+    model = build_model(MODEL, tokenizer)
+    type(model)._supports_attention_backend, saved = False, type(model)._supports_attention_backend
+    try:
+        with pytest.raises(InputError, match="train.packing"):
+            SpanEncoder(model, packing=True)
+    finally:
+        type(model)._supports_attention_backend = saved
+
+
 def test_length_blocks():
     assert length_blocks([512] * 6, 0) == [(6, 512)]  # fixed length: one block, no padding
     # 9 is within 1/8 of 10; 5 is not; 4 is not within 1/8 of 5; 2 opens its own.
     assert length_blocks([10, 9, 5, 4, 2], 0) == [(2, 10), (1, 5), (1, 4), (1, 2)]
     assert length_blocks([10, 9, 5, 4, 2], 25) == [(3, 10), (2, 4)]  # under 25 slots a block takes any row
     assert length_blocks([10, 9, 5, 4, 2], 1000) == [(5, 10)]
+    assert length_blocks([10, 9, 5, 4, 2], None) == [(5, 10)]  # the default: one block
 
 
-def test_step_counts_real_and_padded_tokens(tokenizer, monkeypatch):
+def test_step_counts_real_and_padded_tokens(tokenizer):
     cfg = TrainConfig(batch_size=8, mlm=False).model_dump()
     special = special_ids(tokenizer)
     table = uneven_pairs(tokenizer)
@@ -113,30 +156,40 @@ def test_step_counts_real_and_padded_tokens(tokenizer, monkeypatch):
     batch = collate(table, special, 64, True)
     model = make_encoder(build_model(MODEL, tokenizer), cfg)
     metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, cfg, special, None)
-    assert metrics["tokens"] == real and metrics["padded_tokens"] == 24 * widest  # one block, as today
-    monkeypatch.setattr(train, "BLOCK_TOKENS", 0)
-    metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, cfg, special, None)
+    assert metrics["tokens"] == real and metrics["padded_tokens"] == 24 * widest  # one block: the default
+    metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, {**cfg, "block_tokens": 0}, special, None)
     assert metrics["tokens"] == real < metrics["padded_tokens"] < 0.7 * 24 * widest
+    packed = make_encoder(build_model(MODEL, tokenizer), {**cfg, "packing": True})
+    metrics = train_step(packed, *make_optimizer(packed, cfg, 2), batch, {**cfg, "packing": True}, special, None)
+    assert metrics["tokens"] == real == metrics["padded_tokens"]  # packed: no slot is padding
 
 
-def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch):
+@pytest.mark.parametrize("packing", [False, True])
+def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch, packing):
     """With aot_eager: Dynamo's and AOTAutograd's graphs of forward and backward, without inductor's C++
     code generation, which takes over 3 minutes on the team's CPU (BENCHMARKS.md times inductor)."""
-    monkeypatch.setattr(train, "BLOCK_TOKENS", 0)  # blocks of changing shapes: dynamic, no recompile per step
     monkeypatch.setattr(model_module, "COMPILE_BACKEND", "aot_eager")
     special = special_ids(tokenizer)
     tables = [uneven_pairs(tokenizer).take(np.random.default_rng(s).permutation(8)) for s in range(4)]
     history = {}
     for compiled in (False, True):
-        cfg = TrainConfig(batch_size=4, lr=3e-3, compile=compiled, mlm=True).model_dump()
+        # block_tokens 0: blocks of changing shapes, which must not recompile every step
+        cfg = TrainConfig(batch_size=4, lr=3e-3, compile=compiled, mlm=True, packing=packing,
+                          block_tokens=0).model_dump()
         torch._dynamo.reset()
         model = make_encoder(build_model(MODEL, tokenizer), cfg)
         optimizer, scheduler = make_optimizer(model, cfg, 4)
         generator = torch.Generator().manual_seed(0)
-        history[compiled] = [train_step(model, optimizer, scheduler, collate(t.slice(0, 4), special, 64, True),
-                                        cfg, special, generator) for t in tables]
+        history[compiled] = []
+        for i, t in enumerate(tables):
+            history[compiled].append(train_step(model, optimizer, scheduler, collate(t.slice(0, 4), special, 64, True),
+                                                cfg, special, generator))
+            if compiled and i == 0:
+                after_first = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for eager, compiled in zip(history[False], history[True]):
         assert compiled["contrastive_loss"] == pytest.approx(eager["contrastive_loss"], abs=1e-4)
         assert compiled["mlm_loss"] == pytest.approx(eager["mlm_loss"], abs=1e-4)
     assert not math.isclose(history[True][0]["loss"], history[True][-1]["loss"])
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2  # one for 1-row blocks, one for the rest
+    # No recompiling after the first step. Blocks: one graph for 1-row blocks, one for the rest; packing: a graph
+    # between each layer's attention calls, which run eager (pipeline.packing).
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == after_first <= (6 if packing else 2)
