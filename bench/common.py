@@ -21,9 +21,11 @@ def shared_corpus() -> Path:
 def default_model(work: str) -> str:
     """configs/default.yaml's model as the init stage exports it (a BPE trained on the shared corpus, initial
     weights), built under `work`."""
-    from pipeline import corpus, init, tokenizer
     from pipeline.config import Config, CorpusConfig, load_config
+    from pipeline.corpus import stage as corpus
+    from pipeline.corpus import tokenizer
     from pipeline.stage import run_stage
+    from pipeline.train import init
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
     docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},

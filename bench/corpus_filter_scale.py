@@ -32,9 +32,12 @@ import time
 from pathlib import Path
 
 from bench.common import shared_corpus
-from pipeline import corpus, docstats, filter, tokenizer
 from pipeline.config import Config, CorpusConfig, FilterConfig
-from pipeline.docstats import count_tokens, text_key
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.filter import docstats
+from pipeline.filter import stage as filter
+from pipeline.filter.docstats import count_tokens, text_key
 from pipeline.parallel import ordered_map
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
@@ -207,7 +210,7 @@ def main() -> None:
                 times["bare"].append(time.perf_counter() - start)
 
         def pool(record: bool) -> None:
-            # start-up alone: spawn the workers and import pipeline.docstats in them, no documents
+            # start-up alone: spawn the workers and import pipeline.filter.docstats in them, no documents
             start = time.perf_counter()
             list(ordered_map(text_key, ["x"] * args.workers, "processes", args.workers))
             if record:
@@ -258,7 +261,7 @@ def main() -> None:
               f"{med(times['serial_corpus']):.3f}s serial run, {med(times['parallel_corpus']):.3f}s parallel run")
         print(f"  filter stage alone: {med([a - b for a, b in zip(times['serial'], times['serial_corpus'])]):.3f}s "
               f"serial, {med([a - b for a, b in zip(times['parallel'], times['parallel_corpus'])]):.3f}s parallel "
-              f"(includes starting the pool: spawn {args.workers} workers + import pipeline.docstats "
+              f"(includes starting the pool: spawn {args.workers} workers + import pipeline.filter.docstats "
               f"= {med(times['pool']):.3f}s on its own)")
         print("  note: the tokenizer's Rust batch encoder is multi-threaded in every path, the bare one included")
         if rss:

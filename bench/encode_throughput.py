@@ -22,9 +22,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from bench.common import alternate, default_model, ratio_report, shared_corpus
-from pipeline.encoder import Encoder
-from pipeline.model import ST_DIR, pool
-from pipeline.sts import find_sts
+from pipeline.encoders.exported import Encoder
+from pipeline.encoders.transformer import ST_DIR, pool
+from pipeline.evaluate.sts import find_sts
 
 
 def stsb_sentences() -> list[str]:

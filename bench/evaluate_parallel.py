@@ -19,8 +19,8 @@ import tempfile
 import ray
 
 from bench.common import alternate, default_model, shared_corpus
-from pipeline import evaluate
 from pipeline.config import Config, EvaluateConfig
+from pipeline.evaluate import stage as evaluate
 from pipeline.stage import run_stage
 from storage import read_table
 

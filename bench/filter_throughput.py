@@ -13,9 +13,12 @@ import shutil
 import tempfile
 
 from bench.common import alternate, ratio_report, shared_corpus
-from pipeline import corpus, docstats, filter, tokenizer
 from pipeline.config import Config, CorpusConfig
-from pipeline.docstats import count_tokens
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.filter import docstats
+from pipeline.filter import stage as filter
+from pipeline.filter.docstats import count_tokens
 from pipeline.stage import run_stage
 from storage import read_table
 

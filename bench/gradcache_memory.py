@@ -2,10 +2,10 @@
 
 `configs/default.yaml`'s `declutr` run and model (2 layers x 128 hidden, vocab
 8,192), but `--scale` times its batch: 128 anchors x 2 positives = 384 spans of
-128 tokens, with MLM on the anchors. Both modes run `pipeline.train.train_step`:
+128 tokens, with MLM on the anchors. Both modes run `pipeline.train.stage.train_step`:
 "full batch" with `train.grad_cache` unset, "GradCache" with it set to one
 default step's spans (16 + 32 = 48), which goes through
-`pipeline.gradcache.cached_step`. Each measurement is a fresh process, so its
+`pipeline.train.gradcache.cached_step`. Each measurement is a fresh process, so its
 peak RSS (`ru_maxrss`) is its own; on CUDA, when there is one,
 `torch.cuda.max_memory_allocated`. Processes alternate full, cached, full,
 cached ...; the first step of each is dropped.
@@ -29,10 +29,10 @@ from transformers import AutoModelForMaskedLM
 
 from bench.common import ratio_report
 from pipeline.config import load_config
-from pipeline.model import SpanEncoder, scratch_config
-from pipeline.train import make_optimizer, train_step
+from pipeline.encoders.transformer import SpanEncoder, scratch_config
+from pipeline.train.stage import make_optimizer, train_step
 
-SPECIAL = {"bos": 0, "pad": 1, "eos": 2, "mask": 4}  # the trained tokenizer's order (pipeline.tokenizer.SPECIAL)
+SPECIAL = {"bos": 0, "pad": 1, "eos": 2, "mask": 4}  # the trained tokenizer's order (pipeline.corpus.tokenizer.SPECIAL)
 MODES = {"full": "full batch", "cached": "GradCache"}
 
 

@@ -1,6 +1,6 @@
 """One training step inside Ray Train against the same step in a plain torch loop.
 
-Both run `pipeline.train.train_step` on the same pairs, model and thread count;
+Both run `pipeline.train.stage.train_step` on the same pairs, model and thread count;
 Ray's side reads the pairs through Ray Data (`get_dataset_shard`) inside a
 TorchTrainer worker, the plain side slices an in-memory Arrow table. Steady-state
 step times are compared (the first steps are warm-up); Ray's one-off start-up
@@ -23,13 +23,18 @@ import pandas as pd
 import torch
 
 from bench.common import shared_corpus
-from pipeline import augment, corpus, filter, init, tokenizer, train
+from pipeline.augment import stage as augment
 from pipeline.config import Config, CorpusConfig, load_config
-from pipeline.model import HF_DIR, SpanEncoder, load_mlm
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.encoders.transformer import HF_DIR, SpanEncoder, load_mlm
+from pipeline.filter import stage as filter
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
-from pipeline.tokenizer import load_tokenizer
-from pipeline.train import collate, make_optimizer, special_ids, train_step
+from pipeline.train import init
+from pipeline.train import stage as train
+from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from storage import read_table
 
 WARMUP = 10

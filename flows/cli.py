@@ -11,7 +11,7 @@ import time
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from pipeline.config import STAGES
-from pipeline.credentials import conceal
+from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
 from storage import DatasetError
 
@@ -94,8 +94,8 @@ def cmd_evaluate(args) -> int:
     import fsspec
 
     from flows.pipeline import evaluate_flow, resolve
-    from pipeline.evaluate import user_rows
-    from pipeline.ranking import CUMULATIVE
+    from pipeline.evaluate.stage import user_rows
+    from pipeline.leaderboard.stage import CUMULATIVE
 
     options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
                               overrides=_overrides(args)))
@@ -118,7 +118,7 @@ def cmd_submit(args, run_args: list[str]) -> int:
 
 
 def cmd_embed(args) -> int:
-    from pipeline.embed import embed_file
+    from pipeline.encoders.embed_file import embed_file
 
     rows = embed_file(args.model, args.input, args.output, batch_size=args.batch_size, max_length=args.max_length,
                       text_column=args.column, pooling=args.pooling)

@@ -9,14 +9,16 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from prefect import flow, get_run_logger
 
-from pipeline import backtranslate, corpus as corpus_stage, devset
-from pipeline import evaluate as evaluate_stage
+from pipeline.backtranslate import stage as backtranslate
 from pipeline.config import STAGES, Config, ConfigError, load_config
-from pipeline.eval_data import local_eval_data
+from pipeline.corpus import stage as corpus_stage
+from pipeline.evaluate import stage as evaluate_stage
+from pipeline.evaluate.data import local_eval_data
+from pipeline.evaluate.sts import find_sts
+from pipeline.evaluate.transfer_data import find_transfer
 from pipeline.stage import instances
 from pipeline.stages import STAGES as STAGE_MODULES
-from pipeline.sts import find_sts
-from pipeline.transfer_data import find_transfer
+from pipeline.train import devset
 from storage import check_writable
 from tasks.stages import publish_leaderboard, run, run_all
 

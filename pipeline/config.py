@@ -11,7 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pipeline.credentials import conceal
+from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
 
 # Sentences shorter than this are left out wherever sentences are read from documents, unless a stage sets its own.
@@ -75,7 +75,7 @@ DEFAULT_CLEAR = "del-span+reorder"
 
 class ClearOperations(Strict):
     """CLEAR's augmentation hyperparameters (Wu et al., 2020); the defaults are the paper's.
-    pipeline.clear.ClearParams adds the synonym table and the deletion token to them."""
+    pipeline.augment.clear_operations.ClearParams adds the synonym table and the deletion token to them."""
 
     word_share: float = Field(0.7, ge=0, le=1, description="del-word: share of the tokens deleted")
     n_spans: int = Field(5, ge=0, description="del-span: spans deleted")
@@ -104,7 +104,7 @@ class ClearConfig(ClearOperations):
         return v if v in (None, "corpus", "wordnet") else absolute(v)
 
 
-OBJECTIVES = ("declutr", "cert", "simcse", "clear")  # pipeline.objectives.OBJECTIVES, named here without importing it
+OBJECTIVES = ("declutr", "cert", "simcse", "clear")  # pipeline.augment.objectives.OBJECTIVES, named here without importing it
 
 
 class AugmentConfig(Strict):
@@ -300,7 +300,7 @@ class TrainConfig(Strict):
     @field_validator("dev_set")
     @classmethod
     def _not_a_test_split(cls, v: str | None) -> str | None:
-        from pipeline.devset import why_test_split
+        from pipeline.train.devset import why_test_split
 
         if v is not None and (why := why_test_split(v)):
             raise ValueError(f"{v} is a test split ({why}): selecting on it would leak the test set into the "
@@ -321,7 +321,7 @@ class TrainConfig(Strict):
         if self.augmentation is not None:
             if self.objective != "clear":
                 raise ValueError(f"augmentation is CLEAR's setting; objective {self.objective!r} takes none")
-            from pipeline.clear import operations  # the one list of names
+            from pipeline.augment.clear_operations import operations  # the one list of names
 
             operations(self.augmentation)
         return self
@@ -354,7 +354,7 @@ class TrainConfig(Strict):
 
 
 class FastTextBaseline(Strict):
-    """The bag-of-words baseline's vectors; pipeline.bow.train_fasttext's defaults (CLEAR's corpus synonyms too)."""
+    """The bag-of-words baseline's vectors; pipeline.encoders.bow.train_fasttext's defaults (CLEAR's corpus synonyms too)."""
 
     enabled: bool = True
     dim: int = Field(100, ge=2)
@@ -472,8 +472,8 @@ class EvaluateConfig(Strict):
     def _absolute_data(cls, v: str | dict[str, str] | None) -> str | dict[str, str] | None:
         if not isinstance(v, dict):
             return None if v is None else absolute(v)
-        from pipeline.eval_data import pair_suffix  # pyarrow: only when files are named one by one
-        from pipeline.sts import SICK_TASK, STS_TASKS
+        from pipeline.evaluate.data import pair_suffix  # pyarrow: only when files are named one by one
+        from pipeline.evaluate.sts import SICK_TASK, STS_TASKS
 
         for task, spec in v.items():
             if not task or "/" in task or task.startswith(".") or task in (*STS_TASKS, SICK_TASK):
@@ -486,7 +486,7 @@ class EvaluateConfig(Strict):
     @field_validator("rank_by")
     @classmethod
     def _known_column(cls, v: str | None) -> str | None:
-        from pipeline.leaderboard import is_pair_column, rankable_columns  # pandas: only when a column is named
+        from pipeline.leaderboard.table import is_pair_column, rankable_columns  # pandas: only when a column is named
 
         if v is not None and v not in rankable_columns() and not is_pair_column(v):
             raise ValueError(f"{v!r} is not a leaderboard column; one of: {', '.join(rankable_columns())}")

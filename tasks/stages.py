@@ -19,7 +19,7 @@ from prefect.context import TaskRunContext
 from prefect.filesystems import RemoteFileSystem
 
 from pipeline.config import RayConfig
-from pipeline.ranking import publish
+from pipeline.leaderboard.stage import publish
 from pipeline.ray_session import ray_init
 from pipeline.stage import needs_ray, run_stage, stage_fingerprint
 from pipeline.stages import STAGES

@@ -4,10 +4,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.analysis import alignment, score_analysis, sentence_anisotropy, token_anisotropy, uniformity
-from pipeline.sts import StsSubset, find_sts
-from pipeline.encoders import token_vectors
-from pipeline.vectors import RandomEncoder
+from pipeline.encoders.kinds import token_vectors
+from pipeline.encoders.vectors import RandomEncoder
+from pipeline.evaluate.analysis import alignment, score_analysis, sentence_anisotropy, token_anisotropy, uniformity
+from pipeline.evaluate.sts import StsSubset, find_sts
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 

@@ -9,12 +9,16 @@ import textwrap
 
 import pytest
 
-from pipeline import augment, backtranslate, corpus, filter, tokenizer
+from pipeline.augment import stage as augment
+from pipeline.augment.segment import segments
+from pipeline.backtranslate import stage as backtranslate
 from pipeline.config import AugmentConfig, BacktranslateConfig, Config, CorpusConfig, FilterConfig, TrainConfig
-from pipeline.segment import segments
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.filter import stage as filter
 from pipeline.stage import run_stage, stage_path
-from pipeline.train import collate, special_ids
-from pipeline.tokenizer import load_tokenizer
+from pipeline.train.stage import collate, special_ids
 from storage import complete, list_datasets, read_manifest, read_table
 from tests.conftest import cpipe
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences
@@ -83,7 +87,7 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
     inputs = {"documents": setup["documents"]}
     killer = textwrap.dedent(f"""
         import os, signal, torch
-        from pipeline import backtranslate
+        from pipeline.backtranslate import stage as backtranslate
         from pipeline.stage import run_stage
         torch.set_num_threads(1)
         done, original = [], backtranslate.BackTranslator.translate_chunk

@@ -16,11 +16,15 @@ import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline import augment, corpus, filter, init, tokenizer
+from pipeline.augment import stage as augment
 from pipeline.config import AugmentConfig, Config, CorpusConfig, FilterConfig, ModelConfig, TrainConfig
-from pipeline.model import HF_DIR, ST_DIR, SpanEncoder, build_model, export
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.encoders.transformer import HF_DIR, ST_DIR, SpanEncoder, build_model, export
+from pipeline.filter import stage as filter
 from pipeline.stage import run_stage
-from pipeline.train import collate, special_ids
+from pipeline.train import init
+from pipeline.train.stage import collate, special_ids
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, make_document
 from tests.test_precision import run_train_loop
@@ -171,7 +175,7 @@ def test_wordpiece_counts_are_the_words_and_full_stops(bases, documents):
     """A hand count for the BERT base: every made-up word is one WordPiece and so is each full stop."""
     _, plain = bases["bert"]
     assert all(len(whole_ids(plain, w)) == 1 for w in WORDS)
-    from pipeline.docstats import count_tokens, tokenizer as read_tokenizer
+    from pipeline.filter.docstats import count_tokens, tokenizer as read_tokenizer
 
     texts = documents[1]
     counted = count_tokens(read_tokenizer(str(bases["bert"][0])), texts)  # the base's own, truncating file
@@ -236,7 +240,7 @@ def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_tab
 
 
 def test_roberta_position_limit_leaves_the_padding_offset(bases, corpus_path):
-    from pipeline.model import position_limit
+    from pipeline.encoders.transformer import position_limit
 
     base, _ = bases["roberta"]
     init_dir, tok = init_stage(base, corpus_path)
@@ -271,7 +275,7 @@ def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(b
 
 @pytest.mark.parametrize("name", ["st", "st-folder"])
 def test_a_sentence_transformers_directory_in_either_layout_is_a_base(name, bases, corpus_path):
-    from pipeline.model import load_base
+    from pipeline.encoders.transformer import load_base
 
     base, _ = bases[name]
     built = stages(base, corpus_path)
@@ -305,7 +309,7 @@ def test_sentence_objectives_encode_whole_sentences_whatever_the_tokenizer_says(
     """SimCSE and CLEAR handed a tokenizer that still truncates and pads (one not read by load_tokenizer)."""
     from transformers import AutoTokenizer
 
-    from pipeline.objectives import clear, simcse
+    from pipeline.augment.objectives import clear, simcse
 
     base, plain = bases["bert"]
     built = stages(base, corpus_path)

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.bow import train_fasttext
-from pipeline.clear import (OPERATIONS, ClearParams, SynonymsError, augment, operations, read_synonyms,
-                            synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
+from pipeline.augment.clear_operations import (OPERATIONS, ClearParams, SynonymsError, augment, operations,
+                                               read_synonyms, synonyms_from_vectors, two_views, wordnet_dir,
+                                               wordnet_synonyms)
+from pipeline.encoders.bow import train_fasttext
+from pipeline.encoders.vectors import read_vectors
 from pipeline.errors import InputError
-from pipeline.vectors import read_vectors
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 SEEDS = range(200)

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.backtranslate import model_names
+from pipeline.backtranslate.stage import model_names
 from pipeline.config import ConfigError, load_config
 from tests.conftest import ROOT
 

@@ -6,10 +6,10 @@ import pyarrow.compute  # noqa: F401
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import corpus
 from pipeline.config import Config, CorpusConfig
-from pipeline.corpus import open_source
-from pipeline.sources import SourceError
+from pipeline.corpus import stage as corpus
+from pipeline.corpus.sources import SourceError
+from pipeline.corpus.stage import open_source
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED

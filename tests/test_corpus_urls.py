@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pipeline import corpus
 from pipeline.config import Config, CorpusConfig
+from pipeline.corpus import stage as corpus
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import http_server

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from pipeline.curves import PNG, TENSORBOARD_DIR, write_curves
+from pipeline.train.curves import PNG, TENSORBOARD_DIR, write_curves
 
 
 def rows() -> list[dict]:

@@ -1,4 +1,4 @@
-"""pipeline.download against a real HTTP server on 127.0.0.1 whose misbehaviour each test switches on."""
+"""pipeline.corpus.download against a real HTTP server on 127.0.0.1 whose misbehaviour each test switches on."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pipeline.download import DownloadError, cache_path, fetch
+from pipeline.corpus.download import DownloadError, cache_path, fetch
 from tests.conftest import http_server
 
 # Not a multiple of the 1 MiB read size, so the last chunk is a short one.

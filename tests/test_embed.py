@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.embed import embed_file
-from pipeline.encoder import Encoder
+from pipeline.corpus.tokenizer import SPECIAL
+from pipeline.encoders.embed_file import embed_file
+from pipeline.encoders.exported import Encoder
+from pipeline.encoders.transformer import build_model, export
 from pipeline.errors import InputError
-from pipeline.model import build_model, export
-from pipeline.tokenizer import SPECIAL
 from tests.conftest import cpipe, make_document
 
 MAX_LENGTH = 64

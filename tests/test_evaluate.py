@@ -9,11 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import corpus, evaluate, filter, tokenizer
 from pipeline.config import Baselines, Config, CorpusConfig, EvaluateConfig, FilterConfig
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.evaluate import stage as evaluate
+from pipeline.evaluate.sts import STS_TASKS
+from pipeline.evaluate.transfer_data import TRANSFER_TASKS
+from pipeline.filter import stage as filter
 from pipeline.stage import run_stage
-from pipeline.sts import STS_TASKS
-from pipeline.transfer_data import TRANSFER_TASKS
 from storage import read_table
 from tests.conftest import SHARED, WORDS, write_corpus, write_sts
 from tests.test_embed import tiny_model

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import evaluate
 from pipeline.config import Config, EvaluateConfig
-from pipeline.encoder import Encoder
+from pipeline.encoders.exported import Encoder
+from pipeline.evaluate import stage as evaluate
 
+from pipeline.evaluate.sts import find_sts
+from pipeline.evaluate.transfer_data import find_transfer
 from pipeline.stage import run_stage
-from pipeline.sts import find_sts
-from pipeline.transfer_data import find_transfer
 from storage import read_manifest, read_table
 from tests.test_evaluate import concurrently
 from tests.conftest import SHARED, write_sts

@@ -13,10 +13,10 @@ import psutil
 import pytest
 import torch
 
-from pipeline import train
 from pipeline.config import TrainConfig
-from pipeline.model import HF_DIR
+from pipeline.encoders.transformer import HF_DIR
 from pipeline.stage import run_stage
+from pipeline.train import stage as train
 from storage import list_datasets, read_manifest
 from tests.conftest import cpipe
 

@@ -2,9 +2,11 @@ import random
 
 import pytest
 
-from pipeline import corpus, filter, tokenizer
 from pipeline.config import Config, CorpusConfig, FilterConfig
-from pipeline.filter import FilterError
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.filter import stage as filter
+from pipeline.filter.stage import FilterError
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, RobertaConfig
 
-from pipeline import gradcache
-from pipeline.gradcache import cached_step
-from pipeline.losses import nt_xent
-from pipeline.model import SpanEncoder
+from pipeline.encoders.transformer import SpanEncoder
+from pipeline.train import gradcache
+from pipeline.train.gradcache import cached_step
+from pipeline.train.losses import nt_xent
 
 VOCAB, MASK_ID, PAD_ID = 100, 4, 1
 B, P, LENGTH, TAU = 8, 2, 12, 0.05  # 8 anchors, 2 positives each: 24 rows, laid out as train_step does

@@ -12,10 +12,13 @@ import pytest
 import torch
 
 import flows.pipeline as flow
-from pipeline import corpus, evaluate, infersent, infersent_stage
-from pipeline.bow import train_fasttext
 from pipeline.config import Config, CorpusConfig
+from pipeline.corpus import stage as corpus
+from pipeline.encoders import infersent
+from pipeline.encoders import infersent_stage
+from pipeline.encoders.bow import train_fasttext
 from pipeline.errors import InputError
+from pipeline.evaluate import stage as evaluate
 from pipeline.stage import run_stage
 from pipeline.stages import STAGES
 from storage import read_manifest, read_table

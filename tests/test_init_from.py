@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import train
 from pipeline.config import ConfigError, load_config
-from pipeline.evaluate import trained_about
+from pipeline.evaluate.stage import trained_about
 from pipeline.stage import stage_fingerprint, stage_path
 from pipeline.stages import STAGES
+from pipeline.train import stage as train
 
 
 def config(tmp_path, runs: str, *overrides: str):

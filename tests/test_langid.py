@@ -11,7 +11,7 @@ import fasttext
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.langid import PREFIX_CHARS, LangIdError, LanguageIdentifier
+from pipeline.filter.langid import PREFIX_CHARS, LangIdError, LanguageIdentifier
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 needs_shared = pytest.mark.skipif(

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from pipeline.config import ConfigError, EvaluateConfig
-from pipeline.leaderboard import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
+from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 
 TITLE = "STS leaderboard (test)"
 
@@ -184,7 +184,7 @@ def test_transfer_analysis_and_what_each_model_is(scores):
 
 
 def test_cumulative_leaderboard_replaces_a_rescored_model_and_keeps_others(scores):
-    from pipeline.ranking import cumulative
+    from pipeline.leaderboard.stage import cumulative
 
     first = scores.assign(model_fingerprint=scores["model"].map(lambda m: f"{hash(m) & 0xffffffff:08x}0000"),
                           data_hash="d")

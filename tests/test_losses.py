@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pipeline.losses import info_nce, mask_tokens, nt_xent, slanted_triangular
+from pipeline.train.losses import info_nce, mask_tokens, nt_xent, slanted_triangular
 
 
 def cos(u, v):

@@ -5,7 +5,7 @@ import io
 import pytest
 import torch
 
-from pipeline.memory_bank import MemoryBank
+from pipeline.train.memory_bank import MemoryBank
 
 
 def rows(start, stop, dim=2):

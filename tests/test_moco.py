@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.memory_bank import MemoryBank
-from pipeline.moco import MomentumEncoder
-from pipeline.train import collate, make_optimizer, special_ids, train_step
+from pipeline.train.memory_bank import MemoryBank
+from pipeline.train.moco import MomentumEncoder
+from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from tests.test_losses import moco_loop
 from tests.test_precision import run_train_loop
 from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)

@@ -9,12 +9,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline import devset, train
 from pipeline.config import Config, ConfigError, TrainConfig, load_config
-from pipeline.encoder import Encoder
-from pipeline.model import HF_DIR, build_model
+from pipeline.corpus.tokenizer import SPECIAL
+from pipeline.encoders.exported import Encoder
+from pipeline.encoders.transformer import HF_DIR, build_model
 from pipeline.stage import run_stage, stage_path
-from pipeline.tokenizer import SPECIAL
+from pipeline.train import devset
+from pipeline.train import stage as train
 from storage import DatasetWriter, read_manifest
 from tests.conftest import WORDS, make_document
 from tests.reference import spearman

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.neardup import MERSENNE, NearDuplicates, lsh_params, minhash, shingle_hashes
+from pipeline.filter.neardup import MERSENNE, NearDuplicates, lsh_params, minhash, shingle_hashes
 
 
 def is_duplicate(nd: NearDuplicates, text: str) -> bool:

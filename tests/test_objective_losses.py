@@ -13,7 +13,7 @@ import torch
 
 from pipeline.config import Config, ConfigError, TrainConfig, load_config
 from pipeline.errors import InputError
-from pipeline.train import collate, make_optimizer, special_ids, step_inputs, train_step
+from pipeline.train.stage import collate, make_optimizer, special_ids, step_inputs, train_step
 from tests.conftest import make_document
 from tests.test_losses import cl_forward_loop
 from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)

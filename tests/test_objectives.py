@@ -7,14 +7,17 @@ import pytest
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
 
-from pipeline import augment, corpus, init, tokenizer
-from pipeline.clear import WORDNET, wordnet_dir
+from pipeline.augment import stage as augment
+from pipeline.augment.clear_operations import WORDNET, wordnet_dir
+from pipeline.augment.objectives import OBJECTIVES as REGISTRY
+from pipeline.augment.segment import sentences
 from pipeline.config import OBJECTIVES, AugmentConfig, Config, CorpusConfig, ModelConfig, TrainConfig
-from pipeline.model import load_mlm
-from pipeline.objectives import OBJECTIVES as REGISTRY
-from pipeline.segment import sentences
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.encoders.transformer import load_mlm
 from pipeline.stage import run_stage
-from pipeline.tokenizer import load_tokenizer
+from pipeline.train import init
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences
@@ -125,7 +128,7 @@ def test_clear_substitution_replaces_thirty_percent_of_each_sentences_tokens(doc
 
 
 def test_clear_substitution_falls_back_to_corpus_vectors_without_wordnet(documents, monkeypatch):
-    monkeypatch.setattr("pipeline.objectives.clear.wordnet_dir", lambda: None)
+    monkeypatch.setattr("pipeline.augment.objectives.clear.wordnet_dir", lambda: None)
     rows, path = clear_rows(documents, "subs", epochs=1, subs_share=1.0, synonym_threshold=-1.0)
     manifest = read_manifest(path)
     assert manifest["counts"]["synonym_entries"] > 0

@@ -11,8 +11,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from pipeline.openwebtext import OpenWebTextSource, is_openwebtext
-from pipeline.sources import SourceError, doc_id
+from pipeline.corpus.openwebtext import OpenWebTextSource, is_openwebtext
+from pipeline.corpus.sources import SourceError, doc_id
 from tests.conftest import SHARED, make_document
 
 # Always included, whatever the data: the real sample is single-line ASCII, and the

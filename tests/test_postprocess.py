@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.errors import InputError
-from pipeline.postprocess import (FLOW_CONFIG, Flow, PostProcessed, Whitening, fit_flow, fit_whitening,
+from pipeline.encoders.postprocess import (FLOW_CONFIG, Flow, PostProcessed, Whitening, fit_flow, fit_whitening,
                                   load)
-from pipeline.vectors import RandomEncoder
+from pipeline.encoders.vectors import RandomEncoder
+from pipeline.errors import InputError
 
 # Small enough for a few seconds per fit on 2 busy cores.
 FLOW = {"steps": 150, "layers": 3, "hidden": 32}

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipeline import train
 from pipeline.config import TrainConfig
-from pipeline.model import HF_DIR
+from pipeline.encoders.transformer import HF_DIR
 from pipeline.stage import run_stage
-from pipeline.train import collate, make_optimizer, make_scaler, special_ids, step_inputs, train_step
+from pipeline.train import stage as train
+from pipeline.train.stage import collate, make_optimizer, make_scaler, special_ids, step_inputs, train_step
 from storage import DatasetWriter
 from tests import test_train_step
 from tests.conftest import free_port

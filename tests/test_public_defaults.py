@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import corpus
 from pipeline.config import DEFAULT_PROFILE, ConfigError, load_config
+from pipeline.corpus import stage as corpus
 from pipeline.errors import InputError
-from pipeline.leaderboard import leaderboard, to_markdown
+from pipeline.evaluate.sts import StsDataError, find_sts, score_sts
+from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage
-from pipeline.sts import StsDataError, find_sts, score_sts
 from storage import read_table
 from tests import reference
 from tests.test_corpus_urls import server  # noqa: F401  (fixture: serves files, cutting each first request)

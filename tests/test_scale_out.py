@@ -8,12 +8,14 @@ import time
 
 import pytest
 
-from pipeline import corpus, filter, tokenizer
 from pipeline.config import Config, CorpusConfig, FilterConfig
+from pipeline.corpus import stage as corpus
+from pipeline.corpus import tokenizer
+from pipeline.corpus.wikipedia import WikipediaDumpSource
+from pipeline.filter import stage as filter
 from pipeline.parallel import ordered_map
-from pipeline.stage import run_stage
 from pipeline.ray_session import ray_init
-from pipeline.wikipedia import WikipediaDumpSource
+from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, ray_cluster, write_corpus
 from tests.test_filter import lid_model  # noqa: F401  (fixture)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.credentials import conceal, reveal, split_credentials
+from pipeline.corpus.credentials import conceal, reveal, split_credentials
 from tests.conftest import cpipe, http_server, make_document
 
 SECRET = "PLANTED-s3cret-7731"

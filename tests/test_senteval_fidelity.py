@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.sts import StsSubset, score_sts
+from pipeline.evaluate.sts import StsSubset, score_sts
 from tests.reference import cosine, pearson, spearman
 
 DIM = 6
@@ -158,7 +158,7 @@ def test_relatedness_regressor_matches_senteval_described_loop(task, low):
 
 
 def test_tai_targets_by_hand():
-    from pipeline.relatedness import encode_labels
+    from pipeline.evaluate.relatedness import encode_labels
 
     got = encode_labels(np.array([1.0, 2.3, 4.75, 5.0, 0.4]))
     expected = [[1, 0, 0, 0, 0], [0, 0.7, 0.3, 0, 0], [0, 0, 0, 0.25, 0.75], [0, 0, 0, 0, 1],

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.sts import STS_TASKS, EvalDataError, StsDataError, StsSubset, data_hash, find_sts, score_sts
+from pipeline.evaluate.sts import STS_TASKS, EvalDataError, StsDataError, StsSubset, data_hash, find_sts, score_sts
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.encoder import Encoder
-from pipeline.memory_bank import MemoryBank
-from pipeline.model import SpanEncoder, build_model, export
-from pipeline.tokenizer import SPECIAL
-from pipeline.train import collate, make_optimizer, special_ids, train_step
+from pipeline.corpus.tokenizer import SPECIAL
+from pipeline.encoders.exported import Encoder
+from pipeline.encoders.transformer import SpanEncoder, build_model, export
+from pipeline.train.memory_bank import MemoryBank
+from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from tests.conftest import make_document
 
 

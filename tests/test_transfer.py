@@ -6,12 +6,12 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.config import EvaluateConfig
+from pipeline.encoders.vectors import RandomEncoder
 from pipeline.errors import InputError
-from pipeline.logreg import Settings
-from pipeline.transfer import averages, score_transfer
-from pipeline.transfer_data import (TRANSFER_TASKS, Examples, TransferDataError, TransferTask, find_transfer,
+from pipeline.evaluate.logreg import Settings
+from pipeline.evaluate.transfer import averages, score_transfer
+from pipeline.evaluate.transfer_data import (TRANSFER_TASKS, Examples, TransferDataError, TransferTask, find_transfer,
                                     transfer_data_hash)
-from pipeline.vectors import RandomEncoder
 from test_sts import SICK_TEST, SICK_TRIAL, write_sick
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")

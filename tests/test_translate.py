@@ -7,8 +7,8 @@ import importlib
 import pytest
 import torch
 
+from pipeline.backtranslate.translate import FAIRSEQ_TO_HF, check_backend, load_translator
 from pipeline.errors import InputError
-from pipeline.translate import FAIRSEQ_TO_HF, check_backend, load_translator
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences
 
 FAST = dict(max_new_tokens=6, batch_size=4)

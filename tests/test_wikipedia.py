@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.sources import SourceError, doc_id
-from pipeline.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
+from pipeline.corpus.sources import SourceError, doc_id
+from pipeline.corpus.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
 from tests.conftest import SHARED, make_document
 
 EXPORT = "http://www.mediawiki.org/xml/export-{v}/"

@@ -1,0 +1,11 @@
+"""Objectives, by name. Each module turns its source dataset into anchor/positive pairs for the augment stage.
+
+A module exposes NAME, INPUTS ({input name: the stage whose dataset it reads}),
+SETTINGS (the `augment` config keys it uses, beyond epochs/seed/rows_per_shard)
+and `pairs(config, inputs, tokenizer, out)`. Every objective's pairs share one
+schema, so the train stage runs them all with one step.
+"""
+
+from pipeline.augment.objectives import cert, clear, declutr, simcse
+
+OBJECTIVES = {m.NAME: m for m in (declutr, cert, simcse, clear)}

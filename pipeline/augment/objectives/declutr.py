@@ -1,0 +1,59 @@
+"""DeCLUTR (Giorgi et al., 2021): anchor spans and nearby positive spans from the same long document.
+
+Each epoch draws fresh spans, as DeCLUTR resamples every epoch. Documents shorter than the sampler
+needs (pipeline.augment.spans.min_document_tokens) are dropped and counted (`too_short`). With
+`collapse_whitespace`, runs of whitespace become one space before tokenising, as the reference does,
+so newlines and indentation do not take up span tokens. Documents are
+shuffled per epoch but a document's anchors stay adjacent, so a batch of N * A
+rows holds N whole documents, as in the paper.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.augment.objectives.common import epoch_seed, pair
+from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
+from pipeline.corpus.tokenizer import encode_whole
+from storage import read_table
+
+NAME = "declutr"
+INPUTS = {"documents": "filter"}
+SETTINGS = ("num_anchors", "num_positives", "min_length", "max_length", "collapse_whitespace")
+log = logging.getLogger("cpipe")
+
+
+def pairs(config: dict, inputs: dict, tok, out) -> None:
+    docs = read_table(inputs["documents"], columns=["doc_id", "text"])
+    doc_ids = docs.column("doc_id").to_pylist()
+    texts = docs.column("text").to_pylist()
+    if config["collapse_whitespace"]:
+        texts = [" ".join(t.split()) for t in texts]
+    token_ids = [np.asarray(ids, dtype=np.int32) for ids in encode_whole(tok.backend_tokenizer, texts)]
+    needed = min_document_tokens(config["num_anchors"], config["max_length"])
+    eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
+    out.count("too_short", len(doc_ids) - len(eligible))
+    if not eligible:
+        longest = max((len(ids) for ids in token_ids), default=0)
+        raise TooShort(f"no document is long enough for {config['num_anchors']} anchors of up to "
+                       f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, "
+                       f"the longest of "
+                       f"{len(doc_ids)} has {longest}")
+    for epoch in tqdm(range(config["epochs"]), desc="augment declutr", unit="epoch"):
+        seed = epoch_seed(config, epoch)
+        rng = np.random.default_rng(seed)
+        for d in rng.permutation(eligible):
+            ids = token_ids[d]
+            spans = sample_spans(len(ids), config["num_anchors"], config["num_positives"],
+                                 config["min_length"], config["max_length"], rng)
+            for a, (anchor, positives) in enumerate(spans):
+                anchor_ids = ids[anchor.start:anchor.end].tolist()
+                positive_ids = [ids[p.start:p.end].tolist() for p in positives]
+                texts = tok.batch_decode([anchor_ids, *positive_ids])
+                out.write([pair(f"{epoch}-{doc_ids[d]}-{a}", doc_ids[d], NAME, epoch, seed, anchor_ids, texts[0],
+                                positive_ids, texts[1:], anchor.start, [p.start for p in positives])])
+    log.info("augment: %d documents x %d epochs; %d too short", len(eligible), config["epochs"],
+             len(doc_ids) - len(eligible))

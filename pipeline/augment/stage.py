@@ -1,0 +1,58 @@
+"""augment stage: materialise `epochs` epochs of anchor/positive pairs, as token ids and text, for one objective.
+
+The objectives (pipeline.augment.objectives) say what a pair is; this stage gives them
+one schema, one config slice each, and their input datasets.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from pipeline.augment.objectives import OBJECTIVES
+from pipeline.config import Config, TrainConfig
+from pipeline.corpus.tokenizer import load_tokenizer
+
+NAME, VERSION = "augment", "3"
+SCHEMA = pa.schema([
+    ("pair_id", pa.string()),
+    ("doc_id", pa.string()),
+    ("objective", pa.string()),
+    ("epoch", pa.int32()),
+    ("anchor_start", pa.int32()),
+    ("anchor_ids", pa.list_(pa.int32())),
+    ("anchor_text", pa.string()),
+    ("positive_starts", pa.list_(pa.int32())),
+    ("positive_ids", pa.list_(pa.list_(pa.int32()))),
+    ("positive_text", pa.list_(pa.string())),
+    ("original_ids", pa.list_(pa.int32())),  # CLEAR: the original sentence (no special tokens); else null
+    ("original_text", pa.string()),
+    ("sources", pa.list_(pa.string())),      # CERT: the anchor's and the positives' pivot languages; else null
+    ("seed", pa.int64()),
+])
+
+
+SHARED = ("epochs", "seed", "rows_per_shard")
+RUNTIME: dict = {}
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """One dataset per objective (and CLEAR combination) the runs train on, named as the runs name it."""
+    return {f"{NAME}/{r.pairs}": (r,) for r in {r.pairs: r for r in cfg.run_configs().values()}.values()}
+
+
+def config(cfg: Config, run: TrainConfig) -> dict:
+    """Only the settings the run's objective uses, so changing span lengths does not rebuild CERT's pairs;
+    the run's `views` pick CLEAR's combination."""
+    augment = cfg.augment.model_dump()
+    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *OBJECTIVES[run.objective].SETTINGS)}}
+    return {**settings, "augmentation": run.views} if run.views else settings
+
+
+def inputs(done: dict[str, str], cfg: Config, run: TrainConfig) -> dict[str, str]:
+    """The datasets an objective's pairs are made from, by the stage that built them."""
+    return {**{name: done[stage] for name, stage in OBJECTIVES[run.objective].INPUTS.items()},
+            "tokenizer": done["tokenizer"]}
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    OBJECTIVES[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), out)

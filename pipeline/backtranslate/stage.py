@@ -1,0 +1,158 @@
+"""backtranslate stage (CERT): every sentence of the filtered documents to each pivot language and back.
+
+Sentences are cut into chunks of `chunk_size`; a chunk's input and its
+translations are files in the stage's work directory, each written whole
+(temporary name, then rename), so a killed run resumes at the first chunk
+without translations. `BackTranslator` translates one chunk; the same class
+runs in this process (`workers: 0`) or as a Ray Data actor pool holding one
+model replica per actor (and per GPU with `use_gpu`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from itertools import islice
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from pipeline.augment.objectives.common import sentences
+from pipeline.backtranslate.translate import check_backend, load_translator
+from pipeline.config import Config, Generation
+from pipeline.stage import runtime, split_runtime
+
+NAME, VERSION = "backtranslate", "1"
+SEGMENT_SCHEMA = pa.schema([("doc_id", pa.string()), ("segment_id", pa.string()), ("start", pa.int32()),
+                            ("end", pa.int32()), ("text", pa.string())])
+SCHEMA = SEGMENT_SCHEMA.append(pa.field("bt_text", pa.string())).append(pa.field("pivot_lang", pa.string())) \
+    .append(pa.field("backend", pa.string())).append(pa.field("model", pa.string()))
+RUNTIME = {"workers": 0}
+log = logging.getLogger("cpipe")
+
+
+def config(cfg: Config) -> dict:
+    """The fingerprinted settings, once the backend is known to run every pivot's models; the actor count is
+    runtime (it does not change the output)."""
+    bt = cfg.backtranslate.model_dump()
+    for pivot in bt["pivots"]:
+        for model in model_names(bt, pivot):
+            check_backend(bt["backend"], model)
+    return split_runtime(RUNTIME, bt)
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"documents": done["filter"]}
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Built only for CERT's pairs."""
+    return {NAME: ()} if any(r.objective == "cert" for r in cfg.run_configs().values()) else {}
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["workers"] > 0  # an actor pool on Ray
+
+
+def model_names(config: dict, pivot: str) -> tuple[str, str]:
+    """The (forward, backward) models of a pivot: its own names, or the templates, filled in."""
+    fill = {"source": config["source_lang"], "pivot": pivot}
+    names = (config[k][pivot] if isinstance(config[k], dict) else config[k]
+             for k in ("forward_model", "backward_model"))
+    return tuple(name.format(**fill) for name in names)
+
+
+class BackTranslator:
+    """Loads the two models of every pivot once; each call translates whole chunks from the work directory."""
+
+    def __init__(self, config: dict, work_dir: str):
+        self.config, self.work_dir = config, work_dir
+        device = "cuda" if config["use_gpu"] else "cpu"
+        generation = {k: config[k] for k in Generation.model_fields}
+        self.models = {pivot: tuple(load_translator(config["backend"], m, device, config["dtype"], **generation)
+                                    for m in model_names(config, pivot)) for pivot in config["pivots"]}
+
+    def __call__(self, batch: dict) -> dict:
+        return {"chunk": batch["chunk"], "rows": [self.translate_chunk(int(c)) for c in batch["chunk"]]}
+
+    def translate_chunk(self, chunk: int) -> int:
+        segments_ = pq.read_table(_path(self.work_dir, "in", chunk))
+        texts = segments_.column("text").to_pylist()
+        tables, counts = [], {}
+        for pivot, (forward, backward) in self.models.items():
+            for t in (forward, backward):  # sampling seeded per chunk: a resumed run draws the same
+                t.generation = t.generation.model_copy(update={"seed": self.config["seed"] * 1_000_003 + chunk})
+                t.counts.clear()
+            token = self.config["target_token"].get(pivot)
+            back = backward.translate(forward.translate([f"{token} {t}" for t in texts] if token else texts))
+            for direction, t in (("forward", forward), ("backward", backward)):
+                for reason, n in t.counts.items():
+                    counts[f"{direction}_{reason}"] = counts.get(f"{direction}_{reason}", 0) + n
+            model = " -> ".join(model_names(self.config, pivot))
+            tables.append(segments_.append_column("bt_text", pa.array(back, pa.string()))
+                          .append_column("pivot_lang", pa.array([pivot] * len(texts), pa.string()))
+                          .append_column("backend", pa.array([self.config["backend"]] * len(texts), pa.string()))
+                          .append_column("model", pa.array([model] * len(texts), pa.string())))
+        table = pa.concat_tables(tables).replace_schema_metadata({"counts": json.dumps(counts)})
+        _write_whole(table, _path(self.work_dir, "out", chunk))
+        return table.num_rows
+
+
+def _path(work_dir: str, kind: str, chunk: int) -> str:
+    return f"{work_dir}/{kind}-{chunk:06d}.parquet"
+
+
+def _write_whole(table: pa.Table, path: str) -> None:
+    # A kill mid-write leaves only the temporary file, which the next run overwrites.
+    pq.write_table(table, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)
+
+
+def split_into_chunks(documents: str, config: dict, work_dir: str, out) -> int:
+    """Write the sentences to translate as chunk files; returns the number of chunks."""
+    chunk, total = 0, 0
+    rows = sentences(documents, config, out)
+    while batch := list(islice(rows, config["chunk_size"])):
+        # Sentences come out the same every time, so a resumed run keeps the chunk files it has.
+        if not os.path.exists(_path(work_dir, "in", chunk)):
+            _write_whole(pa.Table.from_pylist(batch, SEGMENT_SCHEMA), _path(work_dir, "in", chunk))
+        chunk, total = chunk + 1, total + len(batch)
+    out.count("sentences", total)
+    return chunk
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    work_dir = out.work_dir
+    n_chunks = split_into_chunks(inputs["documents"], config, work_dir, out)
+    pending = [c for c in range(n_chunks) if not os.path.exists(_path(work_dir, "out", c))]
+    out.count("resumed_chunks", n_chunks - len(pending))
+    log.info("backtranslate: %d chunks of up to %d sentences, %d to translate (%s)", n_chunks,
+             config["chunk_size"], len(pending), ", ".join(" -> ".join(model_names(config, p)) for p in config["pivots"]))
+    workers = runtime(config, RUNTIME)["workers"]
+    with tqdm(total=len(pending), desc="backtranslate", unit="chunk") as bar:
+        if pending and workers == 0:
+            translator = BackTranslator(config, work_dir)
+            for chunk in pending:
+                translator.translate_chunk(chunk)
+                bar.update()
+        elif pending:
+            for _ in _on_ray(config, work_dir, pending, workers):
+                bar.update()
+    for chunk in range(n_chunks):
+        table = pq.read_table(_path(work_dir, "out", chunk))
+        for reason, n in json.loads(table.schema.metadata[b"counts"]).items():
+            out.count(reason, n)
+        out.write(table.replace_schema_metadata(None))
+
+
+def _on_ray(config: dict, work_dir: str, pending: list[int], workers: int):
+    """One row per chunk through an actor pool; the actors write the chunks, so rows only report progress."""
+    import ray.data
+
+    ds = ray.data.from_items([{"chunk": c} for c in pending], override_num_blocks=len(pending))
+    translated = ds.map_batches(BackTranslator, fn_constructor_kwargs={"config": config, "work_dir": work_dir},
+                                batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
+                                num_gpus=1 if config["use_gpu"] else 0)
+    yield from translated.iter_rows()

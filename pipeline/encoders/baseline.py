@@ -1,0 +1,38 @@
+"""baseline stage: fastText vectors trained on the filtered corpus (the bag-of-words baseline row)."""
+
+from __future__ import annotations
+
+import logging
+
+from pipeline.config import Config
+from pipeline.encoders.bow import train_fasttext
+from storage import iter_batches
+
+NAME, VERSION = "baseline", "1"
+SCHEMA = None
+RUNTIME: dict = {}
+MODEL_FILE = "fasttext.bin"
+log = logging.getLogger("cpipe")
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Built for the fastText row, and for the InferSent row that reads the corpus's vectors."""
+    from pipeline.encoders import infersent_stage  # which imports this module
+
+    wanted = cfg.evaluate.fasttext.enabled or infersent_stage.reads_corpus_vectors(cfg)
+    return {NAME: ()} if wanted else {}
+
+
+def config(cfg: Config) -> dict:
+    return cfg.evaluate.fasttext.model_dump(exclude={"enabled"})
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"documents": done["filter"]}
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    texts = (t for batch in iter_batches(inputs["documents"], columns=["text"]) for t in batch.column("text").to_pylist())
+    train_fasttext(texts, f"{out.local_dir}/{MODEL_FILE}", dim=config["dim"], epoch=config["epoch"],
+                   min_count=config["min_count"], threads=config["threads"], bucket=config["bucket"])
+    log.info("baseline: fastText skipgram, %d dimensions", config["dim"])

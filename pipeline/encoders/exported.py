@@ -1,0 +1,104 @@
+"""Load an exported encoder and embed sentences: the export's pooling, length-sorted batches."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from pipeline.encoders.transformer import HF_DIR, ST_DIR, pool
+from pipeline.errors import InputError
+from storage import local_copy
+
+
+def export_pooling(path: str) -> str | None:
+    """The pooling a sentence-transformers export (ours, or any ST directory) declares, if any."""
+    for st in (f"{path}/{ST_DIR}", path):
+        config = f"{st}/1_Pooling/config.json"
+        if os.path.isfile(config):
+            with open(config) as f:
+                settings = json.load(f)
+            # sentence-transformers >= 5 writes "pooling_mode"; older versions one flag per mode.
+            mode = settings.get("pooling_mode") or next(
+                (k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+                 for k, on in settings.items() if k.startswith("pooling_mode_") and on), "mean")
+            if mode not in ("mean", "cls"):
+                raise InputError(f"{config}: pooling {mode!r} is not supported here (mean or cls)")
+            return mode
+    return None
+
+
+def _model_limit(config, tokenizer) -> int:
+    """The longest input the model takes: RoBERTa-style models keep two position slots for padding."""
+    positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    return min(tokenizer.model_max_length, positions - (2 if "roberta" in config.model_type else 0))
+
+
+def eval_length(model_config, tokenizer, max_length: int) -> int:
+    """The length sentences are truncated to: evaluate.max_length, within the model's limit."""
+    return min(max_length, _model_limit(model_config, tokenizer))
+
+
+@torch.inference_mode()
+def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int, batch_size: int = 128) -> np.ndarray:
+    """Sentence embeddings from a bare encoder (AutoModel, or an MLM's base_model), pooled by `pooling`."""
+    device = next(model.parameters()).device
+    # Sorting by length keeps padding, and so wasted compute, small; rows go back in input order.
+    order = np.argsort([-len(s) for s in sentences], kind="stable")
+    out = np.empty((len(sentences), model.config.hidden_size), dtype=np.float32)
+    for i in range(0, len(sentences), batch_size):
+        idx = order[i : i + batch_size]
+        enc = tokenizer([sentences[j] for j in idx], padding=True, truncation=True,
+                        max_length=max_length, return_tensors="pt").to(device)
+        hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        out[idx] = pool(hidden, enc["attention_mask"], pooling).float().cpu().numpy()
+    return out
+
+
+class Encoder:
+    """Any Hugging Face encoder directory (ours under `hf/`, or a plain model dir).
+
+    `pooling` defaults to what the export declares, else mean: pass "cls" for
+    a plain model whose [CLS] state is the sentence embedding.
+    """
+
+    def __init__(self, path: str, max_length: int = 128, device: str | None = None, pooling: str | None = None):
+        with local_copy(path) as local:  # a model on any fsspec URL is read whole into memory
+            hf = f"{local}/{HF_DIR}" if os.path.isdir(f"{local}/{HF_DIR}") else local
+            if not os.path.isfile(f"{hf}/config.json"):
+                raise InputError(f"{path}: not a model directory (no config.json in {hf})")
+            self.tokenizer = AutoTokenizer.from_pretrained(hf)
+            self.model = AutoModel.from_pretrained(hf).eval()
+            self.pooling = pooling or export_pooling(local) or "mean"
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device)
+        self.max_length = eval_length(self.model.config, self.tokenizer, max_length)
+
+    @property
+    def parameters(self) -> int:
+        # A BERT-style pooler (often freshly initialised when loading an MLM checkpoint) is never
+        # used by mean or cls pooling, so it does not count towards the model's size.
+        return sum(p.numel() for name, p in self.model.named_parameters() if not name.startswith("pooler."))
+
+    def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
+        return embed(self.model, self.tokenizer, sentences, self.pooling, self.max_length, batch_size)
+
+    @torch.inference_mode()
+    def token_vectors(self, sentences: list[str], batch_size: int = 128) -> list[np.ndarray]:
+        """Each sentence's last-layer token states in context, special tokens and padding left out."""
+        order = np.argsort([-len(s) for s in sentences], kind="stable")
+        out: list[np.ndarray] = [np.empty((0, self.model.config.hidden_size), dtype=np.float32)] * len(sentences)
+        for i in range(0, len(sentences), batch_size):
+            idx = order[i : i + batch_size]
+            enc = self.tokenizer([sentences[j] for j in idx], padding=True, truncation=True, max_length=self.max_length,
+                                 return_special_tokens_mask=True, return_tensors="pt")
+            words = (enc["attention_mask"].bool() & ~enc["special_tokens_mask"].bool()).numpy()
+            hidden = self.model(input_ids=enc["input_ids"].to(self.device),
+                                attention_mask=enc["attention_mask"].to(self.device)).last_hidden_state
+            hidden = hidden.float().cpu().numpy()
+            for row, j in enumerate(idx):
+                out[j] = hidden[row][words[row]]
+        return out

@@ -1,0 +1,100 @@
+"""infersent stage: an InferSent encoder (pipeline.encoders.infersent) trained on NLI pairs, exported for the evaluate stage.
+
+Its word vectors are a vectors file, or the corpus's fastText vectors (the baseline stage's model, input
+"vectors"). The stage config names the NLI files by split, with a snapshot of them, so an edited file is
+trained on again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pipeline.config import Config
+from pipeline.encoders import infersent
+from pipeline.encoders.baseline import MODEL_FILE
+from pipeline.encoders.kinds import snapshot
+
+NAME, VERSION = "infersent", "1"
+SCHEMA = None
+RUNTIME: dict = {}
+TRAINING = tuple(infersent.Settings.__dataclass_fields__)
+log = logging.getLogger("cpipe")
+
+
+def _nli(cfg: Config) -> dict[str, list[str]] | None:
+    settings = cfg.evaluate.baselines.infersent
+    return infersent.nli_files(settings.nli, cfg.evaluate.data) if settings.enabled else None
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Built when enabled and there is NLI data to train on."""
+    if not cfg.evaluate.baselines.infersent.enabled:
+        return {}
+    if _nli(cfg) is None:
+        log.warning("infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under evaluate.data, no "
+                    "evaluate.baselines.infersent.nli): row left out")
+        return {}
+    return {NAME: ()}
+
+
+def reads_corpus_vectors(cfg: Config) -> bool:
+    """Whether the InferSent row's word vectors are the corpus's fastText ones (the baseline stage's)."""
+    return _nli(cfg) is not None and not cfg.evaluate.baselines.infersent.vectors
+
+
+def config(cfg: Config) -> dict:
+    """From the evaluate.baselines.infersent settings and the NLI files found."""
+    settings, files = cfg.evaluate.baselines.infersent.model_dump(), _nli(cfg)
+    watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
+    return {"nli": files, "vectors": settings["vectors"], "vocab_size": settings["vocab_size"],
+            "max_pairs": settings["max_pairs"], **{k: settings[k] for k in TRAINING},
+            "snapshot": {path: snapshot(path) for path in watched}}
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"vectors": done["baseline"]} if reads_corpus_vectors(cfg) else {}
+
+
+def about(config: dict) -> dict:
+    """What the leaderboard says of the row."""
+    names = [os.path.basename(p) for p in config["nli"]["train"]]
+    data = "SICK-E train" if names == ["SICK_train.txt"] else ", ".join(names)
+    vectors = os.path.basename(config["vectors"]) if config["vectors"] else "corpus fastText"
+    return {"objective": f"InferSent (NLI: {data})",
+            "recipe": f"BiLSTM-max {config['hidden']}x2, MLP {config['fc_dim']}, SGD lr {config['lr']:g} "
+                      f"batch {config['batch_size']}, <= {config['epochs']} epochs dev-selected, vectors: {vectors}"}
+
+
+def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
+    pairs = sum((infersent.read_nli(f) for f in files[1:]), infersent.read_nli(files[0]))
+    if limit is None:
+        return pairs
+    return infersent.NliPairs(pairs.premise[:limit], pairs.hypothesis[:limit], pairs.labels[:limit], pairs.dropped)
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    train_pairs, dev_pairs = _read(config["nli"]["train"], config["max_pairs"]), _read(config["nli"]["dev"])
+    if config["vectors"]:
+        needed = {w for p in (train_pairs, dev_pairs) for s in p.premise + p.hypothesis
+                  for w in infersent.tokens(s, lowercase=False)}
+        vectors = infersent.file_vectors(config["vectors"], config["vocab_size"], needed)
+    else:
+        vectors = infersent.corpus_vectors(f"{inputs['vectors']}/{MODEL_FILE}", config["vocab_size"])
+    vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
+    (train_data, empty_train), (dev_data, empty_dev) = (infersent.encode_pairs(p, vocab)
+                                                        for p in (train_pairs, dev_pairs))
+    if not train_data[2] or not dev_data[2]:
+        raise infersent.NliDataError(f"{', '.join(config['nli']['train'] + config['nli']['dev'])}: no pair left "
+                                     "whose two sentences have a word with a vector")
+    settings = infersent.Settings(**{k: config[k] for k in TRAINING})
+    encoder, history = infersent.train(train_data, dev_data, vectors.matrix, settings)
+    infersent.export(encoder, vectors, out.local_dir)
+    out.count("train_pairs", len(train_data[2]))
+    out.count("dev_pairs", len(dev_data[2]))
+    out.count("dropped_no_gold_label", train_pairs.dropped + dev_pairs.dropped)
+    out.count("dropped_no_known_word", empty_train + empty_dev)
+    out.extra["vocabulary"] = len(vectors.words)
+    out.extra["epochs"] = history
+    out.extra["dev_accuracy"] = max(h["dev_accuracy"] for h in history)
+    log.info("infersent: dev accuracy %.3f after %d epochs", out.extra["dev_accuracy"], len(history))

@@ -1,0 +1,82 @@
+"""Every kind of encoder the evaluate stage scores, built from a small spec: our exported models, the
+fastText bag of words, random and pretrained word vectors, any HF / sentence-transformers directory,
+an InferSent export, and a post-processed (whitened or flow-transformed) version of any of them."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from pipeline.augment.objectives.common import sentences
+from pipeline.config import MIN_SENTENCE_CHARS
+from pipeline.encoders import postprocess
+from pipeline.encoders.baseline import MODEL_FILE
+from pipeline.encoders.bow import FastTextEncoder
+from pipeline.encoders.exported import Encoder
+from pipeline.encoders.infersent import InferSentEncoder
+from pipeline.encoders.vectors import RandomEncoder, WordVectorEncoder
+from pipeline.errors import InputError
+
+TRANSFORM_DIR = "transform"
+
+
+def snapshot(path: str) -> list:
+    """Changes when a baseline's files change, so its scores are not served from a stale cache."""
+    if not os.path.exists(path):
+        raise InputError(f"baseline path does not exist: {path}")
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    return [(os.path.relpath(f, path) if f != path else os.path.basename(f), os.path.getsize(f),
+             os.stat(f).st_mtime_ns) for f in files]
+
+
+def load(spec: dict, inputs: dict, max_length: int):
+    """The encoder a spec names. Specs with a model input read it from `inputs["model"]`."""
+    kind = spec["kind"]
+    if kind in ("trained", "untrained"):
+        return Encoder(inputs["model"], max_length=max_length)
+    if kind == "fasttext":
+        return FastTextEncoder(f"{inputs['model']}/{MODEL_FILE}")
+    if kind == "infersent":
+        return InferSentEncoder(inputs["model"])
+    if kind == "random":
+        return RandomEncoder(spec["dim"], spec["seed"])
+    if kind == "vectors":
+        return WordVectorEncoder(spec["path"])
+    if kind == "model":
+        return Encoder(spec["path"], max_length=max_length, pooling=spec["pooling"])
+    raise ValueError(f"unknown encoder kind {kind!r}")
+
+
+def post_processed(encoder, spec: dict, corpus: str, out_dir: str, batch_size: int, out):
+    """Fit the spec's transform on the corpus's first sentences (never on evaluation data), keep it
+    beside the scores, and return the wrapped encoder."""
+    settings = {"min_chars": MIN_SENTENCE_CHARS, "max_sentences": spec["sentences"]}
+    fitting = [r["text"] for r in sentences(corpus, settings, out)]
+    if len(fitting) < 2:
+        raise InputError(f"post-processing needs corpus sentences; found {len(fitting)} in {corpus}")
+    if spec["kind"] == "whitening":
+        transform = postprocess.fit_whitening(encoder, fitting, k=spec["k"], batch_size=batch_size)
+    else:
+        transform = postprocess.fit_flow(encoder, fitting, seed=spec["seed"], batch_size=batch_size)
+    transform.save(f"{out_dir}/{TRANSFORM_DIR}")
+    out.count("fitting_sentences", len(fitting))
+    return postprocess.PostProcessed(encoder, transform)
+
+
+def token_vectors(encoder, sentences: list[str], batch_size: int) -> list[np.ndarray]:
+    """Each sentence's token representations in context (Ethayarajh, 2019): a transformer's last-layer states;
+    for bag-of-words encoders, a word's vector, which is what the one-word sentence embeds to (words the
+    vectors do not know embed to zero and are left out). Post-processing is fitted to sentence embeddings, so a
+    post-processed encoder's tokens are its underlying encoder's."""
+    while isinstance(encoder, postprocess.PostProcessed):
+        encoder = encoder.encoder
+    if isinstance(encoder, Encoder):
+        return encoder.token_vectors(sentences, batch_size=batch_size)
+    out = []
+    for sentence in sentences:
+        words = sentence.split()
+        vectors = encoder.encode(words, batch_size=batch_size) if words else np.zeros((0, 1), dtype=np.float32)
+        out.append(vectors[np.any(vectors != 0, axis=1)])
+    return out

@@ -1,0 +1,186 @@
+"""The encoder: a masked-LM transformer whose mean-pooled last layer is the sentence embedding."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from transformers import AutoModelForMaskedLM, RobertaConfig
+from transformers.utils import logging as hf_logging
+
+from pipeline.corpus.tokenizer import base_path
+from pipeline.encoders.packing import PACKED, first_position, packable, packed_hidden
+from pipeline.errors import InputError
+from storage import local_copy
+
+log = logging.getLogger("cpipe")
+
+HF_DIR, ST_DIR = "hf", "sentence-transformers"
+# torch.compile's backend for SpanEncoder(compile=True); tests on CPU swap in "aot_eager", which traces the
+# same graphs, forward and backward, but skips inductor's C++ code generation (minutes on a small CPU).
+COMPILE_BACKEND = "inductor"
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """"mean" over real tokens (DeCLUTR), or "cls": the first token's state (<s> / [CLS])."""
+    return hidden[:, 0] if pooling == "cls" else mean_pool(hidden, attention_mask)
+
+
+def projection_head(kind: str | None, dim: int) -> nn.Module | None:
+    """A head on the pooled embedding that only the loss sees; the exported encoder does not (the head is
+    never saved), which keeps the representation general. "mlp": SimCLR's Linear-ReLU-Linear (CLEAR;
+    MoCo v2, as CERT trains); "tanh": SimCSE's MLPLayer, Linear + Tanh; "linear"; "none" or None: no head."""
+    if kind in (None, "none"):
+        return None
+    if kind == "linear":
+        return nn.Linear(dim, dim)
+    if kind == "tanh":
+        return nn.Sequential(nn.Linear(dim, dim), nn.Tanh())
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+    raise ValueError(f"unknown projection head {kind!r}: none, linear, tanh or mlp")
+
+
+def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
+    return RobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_layers"],
+        num_attention_heads=cfg["num_heads"], intermediate_size=cfg["intermediate_size"],
+        hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"],
+        max_position_embeddings=cfg["max_position_embeddings"], pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, type_vocab_size=1)
+
+
+def build_model(cfg: dict, tokenizer) -> nn.Module:
+    """From scratch (seeded) when model.base is null, else the base model's weights, with new embedding
+    rows (seeded) when the tokenizer stage added tokens (CLEAR's deletion token) to the base's vocabulary."""
+    torch.manual_seed(cfg["seed"])
+    if not cfg["base"]:
+        return AutoModelForMaskedLM.from_config(scratch_config(cfg, tokenizer))
+    model = load_base(cfg["base"])
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        torch.manual_seed(cfg["seed"])
+        model.resize_token_embeddings(len(tokenizer))
+    return model
+
+
+@contextmanager
+def quiet_transformers():
+    """transformers' own load report, whose expected lines (a missing head, an unused pooler) would read as faults."""
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def load_base(base: str) -> nn.Module:
+    """The base model as a masked LM. A checkpoint without the MLM head (a sentence-transformers model, a
+    bare BertModel) gets a freshly initialised one, from the torch seed the caller set; this says so once."""
+    with quiet_transformers():
+        model, info = AutoModelForMaskedLM.from_pretrained(base_path(base), output_loading_info=True)
+    head = mlm_head_name(model)
+    fresh = sorted(k for k in info["missing_keys"] if k.startswith(f"{head}."))
+    if fresh:
+        log.info("init: %s has no masked-LM head (%d of its weights missing); MLM trains a freshly "
+                 "initialised %s.%s", base, len(fresh), type(model).__name__, head)
+    return model
+
+
+def mlm_head_name(model: nn.Module) -> str:
+    """RoBERTa-style models call their masked-LM head lm_head, BERT-style ones cls."""
+    for name in ("lm_head", "cls"):
+        if isinstance(getattr(model, name, None), nn.Module):
+            return name
+    raise ValueError(f"{type(model).__name__} has no lm_head/cls masked-LM head")
+
+
+def position_limit(mlm_model: nn.Module) -> int:
+    """The longest input, special tokens included, the position table can index: RoBERTa-style embeddings
+    number positions from padding_idx + 1 (two slots of 514 unused), BERT's from 0."""
+    return mlm_model.config.max_position_embeddings - first_position(mlm_model)
+
+
+class SpanEncoder(nn.Module):
+    """One forward pass gives pooled embeddings and, at masked positions only, MLM logits.
+
+    Projecting only the masked ~15% of tokens onto the vocabulary saves most of
+    the LM head's cost, and one module call keeps DDP to one forward per step.
+    `compile` runs the transformer body under torch.compile: the part whose shapes are a chunk's
+    (rows, width) and where nearly all the FLOPs are. The head's gather of the masked tokens, whose
+    count changes every step, stays eager, so it neither recompiles nor breaks the graph.
+    """
+
+    def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None,
+                 compile: bool = False, packing: bool = False):
+        super().__init__()
+        self.mlm_model = mlm_model
+        self.head = getattr(mlm_model, mlm_head_name(mlm_model))
+        self.pooling = pooling
+        self.projection = projection_head(projection, mlm_model.config.hidden_size)
+        self.packing = packing
+        if packing:
+            if not packable(mlm_model):
+                raise InputError(f"train.packing: {type(mlm_model).__name__} does not use transformers' attention "
+                                  "interface, which packing needs; set train.packing: false")
+            mlm_model.set_attn_implementation(PACKED)  # not saved: an exported model loads with the default
+        if compile:
+            # In place (nn.Module.compile): parameter names, state_dict and export stay the model's own.
+            # Dynamic shapes, as chunks' widths and rows change every step.
+            mlm_model.base_model.compile(dynamic=True, backend=COMPILE_BACKEND)
+
+    def forward(self, input_ids, attention_mask, mlm_positions=None, chunks=None):
+        """(pooled embeddings, projected when there is a head; MLM logits at `mlm_positions`, in their
+        row-major order). `chunks`: (rows, width) pairs splitting the rows, in order, into consecutive
+        blocks each encoded apart, cut to its first `width` columns; when the rows are right-padded and
+        no row of a block is longer than its width, only padding is left out, and neither attention
+        (which masks it), position ids (counted from the left) nor pooling (over real tokens) change.
+        None, or packing: every row at once, at full width."""
+        pooled, logits, start = [], [], 0
+        for rows, width in (None if self.packing else chunks) or [(input_ids.size(0), input_ids.size(1))]:
+            block = slice(start, start + rows)
+            # Copies with their own strides and offset 0: a compiled encoder guards on both, which cuts vary.
+            ids, mask = (t[block, :width].clone(memory_format=torch.contiguous_format)
+                         for t in (input_ids, attention_mask))
+            hidden = packed_hidden(self.mlm_model, ids, mask) if self.packing else \
+                self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+            pooled.append(pool(hidden, mask, self.pooling))
+            if mlm_positions is not None:
+                logits.append(self.head(hidden[mlm_positions[block, :width]]))
+            start += rows
+        pooled = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
+        if self.projection is not None:
+            pooled = self.projection(pooled)
+        if mlm_positions is None:
+            return pooled, None
+        return pooled, torch.cat(logits) if len(logits) > 1 else logits[0]
+
+
+def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean") -> None:
+    """Save `hf/` (AutoModelForMaskedLM + tokenizer) and `sentence-transformers/` (Transformer + Pooling);
+    the pooling is recorded in the latter, where our Encoder and sentence-transformers both read it."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers.utils import logging as hf_logging
+
+    # The MLM checkpoint loaded as a bare encoder reports its unused LM head; that is expected here.
+    hf_logging.set_verbosity_error()
+
+    hf = f"{out_dir}/{HF_DIR}"
+    mlm_model.save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    max_seq_length = min(tokenizer.model_max_length, position_limit(mlm_model))
+    word = models.Transformer(hf, max_seq_length=max_seq_length)
+    pooler = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
+    SentenceTransformer(modules=[word, pooler], device="cpu").save(f"{out_dir}/{ST_DIR}")
+
+
+def load_mlm(path: str) -> nn.Module:
+    with local_copy(path) as local:  # any fsspec URL, as load_tokenizer
+        return AutoModelForMaskedLM.from_pretrained(local)

@@ -1,0 +1,305 @@
+"""evaluate stage: score one encoder on every task present in the evaluation data.
+
+STS12-16 by cosine and Spearman under both aggregations, STS-B and SICK-R by
+cosine and by SentEval's relatedness regressor (pipeline.evaluate.sts); the SentEval
+transfer tasks (pipeline.evaluate.transfer); alignment, uniformity and anisotropy on
+STS-B (pipeline.evaluate.analysis). Each row carries the
+model's size, objective and training corpus, so a leaderboard built from any
+set of these datasets explains itself.
+
+One model's scoring splits into independent units, one per STS task, per
+transfer task and the analysis, which the runtime backend runs one after
+another here (sharing one loaded encoder) or as Ray tasks (each loading its
+own). Every unit is a function of its own data and seed alone, and the rows
+are merged in unit order, so both write the same dataset.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from pipeline.config import Config, TrainConfig
+from pipeline.encoders import kinds as encoders
+from pipeline.encoders import infersent_stage
+from pipeline.encoders.postprocess import Flow, PostProcessed, Whitening
+from pipeline.errors import InputError
+from pipeline.evaluate.analysis import score_analysis
+from pipeline.evaluate.sts import data_hash, find_sts, score_sts
+from pipeline.evaluate.transfer import averages, score_transfer
+from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
+from pipeline.parallel import fetch, ordered_map, share
+from pipeline.stage import runtime
+from pipeline.train import devset
+from storage import read_manifest
+
+# 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
+# 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
+# STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
+NAME, VERSION = "evaluate", "5"
+SCHEMA = pa.schema([
+    ("model", pa.string()),
+    ("kind", pa.string()),
+    ("objective", pa.string()),
+    ("recipe", pa.string()),
+    ("corpus", pa.string()),
+    ("model_fingerprint", pa.string()),
+    ("parameters", pa.int64()),
+    ("dimension", pa.int32()),
+    ("task", pa.string()),
+    ("subset", pa.string()),
+    ("split", pa.string()),
+    ("metric", pa.string()),
+    ("protocol", pa.string()),
+    ("value", pa.float64()),
+    ("n", pa.int64()),
+    ("data_hash", pa.string()),
+])
+log = logging.getLogger("cpipe")
+# How a config without a runtime (one written by hand) is scored.
+RUNTIME = {"backend": "serial", "workers": 1}
+SETTINGS = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
+HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+class Row(NamedTuple):
+    """One leaderboard row to score: how to build its encoder (pipeline.encoders.kinds), the datasets it reads, and
+    what the leaderboard says of it."""
+
+    name: str
+    spec: dict
+    inputs: dict[str, str]
+    about: dict
+
+
+def data_fingerprint(data: str, transfer: bool) -> str:
+    """A hash of the evaluation data's content, so changed files invalidate every model's scores."""
+    subsets, _ = find_sts(data)
+    parts = [data_hash(subsets)] + ([transfer_data_hash(find_transfer(data)[0])] if transfer else [])
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=8)
+def _data_fingerprint(data: str, transfer: bool, listing: str) -> str:
+    return data_fingerprint(data, transfer)
+
+
+def config(cfg: Config, row: Row) -> dict:
+    """evaluate.workers > 1 runs the units on Ray; as a runtime setting it leaves the fingerprint, and so the
+    cached scores, as they are. The data's hash is read once per content (its files' sizes and times), not per
+    model."""
+    ev = cfg.evaluate
+    data = _data_fingerprint(ev.data, ev.transfer, json.dumps(encoders.snapshot(ev.data)))
+    return {**{k: getattr(ev, k) for k in SETTINGS}, "data_hash": data, "model": row.name, "spec": row.spec,
+            "about": row.about, "runtime": {"backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers}}
+
+
+def inputs(done: dict[str, str], cfg: Config, row: Row) -> dict[str, str]:
+    return row.inputs
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["backend"] == "ray"
+
+
+def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> dict:
+    """A run's leaderboard row: an MLM-only run is named as such, not by the pairs whose anchors it reads; the
+    recipe says which run it continued and, for a dev-selected run, the step it exported and its dev score."""
+    recipe = r.recipe() + (f", from {r.init_from}" if r.init_from else "") + (f", {selected}" if selected else "")
+    return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)", "recipe": recipe, "corpus": corpus}
+
+
+def _hub_name(path: str) -> bool:
+    """"org/name" or "name" that is no local path: a model on the Hugging Face hub."""
+    return not path.startswith((".", "~")) and bool(HUB_NAME.match(path)) and not os.path.exists(path)
+
+
+def model_row(name: str, path: str, pooling: str | None = None) -> Row:
+    """Any Hugging Face or sentence-transformers model: a local directory, or a hub name."""
+    spec = {"kind": "model", "path": path, "pooling": pooling,
+            "snapshot": [path] if _hub_name(path) else encoders.snapshot(path)}
+    return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
+
+
+def user_rows(models: list[str]) -> list[Row]:
+    """The rows of `cpipe evaluate --model ...`: each named by its directory's name, or by its hub name."""
+    for m in models:
+        if not _hub_name(m) and not os.path.exists(m):
+            raise InputError(f"--model {m}: no such directory (nor a hub name such as org/name)")
+    rows = [model_row(m, m) if _hub_name(m) else model_row(os.path.basename(os.path.abspath(m)), os.path.abspath(m))
+            for m in models]
+    names = [r.name for r in rows]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories")
+    return rows
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+    """Every row of the pipeline's leaderboard: the runs, the untrained model, the baselines."""
+    rows = [Row(name, {"kind": "trained"}, {"model": path},
+                trained_about(cfg.run_configs()[name], _corpus(done), devset.selected(read_manifest(path))))
+            for name, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
+    ev, base = cfg.evaluate, cfg.evaluate.baselines
+    if ev.untrained:
+        rows.append(Row("untrained", {"kind": "untrained"}, {"model": done["init"]}, {"objective": "none (initial weights)"}))
+    if ev.fasttext.enabled:
+        rows.append(Row("fasttext-bow", {"kind": "fasttext"}, {"model": done["baseline"]},
+                        {"objective": "fastText skipgram", "corpus": _corpus(done),
+                         # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
+                         "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible"}))
+    if "infersent" in done:
+        about = infersent_stage.about(read_manifest(done["infersent"])["config"])
+        vectors = {} if base.infersent.vectors else {"corpus": _corpus(done)}
+        rows.append(Row("infersent", {"kind": "infersent"}, {"model": done["infersent"]}, {**about, **vectors}))
+    if base.random:
+        rows.append(Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"}))
+    for path in base.vectors:
+        rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": encoders.snapshot(path)},
+                        {}, {"objective": "pretrained word vectors"}))
+    rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
+    by_name = {r.name: r for r in rows}
+    for pp in base.postprocess:
+        r = by_name[pp.model]
+        rows.append(Row(f"{pp.model}+{pp.kind}", {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
+                        {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
+    return {f"{NAME}/{r.name}": (r,) for r in rows}
+
+
+def _corpus(done: dict[str, str]) -> str:
+    return done["filter"].rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a unit in another process, or on another machine, builds the encoder. A post-processed encoder's
+    fitted transform travels in the recipe itself, not as the file kept beside the scores, which need not be
+    visible where the unit runs."""
+
+    spec: dict
+    inputs: dict
+    max_length: int
+    transform: Whitening | Flow | None = None
+
+    def load(self):
+        encoder = encoders.load(self.spec, self.inputs, self.max_length)
+        return encoder if self.transform is None else PostProcessed(encoder, self.transform)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One independently scored part of a model's evaluation: `score(encode)` returns its rows."""
+
+    name: str
+    score: Callable[[Callable], list[dict]]
+    encoder: Any  # a loaded encoder (units run in this process), else a Recipe as pipeline.parallel.share gives it
+    batch_size: int
+
+
+class Scored(NamedTuple):
+    rows: list[dict]
+    dimensions: set[int]
+    parameters: int
+    where: dict
+
+
+class Embed:
+    """What a unit scores with: called, the encoder's sentence embeddings; `tokens`, its token representations."""
+
+    def __init__(self, encoder, batch_size: int):
+        self.encoder, self.batch_size, self.dimensions = encoder, batch_size, set()
+
+    def __call__(self, sentences: list[str]):
+        vectors = self.encoder.encode(sentences, batch_size=self.batch_size)
+        self.dimensions.add(vectors.shape[1])
+        return vectors
+
+    def tokens(self, sentences: list[str]):
+        return encoders.token_vectors(self.encoder, sentences, self.batch_size)
+
+
+def score_unit(unit: Unit) -> Scored:
+    started = time.monotonic()
+    source = fetch(unit.encoder)
+    encoder = source.load() if isinstance(source, Recipe) else source
+    embed = Embed(encoder, unit.batch_size)
+    rows = unit.score(embed)
+    where = {"unit": unit.name, "pid": os.getpid(), "ray_task": _ray_task(),
+             "seconds": round(time.monotonic() - started, 3)}
+    return Scored(rows, embed.dimensions, encoder.parameters, where)
+
+
+def _analysis(embed: Embed, subsets: list, seed: int) -> list[dict]:
+    return score_analysis(embed, subsets, tokens=embed.tokens, seed=seed)
+
+
+def _ray_task() -> str | None:
+    """The Ray task this runs as, if any, so that the manifest shows where each unit ran."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return context.get_task_id() if context.worker.mode == ray.WORKER_MODE else None
+
+
+def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
+    """One unit per STS task, per transfer task and the analysis, in the order their rows are written."""
+    def unit(name: str, score: Callable) -> Unit:
+        return Unit(name, score, encoder, config["batch_size"])
+
+    sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
+           for task in dict.fromkeys(s.task for s in subsets)]
+    # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
+    classify = [unit(f"transfer/{t.name}", partial(score_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
+                                                   protocol=config["transfer_protocol"]))
+                for t in transfer]
+    analysis = [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
+    return sts + classify + analysis
+
+
+def _encoder(config: dict, inputs: dict, out):
+    """What the units encode with: the encoder itself when they run in this process, else the Recipe they build it
+    from, shared rather than copied into each unit (a flow fitted on 768 dimensions pickles to 60 MB)."""
+    spec, backend = config["spec"], config["runtime"]["backend"]
+    recipe, encoder = Recipe(spec, inputs, config["max_length"]), None
+    if spec.get("postprocess"):  # fitted once, here, whatever the backend
+        encoder = encoders.post_processed(recipe.load(), spec["postprocess"], inputs["corpus"], out.local_dir,
+                                          config["batch_size"], out)
+        recipe = replace(recipe, transform=encoder.transform)
+    if backend != "serial":
+        return share(recipe, backend)
+    return encoder if encoder is not None else recipe.load()
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    config = {**config, "runtime": runtime(config, RUNTIME)}
+    subsets, absent = find_sts(config["data"])
+    transfer, absent_transfer = find_transfer(config["data"]) if config["transfer"] else ([], [])
+    todo = units(config, subsets, transfer, _encoder(config, inputs, out))
+    scored = list(ordered_map(score_unit, todo, config["runtime"]["backend"], config["runtime"]["workers"]))
+    rows = [row for s in scored for row in s.rows]
+    rows += averages(rows)  # of the transfer rows among them, so only once every transfer unit is back
+    [dimension] = set().union(*(s.dimensions for s in scored))
+    spec = config["spec"]
+    fingerprint = inputs["model"].rstrip("/").rsplit("/", 1)[-1] if "model" in inputs else out.fp
+    model = {"model": config["model"], "kind": spec["kind"], "parameters": scored[0].parameters,
+             "dimension": dimension, "model_fingerprint": fingerprint, "data_hash": config["data_hash"],
+             **{k: config["about"].get(k) for k in ("objective", "recipe", "corpus")}}
+    out.write([{**row, **model} for row in rows])
+    out.extra["absent_tasks"] = absent + absent_transfer
+    out.extra["units"] = [s.where for s in scored]
+    log.info("evaluate: %s on %d STS subsets and %d transfer tasks in %d units (%s, %d workers; absent: %s)",
+             config["model"], len(subsets), len(transfer), len(todo), config["runtime"]["backend"],
+             config["runtime"]["workers"], ", ".join(absent + absent_transfer) or "none")

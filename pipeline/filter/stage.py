@@ -1,0 +1,112 @@
+"""filter stage: count tokens, identify the language, keep long documents in the wanted
+language, and drop exact (and optionally near) duplicates; the manifest counts every drop.
+
+The per-document work (pipeline.filter.docstats) runs batch by batch through
+`ordered_map`, serially or on worker processes or Ray; the keep/drop decisions
+are then made in corpus order in this process, so every backend writes the
+same dataset and duplicates are found across the whole corpus.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from pipeline.config import Config
+from pipeline.corpus.download import fetch
+from pipeline.corpus.stage import SCHEMA as CORPUS_SCHEMA
+from pipeline.errors import InputError
+from pipeline.filter.docstats import analyse
+from pipeline.filter.neardup import NearDuplicates
+from pipeline.parallel import ordered_map
+from pipeline.stage import runtime, split_runtime
+from storage import iter_batches, read_manifest
+
+NAME, VERSION = "filter", "2"
+SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32())) \
+    .append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float32()))
+RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
+BATCH = 256
+log = logging.getLogger("cpipe")
+
+
+class FilterError(InputError):
+    pass
+
+
+def config(cfg: Config) -> dict:
+    """The filter's settings; where the language model is downloaded and how the work is spread are runtime."""
+    return split_runtime(RUNTIME, {**cfg.filter.model_dump(), **cfg.parallel.model_dump(),
+                                   "download_dir": cfg.corpus.download_dir})
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}
+
+
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["backend"] == "ray"
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    settings = runtime(config, RUNTIME)
+    langid_model = str(fetch(config["langid_model"], settings["download_dir"])) \
+        if config["language"] else None
+    near_threshold = config["near_dedup_threshold"] if config["near_dedup"] else None
+    near = NearDuplicates(threshold=near_threshold) if near_threshold else None
+    seen: set[bytes] = set()
+    total, longest, kept = read_manifest(inputs["corpus"])["rows"], 0, 0
+    batches: deque[pa.RecordBatch] = deque()
+
+    def jobs():
+        for batch in iter_batches(inputs["corpus"], batch_size=BATCH):
+            batches.append(batch)
+            yield batch.column("text").to_pylist(), inputs["tokenizer"], langid_model, near_threshold
+
+    results = ordered_map(analyse, jobs(), settings["backend"], settings["workers"])
+    with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar:
+        for result in results:
+            batch = batches.popleft()
+            keep = [_decide(config, i, result, seen, near, out) for i in range(batch.num_rows)]
+            table = pa.Table.from_batches([batch]).append_column("n_tokens", pa.array(result["n_tokens"], pa.int32())) \
+                .append_column("lang", pa.array(result["lang"], pa.string())) \
+                .append_column("lang_score", pa.array(result["lang_score"], pa.float32()))
+            out.write(table.filter(pa.array(keep)))
+            kept += sum(keep)
+            longest = max(longest, *result["n_tokens"])
+            bar.update(batch.num_rows)
+    out.count("kept", kept)
+    if kept == 0:
+        raise FilterError(_nothing_kept(config, total, longest, out.counts))
+
+
+def _nothing_kept(config: dict, total: int, longest: int, counts) -> str:
+    if counts["too_short"] == total:
+        return (f"no document has at least {config['min_tokens']} tokens: saw {total} documents, "
+                f"the longest has {longest} tokens (lower filter.min_tokens?)")
+    dropped = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(counts.items()) if n and reason != "kept")
+    return f"no document kept: of {total} documents, dropped {dropped} (language wanted: {config['language']})"
+
+
+def _decide(config: dict, i: int, result: dict, seen: set, near: NearDuplicates | None, out) -> bool:
+    """Keep document i of the batch? Counts the reason when not. Order matters: cheapest checks first."""
+    if result["n_tokens"][i] < config["min_tokens"]:
+        out.count("too_short")
+        return False
+    if config["dedup"]:
+        key = result["keys"][i]
+        if key in seen:
+            out.count("duplicate")
+            return False
+        seen.add(key)
+    if config["language"] and (result["lang"][i] != config["language"]
+                               or result["lang_score"][i] < config["min_lang_score"]):
+        out.count("language")
+        return False
+    if near is not None and near.seen(result["signatures"][i]):
+        out.count("near_duplicate")
+        return False
+    return True

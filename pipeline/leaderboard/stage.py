@@ -1,0 +1,98 @@
+"""leaderboard stage: every model's scores in one table, for this run and across runs.
+
+The run's table goes to `leaderboard.*` at the artifacts root. The cumulative
+one, `leaderboard-all.*`, keeps every model ever scored there on the same
+evaluation data, keyed by model fingerprint: re-scoring a model replaces its
+rows, and two different models that share a run name are told apart by
+fingerprint.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+
+import fsspec
+import pandas as pd
+
+from pipeline.config import Config
+from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
+from pipeline.train.model_card import update_cards
+from storage import put_file, read_manifest, read_table
+
+# 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
+NAME, VERSION = "leaderboard", "3"
+SCHEMA = None
+RUNTIME: dict = {}
+TITLE = "Leaderboard"
+SCORES = "scores.parquet"
+CUMULATIVE = "leaderboard-all"
+# Scores kept across runs, under the labels of this VERSION: rows scored before STS-B/SICK-R had the "cosine"
+# and "senteval" protocols carry the old labels, so they are not mixed in.
+CUMULATIVE_SCORES = f"{CUMULATIVE}.v{VERSION}.{SCORES}"
+log = logging.getLogger("cpipe")
+
+
+def load_scores(paths: list[str]) -> pd.DataFrame:
+    return pd.concat([read_table(p).to_pandas() for p in paths], ignore_index=True)
+
+
+def config(cfg: Config) -> dict:
+    return {"rank_by": cfg.evaluate.rank_by}
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    """Every scored row's evaluate dataset."""
+    return {f"scores-{k.split('/', 1)[1]}": v for k, v in done.items() if k.startswith("evaluate/")}
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    """`config["rank_by"]`: the column to rank by (evaluate.rank_by), or None for the default rule."""
+    scores = load_scores([inputs[k] for k in sorted(inputs)])
+    table = leaderboard(scores, rank_by=config.get("rank_by"))
+    rank_by = rank_column(table, config.get("rank_by"))
+    absent = absent_tasks(scores)
+    write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by)
+    scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
+    update_cards(inputs, table)  # each trained model's README.md now states its scores
+    out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
+                      "rank_by_setting": config.get("rank_by")})
+
+
+def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
+    """Every model scored on this run's evaluation data; this run's rows replace a model's older ones."""
+    merged = scores
+    if previous is not None:
+        same_data = previous[previous["data_hash"].isin(set(scores["data_hash"]))]
+        older = same_data[~same_data["model_fingerprint"].isin(set(scores["model_fingerprint"]))]
+        merged = pd.concat([older, scores], ignore_index=True)
+    names = merged.groupby("model")["model_fingerprint"].transform("nunique")
+    merged = merged.copy()
+    merged.loc[names > 1, "model"] = merged["model"] + " @" + merged["model_fingerprint"].str[:8]
+    return merged
+
+
+def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
+    """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (each file
+    replaced whole)."""
+    table = _read_parquet(f"{path}/leaderboard.parquet")
+    manifest = read_manifest(path)
+    absent, rank_by = manifest["absent_tasks"], manifest.get("rank_by")
+    write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by)
+    store = f"{artifacts.rstrip('/')}/{CUMULATIVE_SCORES}"
+    fs, p = fsspec.core.url_to_fs(store)
+    merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
+    everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
+    write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
+                      rank_by=rank_column(everything, manifest.get("rank_by_setting")))
+    with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
+        merged.to_parquet(f"{tmp}/{SCORES}", index=False)
+        put_file(f"{tmp}/{SCORES}", store)
+    return table, to_markdown(table, absent, title=TITLE, rank_by=rank_by)
+
+
+def _read_parquet(path: str) -> pd.DataFrame:
+    # Through fsspec, whose settings (an S3 endpoint, say) the whole pipeline shares; pandas alone would
+    # open s3:// URLs with pyarrow's own client.
+    with fsspec.open(path, "rb") as f:
+        return pd.read_parquet(f)

@@ -1,0 +1,312 @@
+"""Score rows of several models -> one leaderboard table (Markdown, CSV, Parquet, PNG).
+
+Columns: what the model is (kind, objective, size, embedding dimension,
+training corpus); every score as `<TASK> <protocol>` (Spearman x 100 on test
+for the similarity tasks, accuracy x 100 for the transfer tasks), since the
+protocols' numbers are not comparable; averages that name what they average;
+and alignment/uniformity/anisotropy on STS-B. A task a model was not scored on
+shows as missing, never as zero, and so does any average over it: an average
+is never taken over fewer tasks than it names.
+
+Protocols (pipeline.evaluate.sts, pipeline.evaluate.transfer): STS12-16 "senteval" (mean of
+per-subset Spearman) and "simcse" (one Spearman over the concatenated
+subsets); STS-B and SICK-R "cosine" (Spearman of cosine similarity) and
+"senteval" (SentEval's relatedness regressor); transfer tasks "senteval"
+(SentEval's PyTorch classifier) or "sklearn" (its scikit-learn path). STS pair
+files (MTEB's layout, any other name) "cosine", one column each after the
+SentEval tasks, and "avg STS pair files" over them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pipeline.config import ConfigError
+from pipeline.evaluate.sts import LEADERBOARD_SPLIT, RELATEDNESS_TASKS, SICK_TASK, STS_TASKS
+from pipeline.evaluate.transfer_data import TRANSFER_TASKS
+from pipeline.train.devset import SELECTED
+from storage import put_file
+
+SIMILARITY_TASKS = (*STS_TASKS, SICK_TASK)
+STS_YEARS = tuple(t for t in STS_TASKS if t not in RELATEDNESS_TASKS)  # STS12-16
+# The two protocols of each similarity task, in column order.
+SIMILARITY_PROTOCOLS = {**{t: ("senteval", "simcse") for t in STS_YEARS}, **{t: ("cosine", "senteval")
+                                                                            for t in RELATEDNESS_TASKS}}
+# Transfer protocols and how an average's name spells them.
+TRANSFER_PROTOCOLS = {"senteval": "SentEval", "sklearn": "sklearn"}
+AVG_SIMCSE, AVG_STS_SENTEVAL = "avg STS (SimCSE 7)", "avg STS (SentEval)"
+# Each STS average: the seven tasks of SimCSE's table 1 under SimCSE's protocol, and the same seven under
+# SentEval's (as DeCLUTR's scripts/run_senteval.py counts them: STS12-16 by the mean of per-subset Spearman,
+# STS-B and SICK-R by the regressor's test Spearman).
+STS_AVERAGES = {
+    AVG_SIMCSE: [f"{t} simcse" for t in STS_YEARS] + [f"{t} cosine" for t in RELATEDNESS_TASKS],
+    AVG_STS_SENTEVAL: [f"{t} senteval" for t in (*STS_YEARS, *RELATEDNESS_TASKS)],
+}
+META = ("kind", "objective", "parameters", "dimension", "corpus")  # shown when the scores carry them
+ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
+MISSING = "—"
+
+
+def avg_transfer(protocol: str) -> str:
+    return f"avg transfer ({TRANSFER_PROTOCOLS[protocol]})"
+
+
+# STS pair files are named by their files, so their columns are known only from the scores.
+PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
+AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
+
+
+def rankable_columns() -> list[str]:
+    """Every column a leaderboard can be ranked by (`evaluate.rank_by`), less the STS pair files' (is_pair_column)."""
+    similarity = [f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols]
+    transfer = [f"{t} {p}" for p in TRANSFER_PROTOCOLS for t in (*TRANSFER_TASKS, "MRPC F1")]
+    return [*AVERAGES, *similarity, *transfer]
+
+
+def is_pair_column(column: str) -> bool:
+    """Whether `column` can be an STS pair file's: "<task> cosine" for a task that is not SentEval's."""
+    task, _, protocol = column.rpartition(" ")
+    return protocol == PAIR_PROTOCOL and bool(task) and task not in (*SIMILARITY_TASKS, *TRANSFER_TASKS)
+
+
+def _test(scores: pd.DataFrame) -> pd.DataFrame:
+    return scores[(scores["subset"] == "all") & (scores["split"] == LEADERBOARD_SPLIT)]
+
+
+def _similarity_rows(scores: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    test = _test(scores)
+    known = np.array([p in SIMILARITY_PROTOCOLS.get(t, ()) for t, p in zip(test["task"], test["protocol"])], dtype=bool)
+    keep = test["task"].isin(list(tasks)) & (test["metric"] == "spearman") & known
+    return test[keep]
+
+
+def _pair_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    test = _test(scores)
+    pair = [is_pair_column(f"{t} {p}") for t, p in zip(test["task"], test["protocol"])]
+    return test[np.array(pair, dtype=bool) & (test["metric"] == "spearman").to_numpy()]
+
+
+def absent_tasks(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS) -> list[str]:
+    """Tasks in `tasks` that no model was scored on."""
+    present = set(_similarity_rows(scores, tasks)["task"])
+    return [t for t in tasks if t not in present]
+
+
+def _no_duplicates(rows: pd.DataFrame) -> None:
+    dup = rows.duplicated(["model", "task", "metric", "protocol"], keep=False)
+    if dup.any():
+        first = rows[dup].iloc[0]
+        raise ValueError(f"several scores for model {first['model']!r}, task {first['task']}, "
+                         f"metric {first['metric']}, protocol {first['protocol']}")
+
+
+def _wide(rows: pd.DataFrame, models, column: pd.Series, columns: list[str], scale: float = 100) -> pd.DataFrame:
+    values = rows.assign(column=column, value=rows["value"] * scale)
+    return values.pivot(index="model", columns="column", values="value").reindex(index=models, columns=columns)
+
+
+def _mean_of_all(table: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """The mean over `columns`, missing wherever one of them is (skipna=False): never a mean of fewer."""
+    return table.reindex(columns=columns).mean(axis=1, skipna=False)
+
+
+def _similarity(scores: pd.DataFrame, models, tasks: Sequence[str]) -> pd.DataFrame:
+    rows = _similarity_rows(scores, tasks)
+    _no_duplicates(rows)
+    present = set(rows["task"])
+    columns = [f"{t} {p}" for t in tasks if t in present for p in SIMILARITY_PROTOCOLS[t]]
+    table = _wide(rows, models, rows["task"] + " " + rows["protocol"], columns)
+    for name, parts in STS_AVERAGES.items():
+        if any(c in columns for c in parts):
+            table[name] = _mean_of_all(table, parts)
+    pairs = _pair_rows(scores)
+    _no_duplicates(pairs)
+    pair_columns = list(dict.fromkeys(pairs["task"] + f" {PAIR_PROTOCOL}"))
+    if pair_columns:
+        table = pd.concat([table, _wide(pairs, models, pairs["task"] + f" {PAIR_PROTOCOL}", pair_columns)], axis=1)
+    if len(pair_columns) > 1:
+        table[AVG_PAIRS] = _mean_of_all(table, pair_columns)
+    return table
+
+
+def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
+    test = _test(scores)
+    test = test[test["task"].isin(TRANSFER_TASKS) & test["protocol"].isin(list(TRANSFER_PROTOCOLS))]
+    accuracy = test[test["metric"] == "accuracy"]
+    f1 = test[(test["task"] == "MRPC") & (test["metric"] == "f1")]
+    _no_duplicates(pd.concat([accuracy, f1]))
+    parts = []
+    for protocol in TRANSFER_PROTOCOLS:
+        acc, mrpc_f1 = accuracy[accuracy["protocol"] == protocol], f1[f1["protocol"] == protocol]
+        tasks = [t for t in TRANSFER_TASKS if t in set(acc["task"])]
+        if not tasks:
+            continue
+        columns = [f"{t} {protocol}" for t in tasks]
+        f1_column = f"MRPC F1 {protocol}"
+        table = pd.concat([_wide(acc, models, acc["task"] + f" {protocol}", columns),
+                           _wide(mrpc_f1, models, mrpc_f1["task"] + f" F1 {protocol}", [f1_column])], axis=1)
+        if "MRPC" not in tasks:
+            table = table.drop(columns=f1_column)
+        # DeCLUTR's rule: MRPC counts once, as the mean of its accuracy and F1.
+        per_task = table[columns].copy()
+        if "MRPC" in tasks:
+            per_task[f"MRPC {protocol}"] = (table[f"MRPC {protocol}"] + table[f1_column]) / 2
+        table[avg_transfer(protocol)] = _mean_of_all(per_task, columns)
+        parts.append(table)
+    return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
+
+
+def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
+    rows = scores[(scores["task"] == "STSB") & (scores["split"] == LEADERBOARD_SPLIT)
+                  & scores["metric"].isin(ANALYSIS)]
+    present = [m for m in ANALYSIS if m in set(rows["metric"])]
+    return _wide(rows, models, rows["metric"], present, scale=1).round(3)
+
+
+def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
+    """The column the table is ranked by: `rank_by` when given (an error if the table lacks it), else the first
+    average in AVERAGES that some model has a value for, else the first score column with a value, else None."""
+    if rank_by is not None:
+        if rank_by not in table.columns:
+            present = [c for c in rankable_columns() if c in table.columns]
+            raise ConfigError(f"evaluate.rank_by: this leaderboard has no column {rank_by!r} "
+                              f"(it has: {', '.join(present)})")
+        return rank_by
+    scored = [c for c in table.columns if c in rankable_columns() or is_pair_column(c)]
+    candidates = [c for c in AVERAGES if c in scored] + [c for c in scored if c not in AVERAGES]
+    return next((c for c in candidates if table[c].notna().any()), None)
+
+
+def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, rank_by: str | None = None
+                ) -> pd.DataFrame:
+    """One row per model: what it is, `<TASK> <protocol>` similarity scores (Spearman x 100) and their averages,
+    transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column()."""
+    models = pd.unique(scores["model"])
+    meta = [c for c in META if c in scores.columns]
+    table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
+    extra = [_similarity(scores, models, tasks), _transfer(scores, models), _analysis(scores, models)]
+    table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
+    if "recipe" in scores.columns:
+        table["recipe"] = scores.groupby("model", sort=False)["recipe"].first().reindex(models).to_numpy()
+    numeric = [c for c in table.columns if c not in (*meta, "model", "recipe", *ANALYSIS)]
+    table[numeric] = table[numeric].astype(float).round(2)
+    column = rank_column(table, rank_by)
+    if column is None:
+        return table
+    # Stable sort keeps first-appearance order among ties.
+    return table.sort_values(column, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _cell(column: str, value) -> str:
+    if value is None or isinstance(value, (float, np.floating)) and np.isnan(value):
+        return MISSING
+    if column in ("parameters", "dimension"):
+        return f"{int(value):,}"
+    if column in ANALYSIS:
+        return f"{value:.3f}"
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.2f}"
+    return str(value).replace("|", "\\|")
+
+
+def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None) -> list[str]:
+    columns = set(table.columns)
+    notes = []
+    if absent:
+        notes.append(f"Absent from the evaluation data: {', '.join(absent)}.")
+    notes.append("STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset Spearman "
+                 "of cosine similarity (SentEval's \"all\" mean); simcse = one Spearman of cosine over all subsets "
+                 "concatenated (SimCSE's \"all\"). STSB and SICKR: cosine = Spearman of cosine similarity (as SimCSE "
+                 "reports them); senteval = Spearman of SentEval's relatedness regressor on [|u-v|, u*v], trained on "
+                 "the train split and selected on dev (as DeCLUTR reports them).")
+    pair_columns = [c for c in table.columns if is_pair_column(c)]
+    if pair_columns:
+        notes.append(f"STS pair files ({', '.join(pair_columns)}): Spearman x 100 on each file's pairs of the cosine "
+                     "similarity with its scores, the protocol of STSB cosine (and MTEB's), named by the file.")
+    averages = []
+    if AVG_PAIRS in columns:
+        averages.append(f"{AVG_PAIRS} = mean of the STS pair file columns")
+    if AVG_SIMCSE in columns:
+        averages.append(f"{AVG_SIMCSE} = mean of STS12-16 simcse, STSB cosine and SICKR cosine (SimCSE's table 1)")
+    if AVG_STS_SENTEVAL in columns:
+        averages.append(f"{AVG_STS_SENTEVAL} = mean of STS12-16, STSB and SICKR senteval (DeCLUTR's protocol)")
+    transfer = [avg_transfer(p) for p in TRANSFER_PROTOCOLS if avg_transfer(p) in columns]
+    if transfer:
+        averages.append(f"{' and '.join(transfer)} = mean over the transfer tasks in this table, MRPC counted "
+                        "once as the mean of its accuracy and F1 (DeCLUTR)")
+    if averages:
+        notes.append("; ".join(averages) + f". An average is {MISSING} when a row lacks any of its tasks.")
+    if transfer:
+        notes.append("Transfer columns: test accuracy x 100 of a logistic regression on frozen embeddings; "
+                     "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
+                     "SentEval's scikit-learn path.")
+    if columns & set(ANALYSIS):
+        notes.append("On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
+                     "better); anisotropy = mean cosine of random pairs of contextual token representations from "
+                     "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
+                     "sentences' embeddings.")
+    if "recipe" in columns and table["recipe"].astype(str).str.contains(SELECTED, regex=False).any():
+        notes.append(f"A recipe that says \"{SELECTED} N\" is a dev-selected run (train.eval_every, as SimCSE's "
+                     "load_best_model_at_end): its model is the checkpoint of step N, the best by Spearman of cosine "
+                     "on the dev set (STS-B dev unless train.dev_set names another), not the last.")
+    if rank_by:
+        notes.append(f"Ranked by {rank_by}.")
+    return notes
+
+
+def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None) -> str:
+    """GitHub-flavoured Markdown: missing scores as "—", then notes on every column's protocol."""
+    columns = list(table.columns)
+    text = ("model", "kind", "objective", "corpus", "recipe")
+    lines = [f"# {title}", "",
+             "| " + " | ".join(columns) + " |",
+             "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
+    for record in table.to_dict("records"):
+        lines.append("| " + " | ".join(_cell(c, record[c]) for c in columns) + " |")
+    # Blank lines between notes, or Markdown renders them as one paragraph.
+    return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by)) + "\n"
+
+
+def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
+                      name: str = "leaderboard", rank_by: str | None = None) -> dict[str, str]:
+    """Write <name>.md/.csv/.parquet/.png into out_dir (any fsspec URL), each file replaced whole;
+    return their paths by format."""
+    writers: dict[str, Callable[[str], object]] = {
+        "md": lambda f: Path(f).write_text(to_markdown(table, absent, title, rank_by), encoding="utf-8"),
+        "csv": lambda f: table.to_csv(f, index=False),
+        "parquet": lambda f: table.to_parquet(f, index=False),
+        "png": lambda f: plot(table, title, f),
+    }
+    paths = {fmt: f"{out_dir.rstrip('/')}/{name}.{fmt}" for fmt in writers}
+    with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
+        for fmt, write in writers.items():
+            write(f"{tmp}/{name}.{fmt}")
+            put_file(f"{tmp}/{name}.{fmt}", paths[fmt])
+    return paths
+
+
+def plot(table: pd.DataFrame, title: str, path: str) -> None:
+    """Grouped horizontal bars: each model's scores on the tasks of SimCSE's seven-task average (else on the STS
+    pair files), in the table's order (best on top)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and workers
+    import matplotlib.pyplot as plt
+
+    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [c for c in table.columns
+                                                                             if is_pair_column(c)]
+    data = table.set_index("model")[columns].iloc[::-1]
+    fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * len(data) * max(1, len(columns)) / 2))
+    if columns:
+        data.plot.barh(ax=ax, width=0.8)
+        ax.legend(columns, fontsize="small", loc="lower right")
+    ax.set_xlabel("Spearman x 100 of cosine similarity on test (SimCSE's protocol)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)

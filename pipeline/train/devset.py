@@ -1,0 +1,83 @@
+"""Dev-set model selection (train.eval_every), as SimCSE's scripts select with the HF Trainer's
+load_best_model_at_end: every evaluation scores the current model by the Spearman correlation of cosine
+similarity with the dev set's gold scores, and the run exports its best-scoring checkpoint.
+
+The dev set is an STS-B-format file (SentEval's sts-dev.csv by default), read with the evaluation's reader
+and scored with its cosine protocol (pipeline.evaluate.sts), the same sentences tokenised and pooled as the
+evaluation's encoder does (pipeline.encoders.exported). A test split is never a dev set: selecting on it would
+leak the test set into the scores the leaderboard reports.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from pipeline.config import ConfigError
+from pipeline.evaluate.sts import StsSubset, _read_stsb_split, data_hash, find_file, score_sts
+
+DEFAULT_DEV = "sts-dev.csv"
+SELECTED = "selected at step"  # the leaderboard's recipe column says so of a dev-selected run
+# STS12-16 are test sets only (SentEval's STS1x-en-test directories hold STS.input.*/STS.gs.* files).
+_STS_YEAR_FILE = re.compile(r"^STS\.(input|gs)\..+\.txt$")
+_STS_YEAR_DIR = re.compile(r"^STS1[2-6]-en-test$")
+
+
+def why_test_split(path: str | Path) -> str | None:
+    """Why `path` is a test split (and so no dev set), or None."""
+    path = Path(path)
+    if _STS_YEAR_FILE.match(path.name) or any(_STS_YEAR_DIR.match(p) for p in path.parts):
+        return "STS12-16 are test sets"
+    if "test" in path.name.lower():
+        return "its name says it is a test split"
+    return None
+
+
+def find_dev(dev_set: str | None, eval_data: str | None) -> Path:
+    """The dev file a run selects on: `dev_set`, else sts-dev.csv under the evaluation data."""
+    if dev_set is not None:
+        if not Path(dev_set).is_file():
+            raise ConfigError(f"train.dev_set: {dev_set} is not a file")
+        return Path(dev_set)
+    found = find_file(Path(eval_data), DEFAULT_DEV) if eval_data and Path(eval_data).is_dir() else None
+    if found is None:
+        where = f"under evaluate.data ({eval_data})" if eval_data else "(evaluate.data is not set)"
+        raise ConfigError(f"train.eval_every needs a dev set: set train.dev_set, or put {DEFAULT_DEV} "
+                          f"(STS-B dev, SentEval's layout) {where}; looked for {DEFAULT_DEV} {where}")
+    return found
+
+
+def read_dev(path: str | Path) -> StsSubset:
+    return _read_stsb_split(Path(path), "dev")
+
+
+def stage_config(train: dict, eval_data: str | None, max_length: int) -> dict | None:
+    """What the train stage's config holds of the dev set, None without eval_every: the file, its content's
+    hash (so an edited dev set retrains; its path alone would not) and the evaluation's max_length, which
+    its sentences are truncated to as the evaluation truncates them."""
+    if train["eval_every"] is None:
+        return None
+    path = find_dev(train["dev_set"], eval_data)
+    return {"file": str(path.resolve()), "hash": data_hash([read_dev(path)]), "max_length": max_length}
+
+
+def dev_spearman(encode, dev: StsSubset) -> float:
+    """The evaluation's STS-B "cosine" score of `encode` on the dev pairs (pipeline.evaluate.sts)."""
+    [row] = [r for r in score_sts(encode, [dev]) if r["metric"] == "spearman"]
+    return row["value"]
+
+
+def best(reports: list[dict]) -> dict:
+    """The report with the highest dev_spearman; the earliest among ties (the HF Trainer replaces its best only
+    on a strictly better score), and a NaN score (constant embeddings) never best while another is a number."""
+    return max(reports, key=lambda r: (not math.isnan(r["dev_spearman"]), r["dev_spearman"]
+                                       if not math.isnan(r["dev_spearman"]) else 0.0, -r["step"]))
+
+
+def selected(manifest: dict) -> str | None:
+    """What the leaderboard says of a dev-selected train run."""
+    if manifest.get("best_step") is None:
+        return None
+    return (f"{SELECTED} {manifest['best_step']} of {manifest['steps']} "
+            f"(dev Spearman {manifest['best_dev_spearman']:.3f})")

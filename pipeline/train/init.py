@@ -1,0 +1,39 @@
+"""init stage: the encoder before training — built from scratch (seeded) or loaded from the base model.
+
+Training runs start from these exact weights, and the leaderboard's "untrained"
+row evaluates them, so the comparison isolates what pretraining did. The exported
+tokenizer's model_max_length is the model's position limit, which training reads
+(pipeline.train.stage.special_ids) so that no span indexes past the position table.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pipeline.config import Config
+from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.encoders.transformer import build_model, export, position_limit
+
+NAME, VERSION = "init", "3"
+SCHEMA = None
+RUNTIME: dict = {}
+log = logging.getLogger("cpipe")
+
+
+def config(cfg: Config) -> dict:
+    return cfg.model.model_dump()
+
+
+def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+    return {"tokenizer": done["tokenizer"]}
+
+
+def run(config: dict, inputs: dict, out) -> None:
+    tokenizer = load_tokenizer(inputs["tokenizer"])
+    model = build_model(config, tokenizer)
+    tokenizer.model_max_length = position_limit(model)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("init: %s with %.1fM parameters, inputs of up to %d tokens", type(model).__name__, n_params / 1e6,
+             tokenizer.model_max_length)
+    export(model, tokenizer, out.local_dir)
+    out.extra["parameters"] = n_params

@@ -1,0 +1,51 @@
+"""Earlier batches' embeddings as extra negatives: cross-batch memory (XBM; Wang et al., 2020), or,
+with train.momentum, MoCo's queue of keys (He et al., 2020), whose entries come from the momentum
+key encoder (pipeline.train.moco) and so drift slowly by construction.
+
+The bank holds *positives* (in train_step: the mean of each anchor's positive
+spans), not anchors, for two reasons. NT-Xent's anchor rows score each anchor
+against positives, so bank entries of the same kind compete with the true
+positive on equal terms. And with MLM on, anchors are embedded from corrupted
+tokens while positives are clean, so positives are the better stand-ins for
+"another document".
+
+The entries are detached: they come from earlier versions of the encoder and
+get no gradient (XBM's premise is that embeddings drift slowly once training
+has settled, so start pushing after the first steps of warm-up).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class MemoryBank:
+    """A FIFO queue of the last `size` embeddings pushed, oldest first."""
+
+    def __init__(self, size: int, dim: int):
+        if size < 1:
+            raise ValueError(f"memory bank size must be positive, got {size}")
+        self.size, self.dim = size, dim
+        self.queue = torch.empty(0, dim)
+
+    def __len__(self) -> int:
+        return self.queue.size(0)
+
+    def negatives(self) -> torch.Tensor:
+        return self.queue
+
+    def push(self, embeddings: torch.Tensor) -> None:
+        """Push after the step's loss, so a batch is never its own negative."""
+        if embeddings.dim() != 2 or embeddings.size(1) != self.dim:
+            raise ValueError(f"expected embeddings of shape (N, {self.dim}), got {tuple(embeddings.shape)}")
+        self.queue = torch.cat([self.queue.to(embeddings), embeddings.detach()])[-self.size:]
+
+    def state_dict(self) -> dict:
+        return {"queue": self.queue.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["queue"].size(1) != self.dim:
+            raise ValueError(f"memory bank of dim {self.dim} cannot load one of dim {state['queue'].size(1)}")
+        # A bank shrunk since the checkpoint keeps its newest entries.
+        self.queue = state["queue"][-self.size:]
+

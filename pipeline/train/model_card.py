@@ -1,0 +1,167 @@
+"""The model card (README.md) of a trained model's `sentence-transformers/` directory.
+
+Train writes it at export; the leaderboard stage rewrites it with the model's scores. sentence-transformers
+reads a model directory's README.md as its card and, on a later save(), keeps a card that its trainer did not
+generate as it is, so this card travels with the model. The card is documentation: no fingerprint, manifest
+entry or loader depends on its content, so rewriting it inside a finished dataset changes nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import pandas as pd
+
+from pipeline.augment.objectives import OBJECTIVES as OBJECTIVE_MODULES
+from pipeline.config import TrainConfig
+from pipeline.encoders.transformer import ST_DIR
+from pipeline.leaderboard.table import ANALYSIS, MISSING, rankable_columns
+from storage import complete, dataset_path, put_file, read_manifest
+
+CARD = "README.md"
+# How each objective makes its positive pairs, as its paper does.
+OBJECTIVES = {
+    "declutr": "DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
+    "simcse": "unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
+    "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
+    "clear": "CLEAR (Wu et al., 2020): two augmented views of a sentence",
+}
+LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
+          "info-nce": "InfoNCE (one direction, N-1 negatives)"}
+
+
+def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
+    """What the card says of a train run: its config (`train`'s), the manifests of its inputs (the init and
+    pairs datasets) and its results (`extra`: steps, final loss, best dev score where evaluated). JSON-able, so
+    the run's manifest keeps it for the leaderboard's rewrite."""
+    init = read_manifest(inputs["init"])
+    pairs = read_manifest(inputs["pairs"])
+    # A run that continues another (init_from) starts from that run's train dataset, whose manifest keeps its card.
+    parent = init.get("card")
+    model = init["config"]
+    # The datasets the pairs were made from (the filter stage's documents; CERT's back-translations), which a
+    # manifest names by fingerprint, beside the pairs in the same artifacts.
+    root, stages = inputs["pairs"].rstrip("/").rsplit("/", 2)[0], OBJECTIVE_MODULES[cfg["objective"]].INPUTS
+    sources = {name: _dataset(root, stages[name], fp) for name, fp in sorted(pairs["inputs"].items()) if name in stages}
+    run = TrainConfig(**cfg)
+    return {
+        "objective": cfg["objective"], "augmentation": run.views,
+        "contrastive": cfg["contrastive"], "loss": cfg["loss"], "temperature": cfg["temperature"],
+        "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"], "recipe": run.recipe(),
+        "base_model": parent["base_model"] if parent else model.get("base"),
+        "architecture": parent["architecture"] if parent else _architecture(model.get("base"), model_config),
+        "parameters": parent["parameters"] if parent else init.get("parameters"),
+        "continues": {"fingerprint": init["fingerprint"], "recipe": parent["recipe"]} if parent else None,
+        "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]}, "sources": sources,
+        **{k: extra.get(k) for k in ("steps", "final_loss", "best_step", "best_dev_spearman")},
+    }
+
+
+def _dataset(root: str, stage: str, fp: str) -> dict:
+    path = dataset_path(root, stage, fp)
+    return {"fingerprint": fp, "stage": stage, "rows": read_manifest(path).get("rows") if complete(path) else None}
+
+
+def _architecture(base: str | None, config) -> str:
+    """From the trained model's own (transformers) config, which says what was trained whatever the stage configs say."""
+    shape = (f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
+             f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}")
+    kind = type(config).__name__.removesuffix("Config")
+    return f"{base} (continued pretraining; {kind}: {shape})" if base else f"{kind} from scratch: {shape}"
+
+
+def render(info: dict, scores: dict | None = None) -> str:
+    """The card: Hub metadata, then what the model was trained from and how, then its leaderboard scores
+    (`scores`: leaderboard column -> value) or a line saying it has none yet."""
+    return "\n".join([*_metadata(info), "", f"# {info.get('name') or info['objective']}: a contrastive sentence "
+                      "encoder", "", "Trained by contrastive-pipeline. Sentence embeddings are the "
+                      f"{info['pooling']}-pooled last layer.", "", "## Training", "", "| | |", "|---|---|",
+                      *(f"| {k} | {v} |" for k, v in _training(info)), "", "## Evaluation", "", *_scores(scores),
+                      "", "## Usage", "", "```python", "from sentence_transformers import SentenceTransformer", "",
+                      'model = SentenceTransformer("path/to/this/directory")',
+                      'embeddings = model.encode(["A sentence.", "Another one."])', "```", ""])
+
+
+def _metadata(info: dict) -> list[str]:
+    tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "contrastive-learning",
+            info["objective"]]
+    base = info.get("base_model")
+    # The Hub's base_model names a Hub model; a local directory is not one.
+    hub_base = base and not base.startswith(("/", ".", "~")) and not os.path.isdir(base)
+    return ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity", "tags:",
+            *(f"- {t}" for t in tags), *([f"base_model: {base}"] if hub_base else []), "---"]
+
+
+def _training(info: dict) -> list[tuple[str, str]]:
+    objective = OBJECTIVES.get(info["objective"], info["objective"])
+    if info.get("augmentation"):
+        objective += f" ({info['augmentation']})"
+    loss = (f"{LOSSES.get(info['loss'], info['loss'])}, temperature {info['temperature']:g}"
+            if info["contrastive"] else "no contrastive loss")
+    if info["mlm"]:
+        loss += f" + masked language modelling ({info['mlm_probability']:.0%} of tokens, 80/10/10)"
+    pairs = info["pairs"]
+    sources = "; ".join(f"{s['stage']} {name} `{s['fingerprint']}`"
+                        + (f" ({s['rows']:,} rows)" if s.get("rows") is not None else "")
+                        for name, s in info["sources"].items())
+    best = (f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
+            if info.get("best_dev_spearman") is not None else "not evaluated during training")
+    rows = [("base model", info.get("base_model") or "none: from scratch"), ("architecture", info["architecture"])]
+    if info.get("continues"):
+        parent = info["continues"]
+        rows.append(("continues", f"train run `{parent['fingerprint']}` ({parent['recipe']})"))
+    if info.get("parameters"):
+        rows.append(("parameters", f"{info['parameters']:,}"))
+    steps = f"{info['steps']}" + (f" (final loss {info['final_loss']:.4f})" if info.get("final_loss") is not None
+                                  else "")
+    return rows + [("objective", objective), ("loss", loss), ("recipe", info["recipe"]),
+                   ("training pairs", f"`{pairs['fingerprint']}`: {pairs['rows']:,} pairs"
+                    + (f", made from {sources}" if sources else "")),
+                   ("steps", steps), ("best dev score", best)]
+
+
+def _scores(scores: dict | None) -> list[str]:
+    if not scores:
+        return ["Not scored yet: the pipeline's leaderboard stage writes this model's scores here."]
+    lines = ["Scores from the pipeline's leaderboard (Spearman or accuracy x 100 on test; the leaderboard's "
+             "notes give each column's protocol).", "", "| column | score |", "|---|---:|"]
+    return lines + [f"| {column} | {_value(column, v)} |" for column, v in scores.items()]
+
+
+def _value(column: str, value) -> str:
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return MISSING
+    return f"{value:.3f}" if column in ANALYSIS else f"{value:.2f}"
+
+
+def write_card(st_dir: str, info: dict, scores: dict | None = None) -> None:
+    """Replace `<st_dir>/README.md` (any fsspec URL) whole: readers see the old card or the new one."""
+    with tempfile.TemporaryDirectory(prefix="cpipe-card-") as tmp:
+        with open(f"{tmp}/{CARD}", "w", encoding="utf-8") as f:
+            f.write(render(info, scores))
+        put_file(f"{tmp}/{CARD}", f"{st_dir.rstrip('/')}/{CARD}")
+
+
+def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame) -> list[str]:
+    """Rewrite the card of every trained model among the leaderboard's scores datasets with its row's scores
+    (the table's score, average and analysis columns). Returns the model directories whose cards it wrote."""
+    from pipeline.train import stage as train  # which imports this module
+    columns = [c for c in (*rankable_columns(), *ANALYSIS) if c in table.columns]
+    rows = table.set_index("model")
+    written = []
+    for path in scores_inputs.values():
+        manifest = read_manifest(path)
+        name = manifest["config"]["model"]
+        if manifest["config"]["spec"]["kind"] != "trained" or name not in rows.index:
+            continue
+        # A trained model is a train dataset beside the scores, which the manifest names by fingerprint.
+        model_dir = dataset_path(path.rstrip("/").rsplit("/", 2)[0], train.NAME, manifest["inputs"]["model"])
+        info = read_manifest(model_dir).get("card")
+        if info is None:  # a model trained before cards were written has no card to update
+            continue
+        scores = {c: float(rows.at[name, c]) for c in columns if pd.notna(rows.at[name, c])}
+        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name}, scores)
+        written.append(model_dir)
+    return written
