@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,7 +60,7 @@ def prefect_server(tmp_path):
         log.close()
 
 
-def test_serve_registers_every_flow_and_the_full_pipeline_runs_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts):
+def test_serve_registers_every_flow_and_the_full_pipeline_and_evaluate_run_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts):
     env = prefect_server
     artifacts = tmp_path / "artifacts"
     serve_log = open(tmp_path / "serve.log", "w")
@@ -84,6 +85,16 @@ def test_serve_registers_every_flow_and_the_full_pipeline_runs_to_completion(pre
         artifact = subprocess.run([PREFECT, "artifact", "inspect", "leaderboard"], env=env, capture_output=True,
                                   text=True)
         assert artifact.returncode == 0 and "declutr" in artifact.stdout and "fasttext-bow" in artifact.stdout
+
+        # evaluate/local scores a model directory given by path, as `cpipe evaluate --model` does.
+        exported = next(artifacts.glob("train/*/sentence-transformers"))
+        model = shutil.copytree(exported, tmp_path / "my-encoder")
+        run = subprocess.run(
+            [PREFECT, "deployment", "run", "evaluate/local", "--param", f'models=["{model}"]',
+             "--param", f"eval_data={tiny_sts}", "--param", f"artifacts={artifacts}", "--watch"],
+            env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-3000:] + (tmp_path / "serve.log").read_text()[-5000:]
+        assert "| my-encoder |" in (artifacts / "leaderboard-all.md").read_text()
     finally:
         os.killpg(serve.pid, signal.SIGTERM)
         serve.wait(timeout=60)
@@ -103,6 +114,9 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(prefect_ser
     assert created.returncode == 0, created.stdout + created.stderr
     deployed = prefect("--no-prompt", "deploy", "--name", "local")
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    listed = subprocess.run([PREFECT, "deployment", "ls"], env={**env, "COLUMNS": "250"}, capture_output=True,
+                            text=True).stdout
+    assert all(f"{name}/local" in listed for name in ("data", "train", "evaluate", "full-pipeline")), listed
     artifacts = tmp_path / "artifacts"
     queued = prefect("deployment", "run", "full-pipeline/local", "--param", f"config={tiny_config}",
                      "--param", f"corpus={tiny_corpus}", "--param", f"eval_data={tiny_sts}",
