@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -123,6 +124,21 @@ def timed(step, args) -> tuple[list[float], object]:
     return times, last
 
 
+def host_syncs(step) -> int | None:
+    """Times one more step makes the host wait on the GPU (CUDA's sync debug mode warns at each): every
+    one idles the GPU until the host has queued the next kernels. None off CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -208,9 +224,11 @@ def main() -> None:
         flops = model_flops(batch, shape, layers, head, masked)
         t = medians[label] = statistics.median(times)
         mfu = f", real-token MFU {flops / t / peak:.1%}" if peak else ""
+        syncs = host_syncs(step) if args.device.startswith("cuda") else None
         print(f"{label}: median {t * 1000:.1f} ms (min {min(times) * 1000:.1f}); {real:,} real tokens in "
               f"{slots:,} slots ({1 - real / slots:.0%} padding); {real / t:,.0f} real tokens/s, "
-              f"{slots / t:,.0f} slots/s; {flop(flops / t)}/s{mfu}")
+              f"{slots / t:,.0f} slots/s; {flop(flops / t)}/s{mfu}"
+              + (f"; {syncs} host syncs a step" if syncs is not None else ""))
     ratios = [("train_step / plain loop eager (fixed)", "train_step, every span l_max", "plain loop, same batch, eager"),
               ("train_step / plain loop compiled (fixed)", "train_step, every span l_max",
                "plain loop, same batch, compiled"),

@@ -92,7 +92,7 @@ def test_blocks_and_packing_give_the_padded_batch_loss_and_gradients(tokenizer, 
     expected.backward()
     padded = grads(padded_model)
 
-    assert sum(losses.values()) == pytest.approx(expected.item(), abs=1e-5)
+    assert float(sum(losses.values())) == pytest.approx(expected.item(), abs=1e-5)
     assert set(losses) == ({"contrastive_loss", "mlm_loss"} if mlm else {"contrastive_loss"})
     assert blocked.keys() == padded.keys()
     assert not mlm or len(padded) == len(list(model.parameters()))  # the LM head's included

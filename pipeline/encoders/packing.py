@@ -14,6 +14,7 @@ given) as transformers' SDPA does, with SDPA's padding mask, so one model runs b
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import torch
@@ -26,6 +27,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 PACKED = "cpipe_packed"
 # SDPA's CPU path on a jagged tensor builds a strided nested one internally, which warns on every call.
 warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
+# nested_tensor_from_jagged asks torch.fx whether it is being traced, which logs an API deprecation once.
+logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
 def packed_attention(module: nn.Module, query, key, value, attention_mask, dropout: float = 0.0,

@@ -153,7 +153,9 @@ class SpanEncoder(nn.Module):
                 self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
             pooled.append(pool(hidden, mask, self.pooling))
             if mlm_positions is not None:
-                logits.append(self.head(hidden[mlm_positions[block, :width]]))
+                # Rows picked by index, found where the mask is: on the host, the device never waits on it.
+                picked = mlm_positions[block, :width].flatten().nonzero().squeeze(1).to(hidden.device)
+                logits.append(self.head(hidden.flatten(0, 1).index_select(0, picked)))
             start += rows
         pooled = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
         if self.projection is not None:

@@ -226,7 +226,11 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
         scheduler.step()
         if key_encoder is not None:
             key_encoder.update(getattr(model, "module", model))
-    return {"loss": sum(losses.values()), **losses, "grad_norm": float(grad_norm), "lr": scheduler.get_last_lr()[0],
+    # One device-to-host copy per step, after the update is queued: a float() per loss would stall the
+    # host (and the GPU behind it) mid-step.
+    *values, grad_norm = torch.stack([*losses.values(), grad_norm.float()]).tolist()
+    losses = dict(zip(losses, values))
+    return {"loss": sum(values), **losses, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
             "skipped": skipped, "grad_scale": scaler.get_scale(), **tokens}
 
 
@@ -239,9 +243,10 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
     """Forward and backward of one of a step's `k` micro-batches: the rows of step_inputs through the
     encoder; the run's contrastive loss (train.loss) between each anchor and the mean of its positives
     (embedded by the key encoder with MoCo), with a memory bank's or MoCo queue's negatives if any, plus
-    MLM. Returns the micro-batch's shares of the step's losses, which its backward adds (`scale`d) into
-    `.grad`. With `grad_cache` smaller than its rows, the encoder sees that many rows at a time and the
-    gradients are still the whole micro-batch's (pipeline.train.gradcache). The rows are those of step_inputs,
+    MLM. Returns the micro-batch's shares of the step's losses (detached, on the device), which its
+    backward adds (`scale`d) into `.grad`. With `grad_cache` smaller than its rows, the encoder sees that
+    many rows at a time and the gradients are still the whole micro-batch's (pipeline.train.gradcache).
+    The rows are those of step_inputs,
     longest first; each range of them the encoder sees is cut into length_blocks, so that it computes
     little padding, and the losses see the embeddings in step_inputs' order."""
     device, n, b = next(model.parameters()).device, x["ids"].size(0), x["anchors"]
@@ -249,7 +254,9 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
 
     def encode(start: int, end: int):
         rows = (slice(start, end), slice(0, x["lengths"][start]))  # the longest row first: none is cut
-        positions = x["positions"][rows].to(device) if n_masked else None
+        # The mask stays on the host: the encoder selects its rows by index, and the labels are picked
+        # here, so that no boolean index on the device makes the host wait for the forward.
+        positions = x["positions"][rows] if n_masked else None
         # Under DDP, only the step's last backward all-reduces the accumulated gradients.
         sync = last and end == n
         with model.no_sync() if not sync and hasattr(model, "no_sync") else nullcontext(), \
@@ -258,7 +265,7 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
                                    length_blocks(x["lengths"][start:end], cfg["block_tokens"]))
         if not n_masked:
             return pooled.float()
-        labels = x["original"][rows].to(device)[positions]
+        labels = x["original"][rows][positions].to(device)
         return pooled.float(), torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum") / n_masked
 
     def contrastive(z: torch.Tensor) -> torch.Tensor:
@@ -283,7 +290,7 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
             losses["mlm_loss"] = mlm
         if losses:
             scale(sum(losses.values())).backward()
-    return {name: loss.item() for name, loss in losses.items()}
+    return {name: loss.detach() for name, loss in losses.items()}
 
 
 def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) -> torch.Tensor:
