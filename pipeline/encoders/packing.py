@@ -14,6 +14,7 @@ given) as transformers' SDPA does, with SDPA's padding mask, so one model runs b
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 
@@ -72,15 +73,16 @@ def first_position(mlm_model: nn.Module) -> int:
 def packed_hidden(mlm_model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The last hidden states of right-padded rows, computed packed, laid back out as (rows, width, hidden)
     with zeros at padding (which pooling and the MLM head never read)."""
-    real = attention_mask.bool()
-    lengths = attention_mask.sum(1)
-    offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int64)
-    columns = torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
-    ids = input_ids[real].unsqueeze(0)
+    # The rows' lengths are read once (at the step's start the device has little queued to wait for); every
+    # index is then built on the host, where boolean indexing on the device would wait for it each time.
+    lengths, (rows, width), device = attention_mask.sum(1).tolist(), input_ids.shape, input_ids.device
+    starts = [0, *itertools.accumulate(lengths)]
+    real = torch.cat([torch.arange(r * width, r * width + n) for r, n in enumerate(lengths)]).to(device)
+    columns = torch.cat([torch.arange(n) for n in lengths]).to(device)
+    offsets = torch.tensor(starts, dtype=torch.int64).to(device)
+    ids = input_ids.flatten().index_select(0, real).unsqueeze(0)
     hidden = mlm_model.base_model(
-        input_ids=ids, position_ids=(columns[real] + first_position(mlm_model)).unsqueeze(0),
+        input_ids=ids, position_ids=(columns + first_position(mlm_model)).unsqueeze(0),
         token_type_ids=torch.zeros_like(ids), cu_seq_lens_q=offsets, cu_seq_lens_k=offsets,
-        max_length_q=int(lengths.max()), min_length_q=int(lengths.min())).last_hidden_state[0]
-    out = hidden.new_zeros(*input_ids.shape, hidden.size(-1))
-    out[real] = hidden
-    return out
+        max_length_q=max(lengths), min_length_q=min(lengths)).last_hidden_state[0]
+    return hidden.new_zeros(rows * width, hidden.size(-1)).index_copy(0, real, hidden).view(rows, width, -1)
