@@ -24,6 +24,7 @@ from typing import Iterable, Iterator
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
+from pipeline.jsonlines import json_objects
 
 log = logging.getLogger("cpipe")
 
@@ -192,14 +193,10 @@ class LocalFile(Part):
                 yield Document(doc_id(f"{rel}#{i}"), src, title, text)
         elif path.suffix == ".jsonl":
             with path.open(encoding="utf-8") as f:
-                for line_no, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                        text = record["text"]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise SourceError(f"{path}:{line_no}: expected a JSON object with a 'text' field") from None
+                for line_no, record in json_objects(f, path, SourceError):
+                    if "text" not in record:
+                        raise SourceError(f"{path}:{line_no}: expected a JSON object with a 'text' field")
+                    text = record["text"]
                     title = str(record.get("title") or record.get("url") or f"{path.stem}:{line_no}")
                     yield Document(doc_id(f"{rel}:{line_no}"), src, title, text)
         elif path.suffix == ".parquet":

@@ -17,7 +17,6 @@ The output has `row` (the sentence's 0-based position in the input), `text` and
 from __future__ import annotations
 
 import csv
-import json
 import os
 import uuid
 from contextlib import closing
@@ -32,6 +31,7 @@ from tqdm import tqdm
 
 from pipeline.encoders.exported import Encoder
 from pipeline.errors import InputError
+from pipeline.jsonlines import json_objects
 
 
 def _utf8(raw: bytes, path: str, lineno: int) -> str:
@@ -50,15 +50,8 @@ def _txt(path: str, column: str) -> Iterator[str]:
 
 def _jsonl(path: str, column: str) -> Iterator[str]:
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = _utf8(raw, path, lineno)
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            text = record.get(column) if isinstance(record, dict) else None
+        for lineno, record in json_objects((_utf8(raw, path, n) for n, raw in enumerate(f, start=1)), path):
+            text = record.get(column)
             if not isinstance(text, str):
                 raise InputError(f"{path}:{lineno}: expected an object with a string {column!r} field")
             yield text

@@ -32,6 +32,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from pipeline.encoders.vectors import read_vectors
 from pipeline.errors import InputError
 from pipeline.evaluate.sts import SICK_FILES, find_file, sick_rows
+from pipeline.jsonlines import json_objects
 from storage import local_copy
 
 LABELS = ("entailment", "neutral", "contradiction")
@@ -67,15 +68,8 @@ def read_jsonl(path: str | Path) -> NliPairs:
     """SNLI / MultiNLI as distributed: one JSON object per line."""
     premise, hypothesis, labels, dropped = [], [], [], 0
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise NliDataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or not all(isinstance(row.get(k), str)
-                                                    for k in ("sentence1", "sentence2", "gold_label")):
+        for lineno, row in json_objects(f, path, NliDataError):
+            if not all(isinstance(row.get(k), str) for k in ("sentence1", "sentence2", "gold_label")):
                 raise NliDataError(f"{path}:{lineno}: expected string fields sentence1, sentence2 and gold_label")
             if row["gold_label"] == "-":
                 dropped += 1

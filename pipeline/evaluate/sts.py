@@ -38,6 +38,7 @@ from scipy import stats
 
 from pipeline.errors import InputError
 from pipeline.evaluate import relatedness
+from pipeline.jsonlines import json_objects
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSB")
 SICK_TASK = "SICKR"
@@ -221,15 +222,7 @@ def _pair_records(path: Path, fmt: str):
         return
     with _text(path) as f:
         if fmt == ".jsonl":
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise StsDataError(f"{path}:{lineno}: not JSON ({e.msg})") from None
-                if not isinstance(record, dict):
-                    raise StsDataError(f"{path}:{lineno}: expected a JSON object with {', '.join(PAIR_COLUMNS)}")
+            for lineno, record in json_objects(f, path, StsDataError):
                 yield f"{path}:{lineno}", record
             return
         # Quoted as the csv module and pandas write them, so a sentence may hold the delimiter or a newline.
