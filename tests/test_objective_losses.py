@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from pipeline.config import Config, ConfigError, TrainConfig, load_config
+from pipeline.encoders.transformer import SpanEncoder, build_model
 from pipeline.errors import InputError
+from pipeline.train.losses import LOSSES
 from pipeline.train.stage import collate, make_optimizer, special_ids, step_inputs, train_step
 from tests.conftest import make_document
 from tests.test_losses import cl_forward_loop
@@ -47,6 +49,42 @@ def test_simcse_step_is_cl_forward_over_a_tanh_head_on_cls(tokenizer):
     metrics = train_step(model, optimizer, scheduler, batch, cfg, special, torch.Generator().manual_seed(0))
     assert metrics["contrastive_loss"] == pytest.approx(expected, rel=1e-5)
     assert "mlm_loss" not in metrics  # SimCSE has no MLM term
+
+
+@pytest.mark.parametrize("grad_cache", [None, 3])
+def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(tokenizer, monkeypatch, grad_cache):
+    """SimCSE's positive is the sentence itself, its noise the dropout masks of two forward passes; the
+    paper's "fixed 0.1" ablation (one mask for both views, Table 2) collapses it. So each view must draw
+    its own masks (with GradCache too, whose second pass replays the first's), and with dropout off the
+    two views must be the same vector."""
+    seen, info_nce = [], LOSSES["info-nce"]
+
+    def recording(queries, keys, temperature, negatives=None):
+        seen.append((queries.detach().clone(), keys.detach().clone()))
+        return info_nce(queries, keys, temperature, negatives)
+
+    monkeypatch.setitem(LOSSES, "info-nce", recording)
+    cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8, grad_cache=grad_cache).model_dump()
+    special = special_ids(tokenizer)
+    table = pairs(tokenizer, positives=1)
+    batch = collate(pa.table({"anchor_ids": table["anchor_ids"], "positive_ids": [[a] for a in
+                                                                                  table["anchor_ids"].to_pylist()]}),
+                    special, 64, True)
+    for dropout in (0.1, 0.0):
+        seen.clear()
+        torch.manual_seed(0)
+        model = SpanEncoder(build_model({"base": None, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
+                                         "intermediate_size": 64, "dropout": dropout, "max_position_embeddings": 66,
+                                         "seed": 0}, tokenizer), cfg["pooling"], cfg["projection"])
+        model.train()
+        optimizer, scheduler = make_optimizer(model, cfg, 10)
+        train_step(model, optimizer, scheduler, batch, cfg, special, torch.Generator().manual_seed(0))
+        queries, keys = seen[-1]  # GradCache's second pass: the embeddings the gradients flow from
+        cosines = [float(torch.dot(q, k) / (q.norm() * k.norm())) for q, k in zip(queries, keys)]
+        if dropout:
+            assert max(cosines) < 1 - 1e-5, cosines
+        else:
+            assert min(cosines) > 1 - 1e-6, cosines
 
 
 def clear_pairs(tok, del_id: int, n: int = 6) -> pa.Table:
