@@ -75,9 +75,12 @@ def setup(tmp_path_factory):
     for _ in range(30):
         a = make_document(rng, 8).rstrip(".")
         words = a.split()
-        keep = int(rng.integers(0, len(words) + 1))
-        pairs.append((a, " ".join(words[:keep] + [WORDS[int(rng.integers(len(WORDS)))] for _ in words[keep:]])))
+        # At least one word replaced by a different one: a pair of identical sentences would score exactly 1 here
+        # and 1 +- float32 noise in the stage's batched scoring, and such ties would rank by that noise.
+        keep = int(rng.integers(0, len(words)))
+        pairs.append((a, " ".join(words[:keep] + [rng.choice([w for w in WORDS if w != word]) for word in words[keep:]])))
     gold = cosines(str(init), pairs)
+    assert len(set(gold)) == len(gold), "tied gold scores would rank by float noise"
     stsb = root / "eval" / "STSBenchmark"
     stsb.mkdir(parents=True)
     (stsb / "sts-dev.csv").write_text("".join(f"g\tx\t2012\t{i:04d}\t{g:.6f}\t{a}\t{b}\n"
