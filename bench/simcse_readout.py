@@ -27,7 +27,7 @@ from bench.common import default_model, shared_corpus
 from pipeline.augment.segment import sentences
 from pipeline.config import TrainConfig
 from pipeline.corpus.tokenizer import load_tokenizer
-from pipeline.encoders.transformer import HF_DIR, load_mlm, quiet_transformers
+from pipeline.encoders.transformer import HF_DIR, load_mlm
 from pipeline.train.devset import read_dev
 from pipeline.train.stage import collate, dev_scorer, make_encoder, make_optimizer, special_ids, train_step
 
@@ -52,8 +52,7 @@ def curve(init: str, dev_file: Path, ids: list[list[int]], settings: dict, steps
     settings = dict(settings)
     dropout = settings.pop("dropout", None)
     cfg = TrainConfig(**{"objective": "simcse", "lr": 1e-3, "batch_size": 16, "max_length": 130, **settings}).model_dump()
-    with quiet_transformers():
-        mlm = load_mlm(init)
+    mlm = load_mlm(init)
     if dropout is not None:
         for module in mlm.modules():
             if isinstance(module, torch.nn.Dropout):

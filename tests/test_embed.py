@@ -12,7 +12,7 @@ import pytest
 from pipeline.corpus.tokenizer import SPECIAL
 from pipeline.encoders.embed_file import embed_file
 from pipeline.encoders.exported import Encoder
-from pipeline.encoders.transformer import build_model, export
+from pipeline.encoders.transformer import HF_DIR, build_model, export, load_mlm
 from pipeline.errors import InputError
 from tests.conftest import cpipe, make_document
 
@@ -204,3 +204,27 @@ def test_cpipe_embed(model_dir, sentences, expected, tmp_path):
                                expected, rtol=1e-4, atol=1e-5)
     bad = cpipe("embed", "--model", str(model_dir), "--input", str(tmp_path / "missing.txt"), "--output", str(out))
     assert bad.returncode == 2 and "missing.txt: no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_loading_and_exporting_a_model_print_no_library_noise(tmp_path, capfd):
+    """transformers draws a bar per weights file read or written and lists an MLM export's unused LM head and the
+    unread pooler as a load report; none of it is the user's business."""
+    capfd.readouterr()
+    model_dir = tiny_model(tmp_path / "model")
+    load_mlm(str(model_dir / HF_DIR))
+    Encoder(str(model_dir), max_length=MAX_LENGTH).encode(["a sentence"])
+    out, err = capfd.readouterr()
+    for noise in ("Loading weights", "Writing model shards", "LOAD REPORT", "UNEXPECTED", "MISSING"):
+        assert noise not in out + err
+
+
+def test_a_model_missing_encoder_weights_is_an_error_naming_them(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model_dir = tiny_model(tmp_path / "model")
+    weights = model_dir / HF_DIR / "model.safetensors"
+    state = load_file(weights)
+    dropped = next(k for k in state if "layer.0.attention" in k)
+    save_file({k: v for k, v in state.items() if k != dropped}, weights, metadata={"format": "pt"})
+    with pytest.raises(InputError, match=rf"{model_dir}: .* lacks 1 of the encoder's weights \(.*attention"):
+        Encoder(str(model_dir), max_length=MAX_LENGTH)

@@ -71,6 +71,8 @@ class HFTranslator(Translator):
         # Imported here: config validation imports this module for check_backend only.
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+        from pipeline.encoders.transformer import no_file_bars
+
         super().__init__(generation)
         path = Path(model).expanduser()
         if not path.is_dir() and (path.exists() or not HUB_ID.fullmatch(model)):
@@ -78,7 +80,8 @@ class HFTranslator(Translator):
         self.device, torch_dtype = _placement(device, dtype)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model)
-            self.model = AutoModelForSeq2SeqLM.from_pretrained(model, dtype=torch_dtype)
+            with no_file_bars():
+                self.model = AutoModelForSeq2SeqLM.from_pretrained(model, dtype=torch_dtype)
         except (OSError, ValueError) as e:
             raise InputError(f"cannot load translation model {model}: {' '.join(str(e).split())}") from None
         self.model.to(self.device).eval()

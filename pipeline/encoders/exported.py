@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from pipeline.encoders.transformer import HF_DIR, ST_DIR, pool
+from pipeline.encoders.transformer import HF_DIR, ST_DIR, pool, quiet_transformers
 from pipeline.errors import InputError
 from storage import local_copy
 
@@ -71,7 +71,14 @@ class Encoder:
             if not os.path.isfile(f"{hf}/config.json"):
                 raise InputError(f"{path}: not a model directory (no config.json in {hf})")
             self.tokenizer = AutoTokenizer.from_pretrained(hf)
-            self.model = AutoModel.from_pretrained(hf).eval()
+            # Its load report lists an MLM export's unused LM head and the pooler no pooling here reads, as
+            # faults; a missing weight of the encoder itself is one, and is said here instead.
+            with quiet_transformers():
+                self.model, info = AutoModel.from_pretrained(hf, output_loading_info=True)
+            if missing := [k for k in info["missing_keys"] if not k.startswith("pooler.")]:
+                raise InputError(f"{path}: {hf} lacks {len(missing)} of the encoder's weights "
+                                 f"({', '.join(sorted(missing)[:3])}{', ...' if len(missing) > 3 else ''})")
+            self.model.eval()
             self.pooling = pooling or export_pooling(local) or "mean"
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device)

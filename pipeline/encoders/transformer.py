@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from transformers import AutoModelForMaskedLM, RobertaConfig
+from huggingface_hub import utils as hf_hub_utils
 from transformers.utils import logging as hf_logging
 
 from pipeline.corpus.tokenizer import base_path
@@ -71,12 +72,31 @@ def build_model(cfg: dict, tokenizer) -> nn.Module:
 
 
 @contextmanager
+def no_file_bars():
+    """Without transformers' bar for every weights file read or written ("Loading weights", "Writing model
+    shards"): noise on the user's terminal for a step of milliseconds. A download from the Hub keeps its bar."""
+    bars, hub_bars = hf_logging.is_progress_bar_enabled(), not hf_hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # the Hub's too, given back here
+    if hub_bars:
+        hf_hub_utils.enable_progress_bars()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        if not hub_bars:
+            hf_hub_utils.disable_progress_bars()
+
+
+@contextmanager
 def quiet_transformers():
-    """transformers' own load report, whose expected lines (a missing head, an unused pooler) would read as faults."""
+    """transformers' own load report too, whose expected lines (a missing head, an unused pooler) would read
+    as faults."""
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        yield
+        with no_file_bars():
+            yield
     finally:
         hf_logging.set_verbosity(verbosity)
 
@@ -169,20 +189,18 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean")
     """Save `hf/` (AutoModelForMaskedLM + tokenizer) and `sentence-transformers/` (Transformer + Pooling);
     the pooling is recorded in the latter, where our Encoder and sentence-transformers both read it."""
     from sentence_transformers import SentenceTransformer, models
-    from transformers.utils import logging as hf_logging
-
-    # The MLM checkpoint loaded as a bare encoder reports its unused LM head; that is expected here.
-    hf_logging.set_verbosity_error()
 
     hf = f"{out_dir}/{HF_DIR}"
-    mlm_model.save_pretrained(hf)
-    tokenizer.save_pretrained(hf)
-    max_seq_length = min(tokenizer.model_max_length, position_limit(mlm_model))
-    word = models.Transformer(hf, max_seq_length=max_seq_length)
-    pooler = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
-    SentenceTransformer(modules=[word, pooler], device="cpu").save(f"{out_dir}/{ST_DIR}")
+    # The MLM checkpoint loaded as a bare encoder reports its unused LM head; that is expected here.
+    with quiet_transformers():
+        mlm_model.save_pretrained(hf)
+        tokenizer.save_pretrained(hf)
+        max_seq_length = min(tokenizer.model_max_length, position_limit(mlm_model))
+        word = models.Transformer(hf, max_seq_length=max_seq_length)
+        pooler = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
+        SentenceTransformer(modules=[word, pooler], device="cpu").save(f"{out_dir}/{ST_DIR}")
 
 
 def load_mlm(path: str) -> nn.Module:
-    with local_copy(path) as local:  # any fsspec URL, as load_tokenizer
+    with local_copy(path) as local, no_file_bars():  # any fsspec URL, as load_tokenizer
         return AutoModelForMaskedLM.from_pretrained(local)
