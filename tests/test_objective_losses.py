@@ -210,6 +210,7 @@ def test_momentum_is_validated_and_named_in_the_recipe():
 def test_the_profiles_train_what_their_papers_do():
     simcse = load_config(CONFIGS / "simcse-unsup.yaml").run_configs()["simcse"]
     assert (simcse.loss, simcse.projection, simcse.pooling, simcse.mlm) == ("info-nce", "tanh", "cls", False)
+    assert simcse.eval_every == 125  # SimCSE keeps its best STS-B dev checkpoint, evaluated every 125 steps
     cert = load_config(CONFIGS / "cert.yaml").run_configs()["cert"]
     assert (cert.momentum, cert.temperature, cert.mlm, cert.loss) == (0.999, 0.07, False, "info-nce")
     assert cert.memory_bank > 0
