@@ -27,6 +27,7 @@ from bench.common import default_model, shared_corpus
 from pipeline.augment.segment import sentences
 from pipeline.config import TrainConfig
 from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.encoders.exported import embed
 from pipeline.encoders.transformer import HF_DIR, load_mlm
 from pipeline.train.devset import read_dev
 from pipeline.train.stage import collate, dev_scorer, make_encoder, make_optimizer, special_ids, train_step
@@ -46,6 +47,16 @@ def corpus_sentences(tokenizer, n: int) -> list[list[int]]:
     found = [s for text in texts for line in text.splitlines() for s in sentences(line) if len(s) >= 20]
     random.Random(0).shuffle(found)
     return [tokenizer(s, add_special_tokens=False)["input_ids"] for s in found[:n]]
+
+
+def mean_pairwise_cosine(init: str, ids: list[list[int]], pooling: str) -> tuple[float, float]:
+    """How alike the encoder's sentence embeddings are before training: the mean and the lowest cosine."""
+    tokenizer = load_tokenizer(init)
+    e = torch.from_numpy(embed(load_mlm(init).base_model.eval(), tokenizer, [tokenizer.decode(i) for i in ids],
+                               pooling, 128))
+    e = torch.nn.functional.normalize(e.double(), dim=-1)
+    c, n = e @ e.T, len(ids)
+    return float((c.sum() - n) / (n * n - n)), float(c.min())
 
 
 def curve(init: str, dev_file: Path, ids: list[list[int]], settings: dict, steps: int, every: int) -> list:
@@ -86,8 +97,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         init = f"{default_model(work)}/{HF_DIR}"
         ids = corpus_sentences(load_tokenizer(init), args.steps * 16)
+        for pooling in ("cls", "mean"):
+            mean, low = mean_pairwise_cosine(init, ids[:200], pooling)
+            print(f"initial weights, {pooling} pooling: mean pairwise cosine of 200 sentences {mean:.4f} "
+                  f"(lowest {low:.4f})")
         steps = list(range(0, args.steps + 1, args.every))
-        print(f"STS-B dev Spearman x 100 (cosine) and the step's loss, {len(ids):,} sentences, batch 16\n")
+        print(f"\nSTS-B dev Spearman x 100 (cosine) and the step's loss, {len(ids):,} sentences, batch 16\n")
         print("| variant | " + " | ".join(f"step {s}" for s in steps) + " |")
         print("|---|" + "---:|" * len(steps))
         for name, settings in VARIANTS.items():
