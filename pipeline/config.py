@@ -215,12 +215,18 @@ class ModelConfig(Strict):
 # What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
 # (dropped at export), the pooling, whether MLM is added, the temperature.
 OBJECTIVE_DEFAULTS = {
-    "declutr": {"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05},
-    "clear": {"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05},
-    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train.
-    "simcse": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05},
+    # DeCLUTR's AllenNLP config: ULMFiT's slanted triangular schedule.
+    "declutr": {"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05,
+                "schedule": "slanted-triangular"},
+    "clear": {"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05,
+              "schedule": "slanted-triangular"},
+    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; the HF
+    # Trainer's default schedule, which its train.py keeps: linear decay to 0, no warmup.
+    "simcse": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
+               "schedule": "linear"},
     # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head (its builder.py, mlp=True), InfoNCE at 0.07.
-    "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07},
+    "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
+             "schedule": "slanted-triangular"},
 }
 
 
@@ -246,6 +252,10 @@ class TrainConfig(Strict):
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
     lr: float = Field(5e-5, gt=0)
     weight_decay: float = Field(0.1, ge=0)
+    schedule: Literal["slanted-triangular", "linear"] | None = Field(None, description=(
+        "the learning rate's course: slanted-triangular (ULMFiT's: up for cut_frac of the steps, then down to "
+        "lr / lr_ratio; DeCLUTR) or linear (from lr down to 0, no warmup: the HF Trainer's default, SimCSE's); "
+        "null = the objective's default"))
     cut_frac: float = Field(0.1, gt=0, lt=1)
     lr_ratio: float = Field(32.0, ge=1, description="slanted-triangular max/min learning-rate ratio")
     grad_clip: float = Field(1.0, gt=0)
@@ -334,7 +344,7 @@ class TrainConfig(Strict):
     def recipe(self) -> str:
         """The hyperparameters that tell runs apart, for the leaderboard's row: always the loss, head and pooling."""
         head = "no head" if self.projection == "none" else f"{self.projection} head"
-        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g}"]
+        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g} {self.schedule}"]
         if self.contrastive:
             parts += [f"{self.loss} tau {self.temperature:g}", head]
         parts.append(f"{self.pooling} pooling")

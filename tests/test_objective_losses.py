@@ -4,6 +4,7 @@ reads the original sentence and never the views; MLM never targets the deletion 
 objective's paper defaults apply unless a run sets its own."""
 
 import copy
+import math
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,29 @@ def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(token
             assert max(cosines) < 1 - 1e-5, cosines
         else:
             assert min(cosines) > 1 - 1e-6, cosines
+
+
+@pytest.mark.parametrize("objective", ["simcse", "declutr"])
+def test_the_learning_rate_follows_the_objectives_paper(tokenizer, objective):
+    """SimCSE trains under the HF Trainer's default schedule (linear from the peak to 0, no warmup);
+    DeCLUTR under ULMFiT's slanted triangular one (Howard & Ruder eq. 3: cut = floor(T cut_frac), rising to
+    the peak over the first cut steps, from and back down to peak / ratio)."""
+    total, peak = 20, 1e-3
+    cfg = TrainConfig(objective=objective, lr=peak).model_dump()
+    optimizer, scheduler = make_optimizer(tiny_encoder(tokenizer), cfg, total)
+    seen = []
+    for _ in range(total):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    if objective == "simcse":
+        expected = [peak * (total - t) / total for t in range(total)]
+    else:
+        cut, ratio = math.floor(total * 0.1), 32.0
+        ps = [t / cut if t < cut else 1 - (t - cut) / (cut * (1 / 0.1 - 1)) for t in range(total)]
+        expected = [peak * (1 + p * (ratio - 1)) / ratio for p in ps]
+    assert seen == pytest.approx(expected, rel=1e-9)
+    assert cfg["schedule"] in TrainConfig(objective=objective, lr=peak).recipe()
 
 
 def clear_pairs(tok, del_id: int, n: int = 6) -> pa.Table:
@@ -210,7 +234,7 @@ def test_momentum_is_validated_and_named_in_the_recipe():
 def test_the_profiles_train_what_their_papers_do():
     simcse = load_config(CONFIGS / "simcse-unsup.yaml").run_configs()["simcse"]
     assert (simcse.loss, simcse.projection, simcse.pooling, simcse.mlm) == ("info-nce", "tanh", "cls", False)
-    assert simcse.eval_every == 125  # SimCSE keeps its best STS-B dev checkpoint, evaluated every 125 steps
+    assert simcse.eval_every == 125 and simcse.schedule == "linear"  # SimCSE keeps its best STS-B dev checkpoint, evaluated every 125 steps
     cert = load_config(CONFIGS / "cert.yaml").run_configs()["cert"]
     assert (cert.momentum, cert.temperature, cert.mlm, cert.loss) == (0.999, 0.07, False, "info-nce")
     assert cert.memory_bank > 0

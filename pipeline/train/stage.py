@@ -36,7 +36,7 @@ from pipeline.errors import InputError
 from pipeline.ray_session import ray_init
 from pipeline.stage import runtime
 from pipeline.train.gradcache import cached_step
-from pipeline.train.losses import LOSSES, mask_tokens, slanted_triangular
+from pipeline.train.losses import LOSSES, linear_decay, mask_tokens, slanted_triangular
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
 from storage import arrow_filesystem, read_manifest, remove, shards
@@ -339,8 +339,13 @@ def make_optimizer(model, cfg: dict, total_steps: int):
     fused = bool(cfg["use_gpu"] or next(model.parameters()).is_cuda) or None
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg["lr"], fused=fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"]))
+
+    def peak_share(step: int) -> float:
+        if cfg["schedule"] == "linear":
+            return linear_decay(step, total_steps)
+        return slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"])
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, peak_share)
     return optimizer, scheduler
 
 
