@@ -368,7 +368,11 @@ def train_loop(config: dict) -> None:
     """Runs on every Ray Train worker."""
     import ray.train
     import ray.train.torch
+    from ray.train.v2._internal.execution import context as train_context
 
+    # Ray 2.60 logs every report ("Reporting training result N: TrainingReport(...)") on a logger named after
+    # its module's file, which RunConfig's LoggingConfig does not reach: noise on the user's terminal.
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
     cfg = config["train"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
