@@ -1,0 +1,1 @@
+"""The InferSent baseline: its stage (training on NLI pairs) and its BiLSTM-max encoder."""
