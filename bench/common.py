@@ -28,10 +28,10 @@ def default_model(work: str) -> str:
     from pipeline.train import init
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
-    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},
                      work)
-    tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
-    return run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+    tok = run_stage(tokenizer.STAGE, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
+    return run_stage(init.STAGE, cfg.model.model_dump(), {"tokenizer": tok}, work)
 
 
 def alternate(a: Callable[[], None], b: Callable[[], None], repeats: int) -> tuple[list[float], list[float]]:

@@ -100,10 +100,10 @@ def child(args) -> None:
         docstats.tokenizer(args.child_tokenizer)
         print(json.dumps({"rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT}))
         return
-    docs = run_stage(corpus, corpus_config(Path(args.child_corpus)), {}, args.child_artifacts)
+    docs = run_stage(corpus.STAGE, corpus_config(Path(args.child_corpus)), {}, args.child_artifacts)
     after_corpus = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT
     corpus_s = time.perf_counter() - start
-    kept = run_stage(filter, filter_config(args, args.rss_backend, args.workers),
+    kept = run_stage(filter.STAGE, filter_config(args, args.rss_backend, args.workers),
                      {"corpus": docs, "tokenizer": args.child_tokenizer}, args.child_artifacts)
     print(json.dumps({
         "docs": read_manifest(docs)["rows"], "kept": read_manifest(kept)["rows"],
@@ -177,8 +177,8 @@ def main() -> None:
         small_dir, large_dir = work / "corpus-n", work / "corpus-large"
         small_bytes = write_corpus(small_dir, addresses, args.n, base)
         artifacts = str(work / "artifacts")
-        docs = run_stage(corpus, corpus_config(small_dir), {}, artifacts)
-        tok = run_stage(tokenizer, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
+        docs = run_stage(corpus.STAGE, corpus_config(small_dir), {}, artifacts)
+        tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
                         {"corpus": docs}, artifacts)
         texts = read_table(docs, columns=["text"]).column("text").to_pylist()
         backend = docstats.tokenizer(tok)
@@ -193,9 +193,9 @@ def main() -> None:
         def pipeline(mode: str, cfg_corpus: dict, cfg_filter: dict, record: bool) -> None:
             run = next(runs)  # a fresh fingerprint each time, so both stages really run
             start = time.perf_counter()
-            d = run_stage(corpus, {**cfg_corpus, "bench_run": run}, {}, artifacts)
+            d = run_stage(corpus.STAGE, {**cfg_corpus, "bench_run": run}, {}, artifacts)
             mid = time.perf_counter()
-            k = run_stage(filter, {**cfg_filter, "bench_run": run}, {"corpus": d, "tokenizer": tok}, artifacts)
+            k = run_stage(filter.STAGE, {**cfg_filter, "bench_run": run}, {"corpus": d, "tokenizer": tok}, artifacts)
             end = time.perf_counter()
             kept_rows.add(read_manifest(k)["rows"])
             shutil.rmtree(d), shutil.rmtree(k)

@@ -44,11 +44,11 @@ def main() -> None:
         outputs: dict[str, list[str]] = {"serial": [], "ray": []}
 
         def serial() -> None:
-            outputs["serial"].append(run_stage(evaluate, *job(1), tempfile.mkdtemp(dir=work)))
+            outputs["serial"].append(run_stage(evaluate.STAGE, *job(1), tempfile.mkdtemp(dir=work)))
 
         def parallel() -> None:
             config, inputs = job(args.workers)
-            outputs["ray"].append(run_stage(evaluate, config, inputs, tempfile.mkdtemp(dir=work)))
+            outputs["ray"].append(run_stage(evaluate.STAGE, config, inputs, tempfile.mkdtemp(dir=work)))
 
         ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
         t_ray, t_serial = alternate(parallel, serial, args.repeats)

@@ -29,8 +29,8 @@ def main() -> None:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-filter-")
     try:
-        docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
-        tok = run_stage(tokenizer, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
+        docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
+        tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
                         {"corpus": docs}, work)
         texts = read_table(docs, columns=["text"]).column("text").to_pylist()
         backend = docstats.tokenizer(tok)
@@ -39,7 +39,7 @@ def main() -> None:
 
         def stage() -> None:
             # a fresh fingerprint each time, so the stage really runs
-            run_stage(filter, {"min_tokens": 2048, "dedup": True, "run": next(runs)},
+            run_stage(filter.STAGE, {"min_tokens": 2048, "dedup": True, "run": next(runs)},
                       {"corpus": docs, "tokenizer": tok}, work)
 
         def bare() -> None:

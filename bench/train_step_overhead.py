@@ -41,11 +41,11 @@ WARMUP = 10
 
 
 def prepare(work: str, cfg) -> tuple[str, str]:
-    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
-    tok = run_stage(tokenizer, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
-    kept = run_stage(filter, cfg.filter.model_dump(), {"corpus": docs, "tokenizer": tok}, work)
-    pairs = run_stage(augment, cfg.augment.model_dump(), {"documents": kept, "tokenizer": tok}, work)
-    return pairs, run_stage(init, cfg.model.model_dump(), {"tokenizer": tok}, work)
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
+    tok = run_stage(tokenizer.STAGE, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
+    kept = run_stage(filter.STAGE, cfg.filter.model_dump(), {"corpus": docs, "tokenizer": tok}, work)
+    pairs = run_stage(augment.STAGE, cfg.augment.model_dump(), {"documents": kept, "tokenizer": tok}, work)
+    return pairs, run_stage(init.STAGE, cfg.model.model_dump(), {"tokenizer": tok}, work)
 
 
 def plain_loop(pairs: str, init_path: str, cfg: dict, steps: int) -> list[float]:
@@ -67,7 +67,7 @@ def plain_loop(pairs: str, init_path: str, cfg: dict, steps: int) -> list[float]
 
 def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str, attempt: int) -> tuple[list[float], float]:
     start = time.perf_counter()
-    path = run_stage(train, {"train": {**cfg, "max_steps": steps, "checkpoint_every": steps}, "attempt": attempt},
+    path = run_stage(train.STAGE, {"train": {**cfg, "max_steps": steps, "checkpoint_every": steps}, "attempt": attempt},
                      {"pairs": pairs, "init": init_path}, work)
     wall = time.perf_counter() - start
     metrics = pd.read_parquet(f"{path}/metrics.parquet")

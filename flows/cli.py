@@ -10,9 +10,9 @@ import time
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
-from pipeline.config import STAGES
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
+from pipeline.registry import NAMES as STAGES
 from storage import DatasetError
 
 USER_ERRORS = (InputError, DatasetError)
@@ -94,12 +94,12 @@ def cmd_evaluate(args) -> int:
     import fsspec
 
     from flows.pipeline import evaluate_flow, resolve
-    from pipeline.evaluate.stage import user_rows
+    from pipeline.evaluate.stage import user_models
     from pipeline.leaderboard.stage import CUMULATIVE
 
     options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
                               overrides=_overrides(args)))
-    user_rows(args.model)  # every model exists, before Prefect starts
+    user_models(args.model)  # every model exists, before Prefect starts
     cfg = resolve(**options, first="evaluate")
     _quiet_user_errors()
     evaluate_flow(models=args.model, **options, resolved=cfg)
@@ -133,7 +133,7 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the full pipeline locally (embedded Prefect, local Ray)")
@@ -176,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     p_inspect.add_argument("path")
     p_inspect.add_argument("--rows", type=int, default=5, help="first rows to show (default 5)")
     p_inspect.set_defaults(fn=cmd_inspect)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "submit":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

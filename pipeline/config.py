@@ -12,18 +12,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.corpus.credentials import conceal
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError
 
 # Sentences shorter than this are left out wherever sentences are read from documents, unless a stage sets its own.
 MIN_SENTENCE_CHARS = 20
 # fastText 0.9.3 built from sdist returns NaN vectors with fewer threads on small machines (DESIGN.md).
 FASTTEXT_MIN_THREADS = 11
-
-STAGES = ("corpus", "tokenizer", "filter", "backtranslate", "augment", "init", "train", "evaluate", "leaderboard")
-
-
-class ConfigError(InputError):
-    """A configuration problem, already phrased for the user."""
 
 
 class Strict(BaseModel):

@@ -1,39 +1,102 @@
-"""One contract for every stage: `run(config, inputs, out)` writes one dataset.
+"""One contract for every stage: a `Stage` says what it builds and from what; `run_stage` builds it once.
 
-A stage module exposes
-- NAME, VERSION (bump it when the output would change), SCHEMA (None for stages that write files, such as models);
-- RUNTIME: the settings that change how the dataset is built, not what it holds, with their defaults; a config
-  keeps them under "runtime", which the fingerprint leaves out, and the stage reads them with `runtime()`;
-- `config(cfg, *key) -> dict`: the stage's config from the whole Config (`key` names one of a per-run stage's
-  instances: an objective's pairs, a run, a scored model);
-- `inputs(done, cfg, *key) -> dict[str, str]`: its input datasets, from the paths of the stages done so far;
-- `instances(cfg, done) -> dict[label, key]`, per-run stages only: the instances to build, in order;
-- `needs_ray(config) -> bool`, stages that can run on Ray only: whether building this config does;
-- `run(config, inputs, out)`.
-A config may set `rows_per_shard` and `shard_mb` (default 256) to size the shards. The runner fingerprints the
-stage, reuses a finished dataset, and otherwise writes it atomically. Stats go into the manifest through
-`out.count(...)`.
+A stage module ends in one declaration, `STAGE = Stage(...)`, naming its parts:
+- `name`, `version` (bump it when the output would change), `schema` (None for stages that write files, such
+  as models), the `flow` that builds it (data, train or evaluate), and its config `section` (a `Config` field);
+- `runtime`: the settings that change how the dataset is built, not what it holds, with their defaults; a
+  stage config keeps them under "runtime", which the fingerprint leaves out (`runtime()` reads them);
+- `config(cfg, key) -> dict`: the stage config, the part of the whole `Config` (mostly its section) that the
+  fingerprint hashes;
+- `inputs(cfg, done, key) -> {name: dataset path}`: its input datasets, from the paths of the stages done so far;
+- `instances(cfg, done) -> {label: key}`: what to build, in order (by default one instance, labelled by the
+  stage's name, whose key is None); a per-run stage has one per run, objective or scored model, and its key
+  says which;
+- `check(cfg)`: the pre-flight check, run on every stage a run will reach before any work starts;
+- `needs_ray(config)`: whether building this config needs Ray, which is then started first;
+- `side_by_side(cfg)`: whether its instances are built at once (each waiting on Ray for its own work);
+- `run(config, inputs, out)`: writes the dataset through `out`, a `DatasetWriter` (rows, `out.count(...)` for the
+  manifest's stats, `out.extra`, `out.local_dir` for files).
+A config may set `rows_per_shard` and `shard_mb` (default 256) to size the shards. The stages, in order, are
+`pipeline.registry`'s, and no other list exists.
 """
 
 from __future__ import annotations
 
 import logging
-from types import ModuleType
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+import pyarrow as pa
 
 from pipeline.errors import InputError
 from storage import DatasetWriter, complete, dataset_path, fingerprint, leased, remove_temporaries
 
+if TYPE_CHECKING:
+    from pipeline.config import Config
+
 log = logging.getLogger("cpipe")
+Key = TypeVar("Key")
+Done = dict[str, str]  # instance label -> the path of its finished dataset
+FLOWS = ("data", "train", "evaluate")
 
 
-def split_runtime(declared: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+def _no_check(cfg: Config) -> None:
+    return None
+
+
+def _never(config: dict[str, Any]) -> bool:
+    return False
+
+
+def _one_at_a_time(cfg: Config) -> bool:
+    return False
+
+
+def _no_inputs(cfg: Config, done: Done, key: Any) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Stage(Generic[Key]):
+    name: str
+    version: str
+    flow: Literal["data", "train", "evaluate"]
+    section: str
+    config: Callable[[Config, Key], dict[str, Any]]
+    run: Callable[[dict[str, Any], dict[str, str], DatasetWriter], None]
+    inputs: Callable[[Config, Done, Key], dict[str, str]] = _no_inputs
+    instances: Callable[[Config, Done], dict[str, Key]] | None = None  # None: one, labelled by the name
+    schema: pa.Schema | None = None
+    runtime: Mapping[str, Any] = field(default_factory=dict)
+    check: Callable[[Config], None] = _no_check
+    needs_ray: Callable[[dict[str, Any]], bool] = _never
+    side_by_side: Callable[[Config], bool] = _one_at_a_time
+
+    def __post_init__(self) -> None:
+        if self.flow not in FLOWS:
+            raise ValueError(f"stage {self.name}: flow {self.flow!r} is not one of {FLOWS}")
+
+    def keys(self, cfg: Config, done: Done) -> dict[str, Key]:
+        """label -> key of every instance to build."""
+        return self.instances(cfg, done) if self.instances is not None else {self.name: None}
+
+    def fingerprint(self, config: dict[str, Any], inputs: dict[str, str]) -> str:
+        # "runtime" settings (how many workers, which backend) change how a dataset is built, not what it holds.
+        content = {k: v for k, v in config.items() if k != "runtime"}
+        return fingerprint(self.name, self.version, content, input_fingerprints(inputs))
+
+    def path(self, config: dict[str, Any], inputs: dict[str, str], artifacts: str) -> str:
+        return dataset_path(artifacts, self.name, self.fingerprint(config, inputs))
+
+
+def split_runtime(declared: Mapping[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """A stage config from flat settings: the declared runtime keys move under "runtime"."""
     return {**{k: v for k, v in settings.items() if k not in declared},
             "runtime": {k: v for k, v in settings.items() if k in declared}}
 
 
-def runtime(config: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
+def runtime(config: dict[str, Any], declared: Mapping[str, Any]) -> dict[str, Any]:
     """The config's runtime settings over the stage's declared defaults (a config written by hand may have none)."""
     given = config.get("runtime", {})
     if unknown := sorted(set(given) - set(declared)):
@@ -42,59 +105,40 @@ def runtime(config: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
     return {**declared, **given}
 
 
-def needs_ray(stage: ModuleType, config: dict[str, Any]) -> bool:
-    return hasattr(stage, "needs_ray") and stage.needs_ray(config)
-
-
-def instances(stage: ModuleType, cfg, done: dict[str, str]) -> dict[str, tuple]:
-    """label -> key of every instance of the stage to build: one, labelled by the stage's name, unless per-run."""
-    return stage.instances(cfg, done) if hasattr(stage, "instances") else {stage.NAME: ()}
-
-
 def input_fingerprints(inputs: dict[str, str]) -> dict[str, str]:
     """A dataset path ends in its fingerprint, so inputs are identified by their paths' last part."""
     return {name: path.rstrip("/").rsplit("/", 1)[-1] for name, path in inputs.items()}
 
 
-def stage_fingerprint(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str]) -> str:
-    # "runtime" settings (how many workers, which backend) change how a dataset is built, not what it holds.
-    content = {k: v for k, v in config.items() if k != "runtime"}
-    return fingerprint(stage.NAME, stage.VERSION, content, input_fingerprints(inputs))
-
-
-def stage_path(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str], artifacts: str) -> str:
-    return dataset_path(artifacts, stage.NAME, stage_fingerprint(stage, config, inputs))
-
-
-def run_stage(stage: ModuleType, config: dict[str, Any], inputs: dict[str, str], artifacts: str,
+def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], artifacts: str,
               fp: str | None = None) -> str:
     """Return the stage's dataset path, building it only when no finished one exists; `fp`, when the caller
     has it, is the stage's fingerprint.
 
     Runs sharing an artifacts directory build each dataset once: the builder holds the dataset's lease,
     and another run that needs it waits, then reuses it."""
-    fp = fp or stage_fingerprint(stage, config, inputs)
-    path = dataset_path(artifacts, stage.NAME, fp)
+    fp = fp or stage.fingerprint(config, inputs)
+    path = dataset_path(artifacts, stage.name, fp)
     if complete(path):
-        log.info("%s: reusing %s", stage.NAME, path)
+        log.info("%s: reusing %s", stage.name, path)
         return path
 
     def waiting(holder: dict) -> None:
-        log.info("%s: waiting for pid %s on %s, which is building %s", stage.NAME, holder.get("pid"),
+        log.info("%s: waiting for pid %s on %s, which is building %s", stage.name, holder.get("pid"),
                  holder.get("host"), path)
 
     with leased(path, waiting):
         if complete(path):
-            log.info("%s: reusing %s, built meanwhile by another run", stage.NAME, path)
+            log.info("%s: reusing %s, built meanwhile by another run", stage.name, path)
             return path
         # Holding the lease, no live writer of this dataset exists: any temporary directory is a killed run's.
-        if removed := remove_temporaries(artifacts, stage.NAME, fp):
-            log.info("%s: removed %d temporary director%s left by killed runs", stage.NAME, removed,
+        if removed := remove_temporaries(artifacts, stage.name, fp):
+            log.info("%s: removed %d temporary director%s left by killed runs", stage.name, removed,
                      "y" if removed == 1 else "ies")
-        log.info("%s: building %s", stage.NAME, path)
-        with DatasetWriter(artifacts, stage.NAME, fp, config=config, inputs=input_fingerprints(inputs),
-                           schema=stage.SCHEMA, rows_per_shard=config.get("rows_per_shard"),
+        log.info("%s: building %s", stage.name, path)
+        with DatasetWriter(artifacts, stage.name, fp, config=config, inputs=input_fingerprints(inputs),
+                           schema=stage.schema, rows_per_shard=config.get("rows_per_shard"),
                            shard_bytes=config.get("shard_mb", 256) * 2**20) as out:
             stage.run(config, inputs, out)
-    log.info("%s: wrote %s", stage.NAME, path)
+    log.info("%s: wrote %s", stage.name, path)
     return path

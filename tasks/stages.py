@@ -21,8 +21,8 @@ from prefect.filesystems import RemoteFileSystem
 from pipeline.config import RayConfig
 from pipeline.leaderboard.stage import publish
 from pipeline.ray_session import ray_init
-from pipeline.stage import needs_ray, run_stage, stage_fingerprint
-from pipeline.stages import STAGES
+from pipeline.registry import stage as registered
+from pipeline.stage import run_stage
 from storage import complete, dataset_path, is_local, read_manifest
 
 RESULTS = "_prefect"
@@ -43,7 +43,7 @@ _show_pipeline_logs()  # under remote artifacts: Prefect's results of the stage 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
     name, fp, artifacts = params["name"], params["fp"], params["artifacts"]
-    if not complete(dataset_path(artifacts, STAGES[name].NAME, fp)):
+    if not complete(dataset_path(artifacts, name, fp)):
         return None
     # The same fingerprint under another artifacts directory is another dataset (another path).
     where = hashlib.sha256(artifacts.encode()).hexdigest()[:8]
@@ -52,7 +52,7 @@ def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
 
 @task(task_run_name="{name}", cache_key_fn=_cache_key, persist_result=True)
 def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str, fp: str) -> str:
-    return run_stage(STAGES[name], config, inputs, artifacts, fp)
+    return run_stage(registered(name), config, inputs, artifacts, fp)
 
 
 @functools.cache
@@ -70,9 +70,9 @@ def result_storage(artifacts: str) -> str | None:
 def _prepared(name: str, config: dict, inputs: dict[str, str], artifacts: str, ray: RayConfig | None) -> str:
     """The stage's fingerprint, computed once, here, for the task and its cache key; Ray is started first when the stage is not
     built yet and its config runs on Ray (the stage decides), so a rerun that reuses everything needs no Ray."""
-    stage = STAGES[name]
-    fp = stage_fingerprint(stage, config, inputs)
-    if needs_ray(stage, config) and not complete(dataset_path(artifacts, stage.NAME, fp)):
+    stage = registered(name)
+    fp = stage.fingerprint(config, inputs)
+    if stage.needs_ray(config) and not complete(dataset_path(artifacts, stage.name, fp)):
         start_ray(ray.address if ray else None, ray.num_cpus if ray else None)
     return fp
 

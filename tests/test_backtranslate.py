@@ -17,7 +17,7 @@ from pipeline.corpus import stage as corpus
 from pipeline.corpus import tokenizer
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.filter import stage as filter
-from pipeline.stage import run_stage, stage_path
+from pipeline.stage import run_stage
 from pipeline.train.stage import collate, special_ids
 from storage import complete, list_datasets, read_manifest, read_table
 from tests.conftest import cpipe
@@ -40,10 +40,10 @@ def setup(tmp_path_factory):
         lines = [" ".join(en[d * 8 + k] for k in range(i, i + 4)) for i in (0, 4)]
         (docs / f"doc{d}.txt").write_text("\n".join(lines), encoding="utf-8")
     art = str(root / "artifacts")
-    documents = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+    documents = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": documents}, art)
-    kept = run_stage(filter, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
+    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
                      {"corpus": documents, "tokenizer": tok}, art)
     config = BacktranslateConfig(pivots=list(PIVOTS), forward_model=f"{root}/models/{{pivot}}/forward",
                                  backward_model=f"{root}/models/{{pivot}}/backward", num_beams=1,
@@ -57,7 +57,7 @@ def bt_config(setup, **changes) -> dict:
 
 @pytest.fixture(scope="module")
 def translated(setup, one_torch_thread):
-    return run_stage(backtranslate, bt_config(setup), {"documents": setup["documents"]}, setup["art"])
+    return run_stage(backtranslate.STAGE, bt_config(setup), {"documents": setup["documents"]}, setup["art"])
 
 
 def test_every_sentence_goes_through_every_pivot_and_maps_back_to_its_document(setup, translated):
@@ -97,15 +97,15 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
             done.append(original(self, chunk))
             return done[-1]
         backtranslate.BackTranslator.translate_chunk = translate_then_die
-        run_stage(backtranslate, {config!r}, {inputs!r}, {setup['art']!r})
+        run_stage(backtranslate.STAGE, {config!r}, {inputs!r}, {setup['art']!r})
     """)
     killed = subprocess.run([sys.executable, "-c", killer], capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr
-    assert not complete(stage_path(backtranslate, config, inputs, setup["art"]))
+    assert not complete(backtranslate.STAGE.path(config, inputs, setup["art"]))
 
-    resumed = run_stage(backtranslate, config, inputs, setup["art"])
+    resumed = run_stage(backtranslate.STAGE, config, inputs, setup["art"])
     assert read_manifest(resumed)["counts"]["resumed_chunks"] == 3
-    fresh = run_stage(backtranslate, {**config, "fresh": True}, inputs, str(setup["root"] / "fresh"))
+    fresh = run_stage(backtranslate.STAGE, {**config, "fresh": True}, inputs, str(setup["root"] / "fresh"))
     assert read_manifest(fresh)["counts"]["resumed_chunks"] == 0
     assert read_table(resumed).equals(read_table(fresh))
     assert not list((setup["root"] / "artifacts" / "_work").iterdir())  # work files go once the dataset is done
@@ -117,7 +117,7 @@ def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        pooled = run_stage(backtranslate, {**bt_config(setup, workers=2), "pool": True},
+        pooled = run_stage(backtranslate.STAGE, {**bt_config(setup, workers=2), "pool": True},
                            {"documents": setup["documents"]}, setup["art"])
     finally:
         ray.shutdown()
@@ -127,7 +127,7 @@ def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
 def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup, translated):
     config = augment.config(Config(augment=AugmentConfig(epochs=2, seed=3)), TrainConfig(objective="cert"))
     assert "min_length" not in config  # DeCLUTR's span settings do not touch CERT's pairs
-    pairs = run_stage(augment, config, {"backtranslations": translated, "tokenizer": setup["tokenizer"]},
+    pairs = run_stage(augment.STAGE, config, {"backtranslations": translated, "tokenizer": setup["tokenizer"]},
                       setup["art"])
     table = read_table(pairs)
     by_pivot: dict[str, dict[str, str]] = {}  # segment -> pivot -> back-translation

@@ -126,18 +126,18 @@ def bases(tmp_path_factory, documents) -> dict:
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory, documents) -> tuple[str, str]:
     art = str(tmp_path_factory.mktemp("base-artifacts"))
-    return run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(documents[0])]))), {}, art), art
+    return run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(documents[0])]))), {}, art), art
 
 
 def stages(base: Path, corpus_path) -> dict:
     """tokenizer, filter and DeCLUTR's augment stages from `base`."""
     docs, art = corpus_path
-    tok = run_stage(tokenizer, {"base": str(base), "vocab_size": 400, "min_frequency": 2, "max_length": 128},
+    tok = run_stage(tokenizer.STAGE, {"base": str(base), "vocab_size": 400, "min_frequency": 2, "max_length": 128},
                     {"corpus": docs}, art)
-    kept = run_stage(filter, {**FilterConfig(min_tokens=MIN_TOKENS).model_dump(), "runtime": {}},
+    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=MIN_TOKENS).model_dump(), "runtime": {}},
                      {"corpus": docs, "tokenizer": tok}, art)
     cfg, run = Config(augment=AugmentConfig(**SPANS)), TrainConfig(objective="declutr")
-    pairs = run_stage(augment, augment.config(cfg, run), augment.inputs({"filter": kept, "tokenizer": tok}, cfg, run), art)
+    pairs = run_stage(augment.STAGE, augment.config(cfg, run), augment.inputs(cfg, {"filter": kept, "tokenizer": tok}, run), art)
     return {"tokenizer": tok, "filter": kept, "augment": pairs, "artifacts": art}
 
 
@@ -183,7 +183,7 @@ def test_wordpiece_counts_are_the_words_and_full_stops(bases, documents):
 
 
 def train_and_export(built: dict, base: Path, monkeypatch, tmp_path, max_length: int) -> tuple[Path, list[dict]]:
-    init_dir = run_stage(init, ModelConfig(base=str(base), seed=5).model_dump(), {"tokenizer": built["tokenizer"]},
+    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(), {"tokenizer": built["tokenizer"]},
                          built["artifacts"])
     hf = f"{init_dir}/{HF_DIR}"
     tok = tokenizer.load_tokenizer(hf)
@@ -214,7 +214,7 @@ def test_training_from_a_bert_base_cuts_spans_to_its_positions(bases, corpus_pat
 def init_stage(base, corpus_path):
     """The init stage's export of `base` after the data stages, and its tokenizer as training loads it."""
     built = stages(base, corpus_path)
-    init_dir = run_stage(init, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]},
+    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]},
                          built["artifacts"])
     return init_dir, tokenizer.load_tokenizer(f"{init_dir}/{HF_DIR}")
 

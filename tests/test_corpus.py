@@ -22,7 +22,7 @@ def corpus_config(sources, max_docs=None, workers=1) -> dict:
 
 
 def build(tmp_path, sources, max_docs=None, workers=1):
-    return run_stage(corpus, corpus_config(sources, max_docs, workers), {}, str(tmp_path / "artifacts"))
+    return run_stage(corpus.STAGE, corpus_config(sources, max_docs, workers), {}, str(tmp_path / "artifacts"))
 
 
 # Bad input behaves the same when parts are read on worker processes.

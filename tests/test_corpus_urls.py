@@ -52,7 +52,7 @@ def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_download
     base = f"http://127.0.0.1:{server.server_port}"
     cfg = CorpusConfig(sources=[f"{base}/owt/urlsf_subset00.tar", f"{base}/dumps/{dump.name}"],
                        download_dir=str(tmp_path / "downloads"))
-    path = run_stage(corpus, corpus.config(Config(corpus=cfg)), {}, str(tmp_path / "artifacts"))
+    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=cfg)), {}, str(tmp_path / "artifacts"))
 
     table = read_table(path)
     docs = dict(zip(table.column("title_or_url").to_pylist(), table.column("text").to_pylist()))

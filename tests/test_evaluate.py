@@ -26,11 +26,11 @@ from tests.test_embed import tiny_model
 def setup(tmp_path_factory, tiny_sts):
     root = tmp_path_factory.mktemp("evaluate")
     art = str(root / "artifacts")
-    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
                                                  )), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": docs}, art)
-    kept = run_stage(filter, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
+    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
                      {"corpus": docs, "tokenizer": tok}, art)
     return {"root": root, "art": art, "model": str(tiny_model(root / "model")), "documents": kept,
             "data": str(tiny_sts)}
@@ -40,13 +40,13 @@ def concurrently(jobs: list[tuple[dict, dict]], artifacts: str) -> list[str]:
     """As the evaluate flow scores models when evaluate.workers > 1: all at once, from this process (Prefect's
     threads), each fanning its own units out on Ray."""
     with ThreadPoolExecutor(len(jobs)) as pool:
-        return list(pool.map(lambda job: run_stage(evaluate, *job, artifacts), jobs))
+        return list(pool.map(lambda job: run_stage(evaluate.STAGE, *job, artifacts), jobs))
 
 
 def scores(setup, name, spec, inputs, data=None, art=None, **settings):
     cfg = Config(evaluate=EvaluateConfig(data=data or setup["data"], batch_size=16, **settings))
     config = evaluate.config(cfg, evaluate.Row(name, spec, inputs, {"objective": "test"}))
-    return read_table(run_stage(evaluate, config, inputs, art or setup["art"])).to_pandas()
+    return read_table(run_stage(evaluate.STAGE, config, inputs, art or setup["art"])).to_pandas()
 
 
 def test_every_task_in_the_shared_data_is_scored_and_twice_the_same(setup, tmp_path):
@@ -106,7 +106,7 @@ def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
         cfg = Config(evaluate=EvaluateConfig(data=setup["data"], batch_size=16, baselines=Baselines(), workers=workers))
         return [(evaluate.config(cfg, r), r.inputs) for r in rows]
 
-    serial = [read_table(run_stage(evaluate, c, i, str(tmp_path / "serial"))) for c, i in jobs(1)]
+    serial = [read_table(run_stage(evaluate.STAGE, c, i, str(tmp_path / "serial"))) for c, i in jobs(1)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         paths = concurrently(jobs(2), str(tmp_path / "ray"))

@@ -67,7 +67,7 @@ def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(setup, da
                                                                         one_torch_thread):
     import ray
 
-    serial = [run_stage(evaluate, config, inputs, str(tmp_path / "serial")) for config, inputs in jobs(setup, data, 1)]
+    serial = [run_stage(evaluate.STAGE, config, inputs, str(tmp_path / "serial")) for config, inputs in jobs(setup, data, 1)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         parallel = concurrently(jobs(setup, data, 2), str(tmp_path / "ray"))

@@ -62,12 +62,12 @@ def kill_first_worker_after_a_checkpoint(artifacts, killed: list) -> None:
 def test_a_killed_worker_resumes_without_repeating_or_skipping_batches(inputs, local_ray, tmp_path):
     config = {"train": TrainConfig(batch_size=4, max_steps=STEPS, lr=1e-3, max_length=34, checkpoint_every=10,
                                    log_every=1000, max_failures=2).model_dump()}
-    calm = run_stage(train, config, inputs, str(tmp_path / "calm"))
+    calm = run_stage(train.STAGE, config, inputs, str(tmp_path / "calm"))
 
     killed: list[int] = []
     watcher = threading.Thread(target=kill_first_worker_after_a_checkpoint, args=(tmp_path / "killed", killed))
     watcher.start()
-    hit = run_stage(train, config, inputs, str(tmp_path / "killed"))
+    hit = run_stage(train.STAGE, config, inputs, str(tmp_path / "killed"))
     watcher.join()
     assert killed, "no training worker was killed"
 

@@ -38,13 +38,13 @@ def stages(tmp_path_factory, lid_model):
     for name, text in files.items():
         (root / f"{name}.txt").write_text(text)
     art = str(tmp_path_factory.mktemp("artifacts"))
-    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(root)]))), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(root)]))), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": docs}, art)
 
     def run(runtime: dict | None = None, **overrides):
         config = FilterConfig(**{"min_tokens": 100, "langid_model": lid_model, **overrides}).model_dump()
-        return run_stage(filter, {**config, "runtime": runtime or {}}, {"corpus": docs, "tokenizer": tok}, art)
+        return run_stage(filter.STAGE, {**config, "runtime": runtime or {}}, {"corpus": docs, "tokenizer": tok}, art)
     return run
 
 

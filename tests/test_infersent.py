@@ -20,7 +20,7 @@ from pipeline.encoders.bow import train_fasttext
 from pipeline.errors import InputError
 from pipeline.evaluate import stage as evaluate
 from pipeline.stage import run_stage
-from pipeline.stages import STAGES
+from pipeline import registry
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, write_corpus, write_sts
 
@@ -206,36 +206,36 @@ def test_a_tiny_training_run_learns_and_its_export_encodes_as_the_trained_encode
     assert loaded.dim == 32 and loaded.parameters == sum(p.numel() for p in encoder.parameters())
 
 
-def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path, monkeypatch):
+def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path):
     art = str(tmp_path / "artifacts")
     data = write_sts(tmp_path / "eval")
     (data / "sick2014").mkdir()
     write_sick(data / "sick2014" / "SICK_train.txt", made_up_nli(90, 0))
     write_sick(data / "sick2014" / "SICK_trial.txt", made_up_nli(30, 1))
-    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))])
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))])
                                                  )), {}, art)
     cfg = Config(artifacts=art, evaluate={
         "data": str(data), "untrained": False, "transfer": False, "analysis": False,
         "fasttext": {"enabled": False, "dim": 8, "epoch": 1, "bucket": 1000},
         "baselines": {"random": False, "infersent": {**SMALL, "enabled": True, "epochs": 2}}})
-    # The flow's Prefect task runs the stage; here the stage runs directly.
-    monkeypatch.setattr(flow, "run", lambda name, config, inputs, a, label=None, ray=None:
-                        run_stage(STAGES[name], config, inputs, a))
+    # The stages run directly, not as the flow's Prefect tasks.
+    direct = lambda stage, config, inputs, label: run_stage(stage, config, inputs, art)  # noqa: E731
+    rows_stages = [s for s in registry.in_flow("evaluate") if s.name in ("baseline", "infersent")]
     done = {"filter": docs}
-    flow.build(cfg, flow.ROWS, done)
+    flow.build(cfg, rows_stages, done, run_one=direct)
     rows = evaluate.instances(cfg, done)
     assert list(rows) == ["evaluate/infersent"]
-    [row] = rows["evaluate/infersent"]
+    row = rows["evaluate/infersent"]
     about, inputs = row.about, row.inputs
     assert about["objective"] == "InferSent (NLI: SICK-E train)" and "BiLSTM-max 16x2, MLP 32" in about["recipe"]
     manifest = read_manifest(inputs["model"])
     assert manifest["counts"]["train_pairs"] == 90 and len(manifest["epochs"]) <= 2
     assert manifest["counts"]["dropped_no_known_word"] == 0  # "</s>" is in every fastText vocabulary
-    table = read_table(run_stage(evaluate, evaluate.config(cfg, row), inputs, art)).to_pandas()
+    table = read_table(run_stage(evaluate.STAGE, evaluate.config(cfg, row), inputs, art)).to_pandas()
     assert set(table["task"]) == {"STS12", "STSB"} and table["value"].notna().all()
     assert (table["kind"] == "infersent").all() and (table["dimension"] == 32).all()
     assert (table["objective"] == about["objective"]).all() and (table["parameters"] > 0).all()
     sts_only = str(write_sts(tmp_path / "sts"))
     no_sick = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"data": sts_only})})
-    assert flow.build(no_sick, flow.ROWS, {"filter": docs}) is False
-    assert not STAGES["infersent"].instances(no_sick, {})  # no NLI data: no row
+    assert flow.build(no_sick, rows_stages, {"filter": docs}, run_one=direct) is False
+    assert not registry.stage("infersent").instances(no_sick, {})  # no NLI data: no row

@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.config import ConfigError, load_config
 from pipeline.evaluate.stage import trained_about
-from pipeline.stage import stage_fingerprint, stage_path
-from pipeline.stages import STAGES
+
+from pipeline import registry
 from pipeline.train import stage as train
 
 
@@ -56,13 +56,13 @@ def plan(cfg, artifacts="/art") -> dict[str, tuple[dict, dict]]:
             **{f"augment/{r.pairs}": f"{artifacts}/augment/pairs-{r.pairs}" for r in cfg.run_configs().values()}}
     jobs = {}
     for label, key in train.instances(cfg, done).items():
-        jobs[key[0]] = (train.config(cfg, *key), train.inputs(done, cfg, *key))
-        done[label] = stage_path(train, *jobs[key[0]], artifacts)
+        jobs[key] = (train.config(cfg, key), train.inputs(cfg, done, key))
+        done[label] = train.STAGE.path(*jobs[key], artifacts)
     return jobs
 
 
 def fingerprints(cfg) -> dict[str, str]:
-    return {name: stage_fingerprint(STAGES["train"], *job) for name, job in plan(cfg).items()}
+    return {name: registry.stage("train").fingerprint(*job) for name, job in plan(cfg).items()}
 
 
 RUNS = "  mlm: {contrastive: false}\n  simcse: {objective: simcse, init_from: mlm}\n  other: {}\n"
@@ -70,7 +70,7 @@ RUNS = "  mlm: {contrastive: false}\n  simcse: {objective: simcse, init_from: ml
 
 def test_a_continuing_run_starts_from_its_parents_train_dataset(tmp_path):
     jobs = plan(config(tmp_path, RUNS))
-    parent = f"/art/train/{stage_fingerprint(STAGES['train'], *jobs['mlm'])}"
+    parent = f"/art/train/{registry.stage('train').fingerprint(*jobs['mlm'])}"
     assert jobs["simcse"][1]["init"] == parent
     assert jobs["mlm"][1]["init"] == jobs["other"][1]["init"] == "/art/init/0123456789abcdef"
     assert list(jobs)[:2] == ["mlm", "simcse"]

@@ -139,7 +139,7 @@ def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifac
             out.write(rows)
         inputs[f"scores-{name}"] = dataset_path(str(art), "evaluate", fp)
     before = read_manifest(model_dir)
-    run_stage(ranking, {"rank_by": None}, inputs, str(art))
+    run_stage(ranking.STAGE, {"rank_by": None}, inputs, str(art))
     card = Path(model_dir, ST_DIR, CARD).read_text()
     assert "# declutr: a contrastive sentence encoder" in card
     assert "| STSB cosine | 80.00 |" in card and "| STSB senteval | 70.00 |" in card

@@ -13,7 +13,7 @@ from pipeline.config import Config, ConfigError, TrainConfig, load_config
 from pipeline.corpus.tokenizer import SPECIAL
 from pipeline.encoders.exported import Encoder
 from pipeline.encoders.transformer import HF_DIR, build_model
-from pipeline.stage import run_stage, stage_path
+from pipeline.stage import run_stage
 from pipeline.train import devset
 from pipeline.train import stage as train
 from storage import DatasetWriter, read_manifest
@@ -94,7 +94,7 @@ def test_the_export_is_the_checkpoint_with_the_best_dev_score(setup, local_ray):
     cfg = TrainConfig(batch_size=4, max_steps=STEPS, lr=3e-3, max_length=34, checkpoint_every=100, log_every=1000,
                       eval_every=EVAL_EVERY).model_dump()
     config = {"train": cfg, "dev": devset.stage_config(cfg, setup["eval"], 64)}
-    path = run_stage(train, config, setup["inputs"], str(setup["root"] / "art"))
+    path = run_stage(train.STAGE, config, setup["inputs"], str(setup["root"] / "art"))
 
     metrics = pd.read_parquet(f"{path}/{train.METRICS}")
     scored = metrics.dropna(subset=["dev_spearman"])
@@ -147,9 +147,9 @@ def test_the_dev_set_content_enters_the_train_fingerprint(tmp_path):
     dev.write_text("g\tx\t2012\t0\t1.0\ta\tb\ng\tx\t2012\t1\t2.0\tc\td\n")
     cfg = Config(train={"eval_every": 5}, evaluate={"data": str(tmp_path)})
     inputs = {"pairs": "/a/augment/p", "init": "/a/init/i"}
-    before = stage_path(train, train.config(cfg, "declutr"), inputs, "/a")
+    before = train.STAGE.path(train.config(cfg, "declutr"), inputs, "/a")
     dev.write_text("g\tx\t2012\t0\t3.0\ta\tb\ng\tx\t2012\t1\t2.0\tc\td\n")
-    assert stage_path(train, train.config(cfg, "declutr"), inputs, "/a") != before
+    assert train.STAGE.path(train.config(cfg, "declutr"), inputs, "/a") != before
     assert "dev" not in train.config(Config(evaluate={"data": str(tmp_path)}), "declutr")
 
 

@@ -47,8 +47,8 @@ def documents(tmp_path_factory):
     root = tmp_path_factory.mktemp("objectives")
     docs = write_corpus(root / "docs", n_docs=4, n_words=120)
     art = str(root / "artifacts")
-    path = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": path}, art)
     return path, tok, art
 
@@ -56,7 +56,7 @@ def documents(tmp_path_factory):
 def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
     docs, tok, art = documents
     config = pairs_config("simcse", epochs=3, min_chars=10, max_sentences=12)
-    path = run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)
+    path = run_stage(augment.STAGE, config, {"documents": docs, "tokenizer": tok}, art)
     rows = read_table(path).to_pylist()
     assert len(rows) == 3 * 12
     for row in rows:
@@ -73,7 +73,7 @@ def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
 def clear_rows(documents, augmentation: str, epochs: int = 2, **clear) -> tuple[list[dict], str]:
     docs, tok, art = documents
     config = pairs_config("clear", augmentation, epochs=epochs, min_chars=10, clear=clear)
-    path = run_stage(augment, config, {"documents": docs, "tokenizer": tok}, art)
+    path = run_stage(augment.STAGE, config, {"documents": docs, "tokenizer": tok}, art)
     return read_table(path).to_pylist(), path
 
 
@@ -145,8 +145,8 @@ def test_clear_substitution_uses_wordnet_where_it_is_installed(tmp_path):
     docs.mkdir()
     (docs / "a.txt").write_text("The big dog runs quickly to the old car. A happy child sees the large house. " * 5)
     art = str(tmp_path / "art")
-    path = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 1, "max_length": 64},
+    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 1, "max_length": 64},
                     {"corpus": path}, art)
     rows, out = clear_rows((path, tok, art), "subs", epochs=1)
     assert read_manifest(out)["synonym_source"] == WORDNET
@@ -160,14 +160,14 @@ def test_declutr_collapses_whitespace_and_drops_short_documents(tmp_path):
         f.write_text(f.read_text().replace(". ", ".\n\n   \t"))
     (docs / "short.txt").write_text("Kabar lobar mifen.")
     art = str(tmp_path / "art")
-    path = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                     {"corpus": path}, art)
     spans = {"min_length": 4, "max_length": 16, "epochs": 2}
     texts = {}
     for collapse in (True, False):
         config = pairs_config("declutr", **spans, collapse_whitespace=collapse)
-        out = run_stage(augment, config, {"documents": path, "tokenizer": tok}, art)
+        out = run_stage(augment.STAGE, config, {"documents": path, "tokenizer": tok}, art)
         assert read_manifest(out)["counts"]["too_short"] == 1
         texts[collapse] = [t for r in read_table(out).to_pylist() for t in [r["anchor_text"], *r["positive_text"]]]
     assert not any("\n" in t or "  " in t or "\t" in t for t in texts[True])
@@ -185,11 +185,11 @@ def test_a_base_models_tokenizer_gains_the_deletion_token_and_init_grows_its_emb
     RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=32, max_position_embeddings=40)).save_pretrained(base)
     art = str(tmp_path / "art")
-    grown = run_stage(tokenizer, {"base": str(base), "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+    grown = run_stage(tokenizer.STAGE, {"base": str(base), "vocab_size": 300, "min_frequency": 2, "max_length": 64},
                       {"corpus": documents[0]}, art)
     new = load_tokenizer(grown)
     assert len(new) == len(tok) + 1 and new.convert_tokens_to_ids("<del>") == len(tok)
-    model = load_mlm(f"{run_stage(init, ModelConfig(base=str(base)).model_dump(), {'tokenizer': grown}, art)}/hf")
+    model = load_mlm(f"{run_stage(init.STAGE, ModelConfig(base=str(base)).model_dump(), {'tokenizer': grown}, art)}/hf")
     assert model.get_input_embeddings().weight.shape[0] == len(new)
 
 

@@ -280,7 +280,7 @@ def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(tokenize
         tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
     inputs = {"pairs": f"{tmp_path}/augment/pairs", "init": f"{tmp_path}/init/tiny"}
     cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="bf16", max_length=64, torch_threads=1)
-    path = run_stage(train, {"train": cfg.model_dump()}, inputs, str(tmp_path))
+    path = run_stage(train.STAGE, {"train": cfg.model_dump()}, inputs, str(tmp_path))
 
     metrics = pd.read_parquet(f"{path}/metrics.parquet")
     assert list(metrics["step"]) == [1, 2, 3]

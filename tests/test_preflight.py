@@ -55,4 +55,4 @@ def test_a_corpus_whose_every_file_is_not_utf8_says_so(tmp_path):
     (docs / "b.txt").write_bytes(b"plain \xff")
     config = corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)])))
     with pytest.raises(InputError, match=r": 2 skipped \(2 not_utf8; first: .*a\.txt: not UTF-8"):
-        run_stage(corpus, config, {}, str(tmp_path / "artifacts"))
+        run_stage(corpus.STAGE, config, {}, str(tmp_path / "artifacts"))

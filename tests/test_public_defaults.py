@@ -121,7 +121,7 @@ def test_the_default_profile_downloads_its_data_once_and_reads_it(server, tmp_pa
     assert sorted(s.task for s in subsets) == sorted(default.evaluate.data)
     assert all(s.sent1 == [p[0] for p in PAIRS] and s.gold.tolist() == [p[2] for p in PAIRS] for s in subsets)
 
-    path = run_stage(corpus, corpus.config(cfg), {}, str(tmp_path / "artifacts"))
+    path = run_stage(corpus.STAGE, corpus.config(cfg), {}, str(tmp_path / "artifacts"))
     table = read_table(path)
     docs = list(zip(table.column("title_or_url").to_pylist(), table.column("text").to_pylist()))
     assert docs == 2 * list(WIKITEXT_ARTICLES.items())  # the validation file, then the test file
@@ -217,4 +217,4 @@ def test_offline_the_run_fails_in_one_line_naming_the_url_and_the_way_out(offlin
     cfg = default.model_copy(update={"corpus": default.corpus.model_copy(update={"download_dir": str(tmp_path)})})
     with pytest.raises(InputError, match=rf"^{default.corpus.sources[0]}: cannot reach huggingface\.co .*"
                                          r"pass local copies: make run CORPUS=PATH EVAL_DATA=DIR"):
-        run_stage(corpus, corpus.config(cfg), {}, str(tmp_path / "artifacts"))
+        run_stage(corpus.STAGE, corpus.config(cfg), {}, str(tmp_path / "artifacts"))

@@ -4,26 +4,79 @@ settings that do not change its output, which the fingerprint leaves out."""
 from __future__ import annotations
 
 import inspect
+import sys
+import types
 
-from pipeline.config import Config
-from pipeline.stage import runtime, stage_fingerprint
-from pipeline.stages import STAGES
+import pyarrow as pa
+import pytest
+
+import flows.cli
+import flows.pipeline as flow
+from pipeline import registry
+from pipeline.config import Config, CorpusConfig
+from pipeline.stage import Stage, run_stage, runtime
 from pipeline.train import stage as train
+from storage import read_manifest, read_table
+from tests.conftest import write_corpus
 
 
-def test_every_stage_module_exposes_the_contract():
-    for name, stage in STAGES.items():
-        assert stage.NAME == name and isinstance(stage.VERSION, str) and hasattr(stage, "SCHEMA"), name
-        assert isinstance(stage.RUNTIME, dict), name
-        for function in ("config", "inputs", "run"):
-            assert callable(getattr(stage, function, None)), f"{name}.{function}"
+def test_every_registered_stage_declares_the_contract():
+    assert len(set(registry.NAMES)) == len(registry.NAMES)
+    flows = [stage.flow for stage in registry.stages()]
+    assert flows == sorted(flows, key=("data", "train", "evaluate").index), "the registry orders stages by flow"
+    for name in registry.NAMES:
+        stage = registry.stage(name)
+        assert isinstance(stage, Stage) and stage.name == name and isinstance(stage.version, str), name
+        assert stage.section in Config.model_fields, f"{name}: no config section {stage.section!r}"
         assert list(inspect.signature(stage.config).parameters)[0] == "cfg", name
-        assert list(inspect.signature(stage.inputs).parameters)[:2] == ["done", "cfg"], name
+        assert list(inspect.signature(stage.inputs).parameters)[:2] == ["cfg", "done"], name
+        assert list(inspect.signature(stage.run).parameters) == ["config", "inputs", "out"], name
+        if stage.instances is not None:
+            assert list(inspect.signature(stage.instances).parameters) == ["cfg", "done"], name
+
+
+def test_every_stage_is_a_valid_until():
+    parser = flows.cli.build_parser()
+    for name in registry.NAMES:
+        assert parser.parse_args(["run", "--until", name]).until == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--until", "no-such-stage"])
+
+
+def _words(config: dict, inputs: dict[str, str], out) -> None:
+    for row in read_table(inputs["documents"], columns=["doc_id", "text"]).to_pylist():
+        out.write([{"doc_id": row["doc_id"], "words": len(row["text"].split())}])
+
+
+def test_a_stage_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
+    """A toy stage after the filter, declared in a module of its own and named in the registry, is built by the
+    data flow's build() from the filter's documents, like any other stage."""
+    toy = types.ModuleType("toy_stage")
+    toy.STAGE = Stage(name="words", version="1", flow="data", section="filter", run=_words,
+                      config=lambda cfg, key=None: {"min_tokens": cfg.filter.min_tokens},
+                      inputs=lambda cfg, done, key=None: {"documents": done["filter"]},
+                      schema=pa.schema([("doc_id", pa.string()), ("words", pa.int64())]))
+    monkeypatch.setitem(sys.modules, "toy_stage", toy)
+    modules = dict(registry.MODULES)
+    at = list(modules).index("filter") + 1
+    modules = dict([*list(modules.items())[:at], ("words", "toy_stage"), *list(modules.items())[at:]])
+    monkeypatch.setattr(registry, "MODULES", modules)
+    monkeypatch.setattr(registry, "NAMES", tuple(modules))
+
+    art = str(tmp_path / "artifacts")
+    cfg = Config(artifacts=art, corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))]),
+                 tokenizer={"vocab_size": 300}, filter={"min_tokens": 10})
+    done: dict[str, str] = {}
+    direct = lambda stage, config, inputs, label: run_stage(stage, config, inputs, art)  # noqa: E731
+    assert flow.build(cfg, registry.stages(last="words"), done, until="words", run_one=direct)
+    assert list(done) == ["corpus", "tokenizer", "filter", "words"]
+    words = read_table(done["words"]).to_pylist()
+    assert len(words) == read_manifest(done["filter"])["rows"] and all(w["words"] > 0 for w in words)
 
 
 def _train_fingerprint(*overrides: str, eval_data: str | None = None) -> str:
     cfg = Config(train=dict(o.split("=") for o in overrides), evaluate={"data": eval_data})
-    return stage_fingerprint(train, train.config(cfg, "declutr"), {"pairs": "a/augment/1", "init": "a/init/2"})
+    return train.STAGE.fingerprint(train.config(cfg, "declutr"), {"pairs": "a/augment/1", "init": "a/init/2"})
 
 
 def test_logging_and_checkpointing_leave_the_train_fingerprint_but_the_learning_rate_does_not():

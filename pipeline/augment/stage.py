@@ -11,8 +11,9 @@ import pyarrow as pa
 from pipeline.augment.objectives import OBJECTIVES
 from pipeline.config import Config, TrainConfig
 from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.stage import Stage
+from storage import DatasetWriter
 
-NAME, VERSION = "augment", "3"
 SCHEMA = pa.schema([
     ("pair_id", pa.string()),
     ("doc_id", pa.string()),
@@ -32,12 +33,11 @@ SCHEMA = pa.schema([
 
 
 SHARED = ("epochs", "seed", "rows_per_shard")
-RUNTIME: dict = {}
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, TrainConfig]:
     """One dataset per objective (and CLEAR combination) the runs train on, named as the runs name it."""
-    return {f"{NAME}/{r.pairs}": (r,) for r in {r.pairs: r for r in cfg.run_configs().values()}.values()}
+    return {f"augment/{r.pairs}": r for r in {r.pairs: r for r in cfg.run_configs().values()}.values()}
 
 
 def config(cfg: Config, run: TrainConfig) -> dict:
@@ -48,11 +48,15 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     return {**settings, "augmentation": run.views} if run.views else settings
 
 
-def inputs(done: dict[str, str], cfg: Config, run: TrainConfig) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str]:
     """The datasets an objective's pairs are made from, by the stage that built them."""
     return {**{name: done[stage] for name, stage in OBJECTIVES[run.objective].INPUTS.items()},
             "tokenizer": done["tokenizer"]}
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     OBJECTIVES[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), out)
+
+
+STAGE = Stage(name="augment", version="3", flow="data", section="augment", config=config, inputs=inputs,
+              instances=instances, run=run, schema=SCHEMA)

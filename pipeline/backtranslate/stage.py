@@ -22,9 +22,9 @@ from tqdm import tqdm
 from pipeline.augment.objectives.common import sentences
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.config import Config, Generation
-from pipeline.stage import runtime, split_runtime
+from pipeline.stage import Stage, runtime, split_runtime
+from storage import DatasetWriter
 
-NAME, VERSION = "backtranslate", "1"
 SEGMENT_SCHEMA = pa.schema([("doc_id", pa.string()), ("segment_id", pa.string()), ("start", pa.int32()),
                             ("end", pa.int32()), ("text", pa.string())])
 SCHEMA = SEGMENT_SCHEMA.append(pa.field("bt_text", pa.string())).append(pa.field("pivot_lang", pa.string())) \
@@ -33,7 +33,7 @@ RUNTIME = {"workers": 0}
 log = logging.getLogger("cpipe")
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     """The fingerprinted settings, once the backend is known to run every pivot's models; the actor count is
     runtime (it does not change the output)."""
     bt = cfg.backtranslate.model_dump()
@@ -43,13 +43,19 @@ def config(cfg: Config) -> dict:
     return split_runtime(RUNTIME, bt)
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
     return {"documents": done["filter"]}
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
     """Built only for CERT's pairs."""
-    return {NAME: ()} if any(r.objective == "cert" for r in cfg.run_configs().values()) else {}
+    return {"backtranslate": None} if any(r.objective == "cert" for r in cfg.run_configs().values()) else {}
+
+
+def check(cfg: Config) -> None:
+    """Before any work: the backend can run every pivot's models (config() checks them)."""
+    if instances(cfg, {}):
+        config(cfg)
 
 
 def needs_ray(config: dict) -> bool:
@@ -123,7 +129,7 @@ def split_into_chunks(documents: str, config: dict, work_dir: str, out) -> int:
     return chunk
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     work_dir = out.work_dir
     n_chunks = split_into_chunks(inputs["documents"], config, work_dir, out)
     pending = [c for c in range(n_chunks) if not os.path.exists(_path(work_dir, "out", c))]
@@ -156,3 +162,8 @@ def _on_ray(config: dict, work_dir: str, pending: list[int], workers: int):
                                 batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
                                 num_gpus=1 if config["use_gpu"] else 0)
     yield from translated.iter_rows()
+
+
+STAGE = Stage(name="backtranslate", version="1", flow="data", section="backtranslate", config=config,
+              inputs=inputs, instances=instances, run=run, schema=SCHEMA, runtime=RUNTIME, check=check,
+              needs_ray=needs_ray)

@@ -24,10 +24,9 @@ from pipeline.corpus.sources import LocalSource, Source, SourceError, read_part
 from pipeline.corpus.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
 from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
 from pipeline.parallel import ordered_map
-from pipeline.stage import runtime, split_runtime
+from pipeline.stage import Stage, runtime, split_runtime
+from storage import DatasetWriter
 
-# 2: a WikiText Parquet file (one line a row) reads as its articles, not one document per row.
-NAME, VERSION = "corpus", "2"
 RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 SCHEMA = pa.schema([
     ("doc_id", pa.string()),
@@ -69,22 +68,18 @@ def check(cfg: Config) -> None:
     _sources(cfg)
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     """The corpus config plus a snapshot of each source, so edited files invalidate the cache; where the
     downloads go and how the work is spread (cfg.parallel) are runtime."""
     snapshots = [spec if source is None else source.snapshot() for spec, source in _sources(cfg).items()]
     return {**split_runtime(RUNTIME, {**cfg.corpus.model_dump(), **cfg.parallel.model_dump()}), "snapshots": snapshots}
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
-    return {}
-
-
 def needs_ray(config: dict) -> bool:
     return runtime(config, RUNTIME)["backend"] == "ray"
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     settings, opened = runtime(config, RUNTIME), []
 
     def documents():
@@ -117,3 +112,8 @@ def run(config: dict, inputs: dict, out) -> None:
         raise SourceError(f"no documents with text in {', '.join(config['sources'])}{why}")
     out.count("documents", seen)
     log.info("corpus: %d documents from %d source(s)", seen, len(opened))
+
+
+# 2: a WikiText Parquet file (one line a row) reads as its articles, not one document per row.
+STAGE = Stage(name="corpus", version="2", flow="data", section="corpus", config=config, run=run, schema=SCHEMA,
+              runtime=RUNTIME, check=check, needs_ray=needs_ray)

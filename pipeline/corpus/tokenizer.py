@@ -22,11 +22,9 @@ from tokenizers.processors import RobertaProcessing
 
 from pipeline.config import Config
 from pipeline.errors import InputError
-from storage import iter_batches, local_copy
+from pipeline.stage import Stage
+from storage import DatasetWriter, iter_batches, local_copy
 
-NAME, VERSION = "tokenizer", "3"
-SCHEMA = None
-RUNTIME: dict = {}
 SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
 DEL_TOKEN = "<del>"
 log = logging.getLogger("cpipe")
@@ -79,16 +77,16 @@ def _texts(corpus: str):
         yield from batch.column("text").to_pylist()
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     return {"base": cfg.model.base, **cfg.tokenizer.model_dump()}
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
     """A tokenizer trained from scratch reads the corpus; a base model's comes with it."""
     return {"corpus": done["corpus"]} if cfg.model.base is None else {}
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if config["base"]:
@@ -108,3 +106,6 @@ def run(config: dict, inputs: dict, out) -> None:
     add_deletion_token(tok)
     tok.save_pretrained(out.local_dir)
     out.extra["vocab_size"] = len(tok)
+
+
+STAGE = Stage(name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run)

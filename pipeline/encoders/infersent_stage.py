@@ -14,10 +14,9 @@ from pipeline.config import Config
 from pipeline.encoders import infersent
 from pipeline.encoders.baseline import MODEL_FILE
 from pipeline.encoders.kinds import snapshot
+from pipeline.stage import Stage
+from storage import DatasetWriter
 
-NAME, VERSION = "infersent", "1"
-SCHEMA = None
-RUNTIME: dict = {}
 TRAINING = tuple(infersent.Settings.__dataclass_fields__)
 log = logging.getLogger("cpipe")
 
@@ -27,7 +26,7 @@ def _nli(cfg: Config) -> dict[str, list[str]] | None:
     return infersent.nli_files(settings.nli, cfg.evaluate.data) if settings.enabled else None
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
     """Built when enabled and there is NLI data to train on."""
     if not cfg.evaluate.baselines.infersent.enabled:
         return {}
@@ -35,7 +34,7 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
         log.warning("infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under evaluate.data, no "
                     "evaluate.baselines.infersent.nli): row left out")
         return {}
-    return {NAME: ()}
+    return {"infersent": None}
 
 
 def reads_corpus_vectors(cfg: Config) -> bool:
@@ -43,7 +42,7 @@ def reads_corpus_vectors(cfg: Config) -> bool:
     return _nli(cfg) is not None and not cfg.evaluate.baselines.infersent.vectors
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     """From the evaluate.baselines.infersent settings and the NLI files found."""
     settings, files = cfg.evaluate.baselines.infersent.model_dump(), _nli(cfg)
     watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
@@ -52,7 +51,7 @@ def config(cfg: Config) -> dict:
             "snapshot": {path: snapshot(path) for path in watched}}
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
     return {"vectors": done["baseline"]} if reads_corpus_vectors(cfg) else {}
 
 
@@ -73,7 +72,7 @@ def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
     return infersent.NliPairs(pairs.premise[:limit], pairs.hypothesis[:limit], pairs.labels[:limit], pairs.dropped)
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     train_pairs, dev_pairs = _read(config["nli"]["train"], config["max_pairs"]), _read(config["nli"]["dev"])
     if config["vectors"]:
         needed = {w for p in (train_pairs, dev_pairs) for s in p.premise + p.hypothesis
@@ -98,3 +97,7 @@ def run(config: dict, inputs: dict, out) -> None:
     out.extra["epochs"] = history
     out.extra["dev_accuracy"] = max(h["dev_accuracy"] for h in history)
     log.info("infersent: dev accuracy %.3f after %d epochs", out.extra["dev_accuracy"], len(history))
+
+
+STAGE = Stage(name="infersent", version="1", flow="evaluate", section="evaluate", config=config, inputs=inputs,
+              instances=instances, run=run)

@@ -36,20 +36,16 @@ from pipeline.config import Config, TrainConfig
 from pipeline.encoders import kinds as encoders
 from pipeline.encoders import infersent_stage
 from pipeline.encoders.postprocess import Flow, PostProcessed, Whitening
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import data_hash, find_sts, score_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.parallel import fetch, ordered_map, share
-from pipeline.stage import runtime
+from pipeline.stage import Stage, runtime
 from pipeline.train import devset
-from storage import read_manifest
+from storage import DatasetWriter, read_manifest
 
-# 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
-# 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
-# STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
-NAME, VERSION = "evaluate", "5"
 SCHEMA = pa.schema([
     ("model", pa.string()),
     ("kind", pa.string()),
@@ -107,12 +103,27 @@ def config(cfg: Config, row: Row) -> dict:
             "about": row.about, "runtime": {"backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers}}
 
 
-def inputs(done: dict[str, str], cfg: Config, row: Row) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], row: Row) -> dict[str, str]:
     return row.inputs
 
 
 def needs_ray(config: dict) -> bool:
     return runtime(config, RUNTIME)["backend"] == "ray"
+
+
+def side_by_side(cfg: Config) -> bool:
+    """With evaluate.workers > 1 the models are scored at once, each fanning its units out on Ray."""
+    return cfg.evaluate.workers > 1
+
+
+def check(cfg: Config) -> None:
+    """Before any work: evaluation data exists and every task's files parse, transfer tasks included (or the run
+    would train models before failing)."""
+    if not cfg.evaluate.data:
+        raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
+    find_sts(cfg.evaluate.data)
+    if cfg.evaluate.transfer:
+        find_transfer(cfg.evaluate.data)
 
 
 def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> dict:
@@ -134,21 +145,27 @@ def model_row(name: str, path: str, pooling: str | None = None) -> Row:
     return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
 
 
-def user_rows(models: list[str]) -> list[Row]:
-    """The rows of `cpipe evaluate --model ...`: each named by its directory's name, or by its hub name."""
+def user_models(models: list[str]) -> dict[str, str]:
+    """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
+    directory's name, or by its hub name."""
     for m in models:
         if not _hub_name(m) and not os.path.exists(m):
             raise InputError(f"--model {m}: no such directory (nor a hub name such as org/name)")
-    rows = [model_row(m, m) if _hub_name(m) else model_row(os.path.basename(os.path.abspath(m)), os.path.abspath(m))
-            for m in models]
-    names = [r.name for r in rows]
+    named = [(m, m) if _hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
+    names = [name for name, _ in named]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories")
-    return rows
+    return {f"model/{name}": path for name, path in named}
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
-    """Every row of the pipeline's leaderboard: the runs, the untrained model, the baselines."""
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, Row]:
+    """Every row of the leaderboard: the models given as `model/<name>` (`cpipe evaluate --model`), or else the
+    pipeline's: the runs, the untrained model, the baselines."""
+    given = [model_row(k.split("/", 1)[1], path) for k, path in done.items() if k.startswith("model/")]
+    return {f"evaluate/{r.name}": r for r in given or pipeline_rows(cfg, done)}
+
+
+def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
     rows = [Row(name, {"kind": "trained"}, {"model": path},
                 trained_about(cfg.run_configs()[name], _corpus(done), devset.selected(read_manifest(path))))
             for name, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
@@ -175,7 +192,7 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
         r = by_name[pp.model]
         rows.append(Row(f"{pp.model}+{pp.kind}", {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
                         {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
-    return {f"{NAME}/{r.name}": (r,) for r in rows}
+    return rows
 
 
 def _corpus(done: dict[str, str]) -> str:
@@ -283,7 +300,7 @@ def _encoder(config: dict, inputs: dict, out):
     return encoder if encoder is not None else recipe.load()
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     config = {**config, "runtime": runtime(config, RUNTIME)}
     subsets, absent = find_sts(config["data"])
     transfer, absent_transfer = find_transfer(config["data"]) if config["transfer"] else ([], [])
@@ -303,3 +320,11 @@ def run(config: dict, inputs: dict, out) -> None:
     log.info("evaluate: %s on %d STS subsets and %d transfer tasks in %d units (%s, %d workers; absent: %s)",
              config["model"], len(subsets), len(transfer), len(todo), config["runtime"]["backend"],
              config["runtime"]["workers"], ", ".join(absent + absent_transfer) or "none")
+
+
+# 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
+# 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
+# STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
+STAGE = Stage(name="evaluate", version="5", flow="evaluate", section="evaluate", config=config, inputs=inputs,
+              instances=instances, run=run, schema=SCHEMA, runtime=RUNTIME, check=check, needs_ray=needs_ray,
+              side_by_side=side_by_side)

@@ -22,10 +22,9 @@ from pipeline.errors import InputError
 from pipeline.filter.docstats import analyse
 from pipeline.filter.neardup import NearDuplicates
 from pipeline.parallel import ordered_map
-from pipeline.stage import runtime, split_runtime
-from storage import iter_batches, read_manifest
+from pipeline.stage import Stage, runtime, split_runtime
+from storage import DatasetWriter, iter_batches, read_manifest
 
-NAME, VERSION = "filter", "2"
 SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32())) \
     .append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float32()))
 RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
@@ -37,13 +36,13 @@ class FilterError(InputError):
     pass
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     """The filter's settings; where the language model is downloaded and how the work is spread are runtime."""
     return split_runtime(RUNTIME, {**cfg.filter.model_dump(), **cfg.parallel.model_dump(),
                                    "download_dir": cfg.corpus.download_dir})
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
     return {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}
 
 
@@ -51,7 +50,7 @@ def needs_ray(config: dict) -> bool:
     return runtime(config, RUNTIME)["backend"] == "ray"
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     settings = runtime(config, RUNTIME)
     langid_model = str(fetch(config["langid_model"], settings["download_dir"])) \
         if config["language"] else None
@@ -110,3 +109,7 @@ def _decide(config: dict, i: int, result: dict, seen: set, near: NearDuplicates 
         out.count("near_duplicate")
         return False
     return True
+
+
+STAGE = Stage(name="filter", version="2", flow="data", section="filter", config=config, inputs=inputs, run=run,
+              schema=SCHEMA, runtime=RUNTIME, needs_ray=needs_ray)

@@ -17,13 +17,12 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
+from pipeline.stage import Stage
 from pipeline.train.model_card import update_cards
-from storage import put_file, read_manifest, read_table
+from storage import DatasetWriter, put_file, read_manifest, read_table
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
-NAME, VERSION = "leaderboard", "3"
-SCHEMA = None
-RUNTIME: dict = {}
+VERSION = "3"
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
 CUMULATIVE = "leaderboard-all"
@@ -37,16 +36,16 @@ def load_scores(paths: list[str]) -> pd.DataFrame:
     return pd.concat([read_table(p).to_pandas() for p in paths], ignore_index=True)
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     return {"rank_by": cfg.evaluate.rank_by}
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
     """Every scored row's evaluate dataset."""
     return {f"scores-{k.split('/', 1)[1]}": v for k, v in done.items() if k.startswith("evaluate/")}
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     """`config["rank_by"]`: the column to rank by (evaluate.rank_by), or None for the default rule."""
     scores = load_scores([inputs[k] for k in sorted(inputs)])
     table = leaderboard(scores, rank_by=config.get("rank_by"))
@@ -96,3 +95,7 @@ def _read_parquet(path: str) -> pd.DataFrame:
     # open s3:// URLs with pyarrow's own client.
     with fsspec.open(path, "rb") as f:
         return pd.read_parquet(f)
+
+
+STAGE = Stage(name="leaderboard", version=VERSION, flow="evaluate", section="evaluate", config=config,
+              inputs=inputs, run=run)

@@ -13,22 +13,21 @@ import logging
 from pipeline.config import Config
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.encoders.transformer import build_model, export, position_limit
+from pipeline.stage import Stage
+from storage import DatasetWriter
 
-NAME, VERSION = "init", "3"
-SCHEMA = None
-RUNTIME: dict = {}
 log = logging.getLogger("cpipe")
 
 
-def config(cfg: Config) -> dict:
+def config(cfg: Config, key: None = None) -> dict:
     return cfg.model.model_dump()
 
 
-def inputs(done: dict[str, str], cfg: Config) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
     return {"tokenizer": done["tokenizer"]}
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     tokenizer = load_tokenizer(inputs["tokenizer"])
     model = build_model(config, tokenizer)
     tokenizer.model_max_length = position_limit(model)
@@ -37,3 +36,6 @@ def run(config: dict, inputs: dict, out) -> None:
              tokenizer.model_max_length)
     export(model, tokenizer, out.local_dir)
     out.extra["parameters"] = n_params
+
+
+STAGE = Stage(name="init", version="3", flow="train", section="model", config=config, inputs=inputs, run=run)

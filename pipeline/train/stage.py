@@ -34,12 +34,12 @@ from pipeline.corpus.tokenizer import DEL_TOKEN, load_tokenizer
 from pipeline.encoders.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
 from pipeline.errors import InputError
 from pipeline.ray_session import ray_init
-from pipeline.stage import runtime
+from pipeline.stage import Stage, runtime
 from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import LOSSES, linear_decay, mask_tokens, slanted_triangular
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
-from storage import arrow_filesystem, read_manifest, remove, shards
+from storage import DatasetWriter, arrow_filesystem, read_manifest, remove, shards
 
 # 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
 # curves and a model card beside the model. 4: rows encoded in length-sorted blocks (less padding
@@ -490,9 +490,9 @@ def _report(model, optimizer, scheduler, scaler, bank, key_encoder, generator, s
         ray.train.report({"step": state["step"], "loss": last["loss"], **score}, checkpoint=checkpoint)
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, str]:
     """One model per run, parents first."""
-    return {f"{NAME}/{name}": (name,) for name in cfg.training_order()}
+    return {f"{NAME}/{name}": name for name in cfg.training_order()}
 
 
 def config(cfg: Config, name: str) -> dict:
@@ -508,7 +508,7 @@ def config(cfg: Config, name: str) -> dict:
             "runtime": {k: settings[k] for k in moved}}
 
 
-def inputs(done: dict[str, str], cfg: Config, name: str) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], name: str) -> dict[str, str]:
     """The run's pairs, and the init stage's model or, for a continuing run, its parent's."""
     run = cfg.run_configs()[name]
     return {"pairs": done[f"augment/{run.pairs}"], "init": done[f"{NAME}/{run.init_from}" if run.init_from else "init"]}
@@ -516,6 +516,15 @@ def inputs(done: dict[str, str], cfg: Config, name: str) -> dict[str, str]:
 
 def needs_ray(config: dict) -> bool:
     return True  # Ray Train
+
+
+def check(cfg: Config) -> None:
+    """Before any work: every dev-selected run's dev set is found (not when its training starts)."""
+    from pipeline.train import devset
+
+    for r in cfg.run_configs().values():
+        if r.eval_every is not None:
+            devset.find_dev(r.dev_set, cfg.evaluate.data)
 
 
 def dev_set(config: dict) -> dict | None:
@@ -549,7 +558,7 @@ def _load(checkpoint) -> dict:
         return torch.load(f"{d}/state.pt", weights_only=False)
 
 
-def run(config: dict, inputs: dict, out) -> None:
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray.data
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -623,3 +632,7 @@ def run(config: dict, inputs: dict, out) -> None:
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(f"{runs}/train-{out.fp}")
+
+
+STAGE = Stage(name=NAME, version=VERSION, flow="train", section="train", config=config, inputs=inputs,
+              instances=instances, run=run, runtime=RUNTIME, check=check, needs_ray=needs_ray)
