@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 import pyarrow as pa
 
 from pipeline.errors import InputError
-from storage import DatasetWriter, complete, dataset_path, fingerprint, leased, remove_temporaries
+from storage import DatasetWriter, complete, dataset_parts, dataset_path, fingerprint, leased, remove_temporaries
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -107,7 +107,7 @@ def runtime(config: dict[str, Any], declared: Mapping[str, Any]) -> dict[str, An
 
 def input_fingerprints(inputs: dict[str, str]) -> dict[str, str]:
     """A dataset path ends in its fingerprint, so inputs are identified by their paths' last part."""
-    return {name: path.rstrip("/").rsplit("/", 1)[-1] for name, path in inputs.items()}
+    return {name: dataset_parts(path)[2] for name, path in inputs.items()}
 
 
 def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], artifacts: str,

@@ -47,7 +47,14 @@ def fingerprint(stage: str, version: str, config: Any, inputs: dict[str, str]) -
 
 
 def dataset_path(artifacts: str, stage: str, fp: str) -> str:
+    """The artifacts layout: `<artifacts>/<stage>/<fingerprint>`."""
     return f"{artifacts.rstrip('/')}/{stage}/{fp}"
+
+
+def dataset_parts(path: str) -> tuple[str, str, str]:
+    """(artifacts, stage, fingerprint) of a dataset path: dataset_path's inverse."""
+    artifacts, stage, fp = path.rstrip("/").rsplit("/", 2)
+    return artifacts, stage, fp
 
 
 def _fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -277,7 +284,7 @@ class DatasetWriter:
         temporary directory, so a killed stage starts over."""
         if self._work is None:
             if self._local:
-                self._work = f"{self._final.rsplit('/', 2)[0]}/{WORK_DIR}/{self.stage}-{self.fp}"
+                self._work = f"{dataset_parts(self._final)[0]}/{WORK_DIR}/{self.stage}-{self.fp}"
                 self.fs.makedirs(self._work, exist_ok=True)
             else:
                 self._work = tempfile.mkdtemp(prefix=f"cpipe-{self.stage}-work-")

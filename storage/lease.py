@@ -25,6 +25,8 @@ from typing import Callable, Iterator
 
 import fsspec
 
+from storage.dataset import dataset_parts
+
 LEASE_PREFIX = ".lease-"
 RENEW = 20.0
 STALE = 120.0
@@ -32,8 +34,8 @@ log = logging.getLogger("cpipe")
 
 
 def lease_path(dataset: str) -> str:
-    parent, fp = dataset.rstrip("/").rsplit("/", 1)
-    return f"{parent}/{LEASE_PREFIX}{fp}"
+    artifacts, stage, fp = dataset_parts(dataset)
+    return f"{artifacts}/{stage}/{LEASE_PREFIX}{fp}"
 
 
 def _alive(pid: int) -> bool:

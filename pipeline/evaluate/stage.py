@@ -44,7 +44,7 @@ from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import Stage, runtime
 from pipeline.train import devset
-from storage import DatasetWriter, read_manifest
+from storage import DatasetWriter, dataset_parts, read_manifest
 
 SCHEMA = pa.schema([
     ("model", pa.string()),
@@ -196,7 +196,7 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
 
 
 def _corpus(done: dict[str, str]) -> str:
-    return done["filter"].rstrip("/").rsplit("/", 1)[-1]
+    return dataset_parts(done["filter"])[2]
 
 
 @dataclass(frozen=True)
@@ -310,7 +310,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     rows += averages(rows)  # of the transfer rows among them, so only once every transfer unit is back
     [dimension] = set().union(*(s.dimensions for s in scored))
     spec = config["spec"]
-    fingerprint = inputs["model"].rstrip("/").rsplit("/", 1)[-1] if "model" in inputs else out.fp
+    fingerprint = dataset_parts(inputs["model"])[2] if "model" in inputs else out.fp
     model = {"model": config["model"], "kind": spec["kind"], "parameters": scored[0].parameters,
              "dimension": dimension, "model_fingerprint": fingerprint, "data_hash": config["data_hash"],
              **{k: config["about"].get(k) for k in ("objective", "recipe", "corpus")}}
