@@ -23,9 +23,9 @@ def default_model(work: str) -> str:
     weights), built under `work`."""
     from pipeline.config import Config, CorpusConfig, load_config
     from pipeline.corpus import stage as corpus
-    from pipeline.corpus import tokenizer
+    from pipeline.tokenizer import stage as tokenizer
     from pipeline.stage import run_stage
-    from pipeline.train import init
+    from pipeline.init import stage as init
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
     docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},

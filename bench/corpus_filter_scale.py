@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.common import shared_corpus
 from pipeline.config import Config, CorpusConfig, FilterConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
+from pipeline.tokenizer import stage as tokenizer
 from pipeline.filter import docstats
 from pipeline.filter import stage as filter
 from pipeline.filter.docstats import count_tokens, text_key

@@ -22,8 +22,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from bench.common import alternate, default_model, ratio_report, shared_corpus
-from pipeline.encoders.exported import Encoder
-from pipeline.encoders.transformer import ST_DIR, pool
+from pipeline.model.exported import Encoder
+from pipeline.model.transformer import ST_DIR, pool
 from pipeline.evaluate.sts import find_sts
 
 

@@ -15,7 +15,7 @@ import tempfile
 from bench.common import alternate, ratio_report, shared_corpus
 from pipeline.config import Config, CorpusConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
+from pipeline.tokenizer import stage as tokenizer
 from pipeline.filter import docstats
 from pipeline.filter import stage as filter
 from pipeline.filter.docstats import count_tokens

@@ -29,10 +29,10 @@ from transformers import AutoModelForMaskedLM
 
 from bench.common import ratio_report
 from pipeline.config import load_config
-from pipeline.encoders.transformer import SpanEncoder, scratch_config
+from pipeline.model.transformer import SpanEncoder, scratch_config
 from pipeline.train.stage import make_optimizer, train_step
 
-SPECIAL = {"bos": 0, "pad": 1, "eos": 2, "mask": 4}  # the trained tokenizer's order (pipeline.corpus.tokenizer.SPECIAL)
+SPECIAL = {"bos": 0, "pad": 1, "eos": 2, "mask": 4}  # the trained tokenizer's order (pipeline.tokenizer.loading.SPECIAL)
 MODES = {"full": "full batch", "cached": "GradCache"}
 
 

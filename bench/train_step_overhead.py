@@ -26,13 +26,13 @@ from bench.common import shared_corpus
 from pipeline.augment import stage as augment
 from pipeline.config import Config, CorpusConfig, load_config
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
-from pipeline.corpus.tokenizer import load_tokenizer
-from pipeline.encoders.transformer import HF_DIR, SpanEncoder, load_mlm
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.model.transformer import HF_DIR, SpanEncoder, load_mlm
 from pipeline.filter import stage as filter
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
-from pipeline.train import init
+from pipeline.init import stage as init
 from pipeline.train import stage as train
 from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from storage import read_table

@@ -59,7 +59,7 @@ def _concealed(value):
 
 
 def cmd_run(args) -> int:
-    from flows.pipeline import full_pipeline, resolve
+    from flows.pipeline_flows import full_pipeline, resolve
 
     options = _concealed(dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                               artifacts=args.artifacts, until=args.until, overrides=_overrides(args)))
@@ -76,7 +76,7 @@ def cmd_serve(args) -> int:
 
     from prefect import serve
 
-    from flows.pipeline import data_flow, evaluate_flow, full_pipeline, resolve, train_flow
+    from flows.pipeline_flows import data_flow, evaluate_flow, full_pipeline, resolve, train_flow
 
     parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                                                     artifacts=args.artifacts, until=args.until,
@@ -93,7 +93,7 @@ def cmd_serve(args) -> int:
 def cmd_evaluate(args) -> int:
     import fsspec
 
-    from flows.pipeline import evaluate_flow, resolve
+    from flows.pipeline_flows import evaluate_flow, resolve
     from pipeline.evaluate.stage import user_models
     from pipeline.leaderboard.stage import CUMULATIVE
 
@@ -118,7 +118,7 @@ def cmd_submit(args, run_args: list[str]) -> int:
 
 
 def cmd_embed(args) -> int:
-    from pipeline.encoders.embed_file import embed_file
+    from pipeline.model.embed_file import embed_file
 
     rows = embed_file(args.model, args.input, args.output, batch_size=args.batch_size, max_length=args.max_length,
                       text_column=args.column, pooling=args.pooling)
@@ -127,7 +127,7 @@ def cmd_embed(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from storage.inspect import show
+    from storage.inspection import show
 
     show(args.path, rows=args.rows)
     return 0

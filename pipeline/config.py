@@ -358,7 +358,7 @@ class TrainConfig(Strict):
 
 
 class FastTextBaseline(Strict):
-    """The bag-of-words baseline's vectors; pipeline.encoders.bow.train_fasttext's defaults (CLEAR's corpus synonyms too)."""
+    """The bag-of-words baseline's vectors; pipeline.baselines.fasttext.bow.train_fasttext's defaults (CLEAR's corpus synonyms too)."""
 
     enabled: bool = True
     dim: int = Field(100, ge=2)

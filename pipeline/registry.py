@@ -15,14 +15,14 @@ if TYPE_CHECKING:
 
 MODULES = {
     "corpus": "pipeline.corpus.stage",
-    "tokenizer": "pipeline.corpus.tokenizer",
+    "tokenizer": "pipeline.tokenizer.stage",
     "filter": "pipeline.filter.stage",
     "backtranslate": "pipeline.backtranslate.stage",
     "augment": "pipeline.augment.stage",
-    "init": "pipeline.train.init",
+    "init": "pipeline.init.stage",
     "train": "pipeline.train.stage",
-    "baseline": "pipeline.encoders.baseline",
-    "infersent": "pipeline.encoders.infersent_stage",
+    "baseline": "pipeline.baselines.fasttext.stage",
+    "infersent": "pipeline.baselines.infersent.stage",
     "evaluate": "pipeline.evaluate.stage",
     "leaderboard": "pipeline.leaderboard.stage",
 }

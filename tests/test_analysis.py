@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.encoders.kinds import token_vectors
-from pipeline.encoders.vectors import RandomEncoder
+from pipeline.evaluate.encoders import token_vectors
+from pipeline.baselines.vectors import RandomEncoder
 from pipeline.evaluate.analysis import alignment, score_analysis, sentence_anisotropy, token_anisotropy, uniformity
 from pipeline.evaluate.sts import StsSubset, find_sts
 

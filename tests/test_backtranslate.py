@@ -14,8 +14,8 @@ from pipeline.augment.segment import segments
 from pipeline.backtranslate import stage as backtranslate
 from pipeline.config import AugmentConfig, BacktranslateConfig, Config, CorpusConfig, FilterConfig, TrainConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
-from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
 from pipeline.stage import run_stage
 from pipeline.train.stage import collate, special_ids

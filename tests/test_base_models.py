@@ -19,11 +19,12 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from pipeline.augment import stage as augment
 from pipeline.config import AugmentConfig, Config, CorpusConfig, FilterConfig, ModelConfig, TrainConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
-from pipeline.encoders.transformer import HF_DIR, ST_DIR, SpanEncoder, build_model, export
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, build_model, export
 from pipeline.filter import stage as filter
 from pipeline.stage import run_stage
-from pipeline.train import init
+from pipeline.init import stage as init
 from pipeline.train.stage import collate, special_ids
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, make_document
@@ -186,7 +187,7 @@ def train_and_export(built: dict, base: Path, monkeypatch, tmp_path, max_length:
     init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(), {"tokenizer": built["tokenizer"]},
                          built["artifacts"])
     hf = f"{init_dir}/{HF_DIR}"
-    tok = tokenizer.load_tokenizer(hf)
+    tok = load_tokenizer(hf)
     cfg = TrainConfig(objective="declutr", batch_size=4, lr=1e-3, max_length=max_length, checkpoint_every=2,
                       torch_threads=1).model_dump()
     config = {"train": cfg, "init": hf, "total_steps": 2, "special": special_ids(tok, max_length)}
@@ -216,7 +217,7 @@ def init_stage(base, corpus_path):
     built = stages(base, corpus_path)
     init_dir = run_stage(init.STAGE, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]},
                          built["artifacts"])
-    return init_dir, tokenizer.load_tokenizer(f"{init_dir}/{HF_DIR}")
+    return init_dir, load_tokenizer(f"{init_dir}/{HF_DIR}")
 
 
 def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_table(bases, corpus_path):
@@ -240,7 +241,7 @@ def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_tab
 
 
 def test_roberta_position_limit_leaves_the_padding_offset(bases, corpus_path):
-    from pipeline.encoders.transformer import position_limit
+    from pipeline.model.transformer import position_limit
 
     base, _ = bases["roberta"]
     init_dir, tok = init_stage(base, corpus_path)
@@ -275,7 +276,7 @@ def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(b
 
 @pytest.mark.parametrize("name", ["st", "st-folder"])
 def test_a_sentence_transformers_directory_in_either_layout_is_a_base(name, bases, corpus_path):
-    from pipeline.encoders.transformer import load_base
+    from pipeline.model.transformer import load_base
 
     base, _ = bases[name]
     built = stages(base, corpus_path)

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.encoders.bow import FastTextEncoder, train_fasttext
+from pipeline.baselines.fasttext.bow import FastTextEncoder, train_fasttext
 
 VOCAB = "the a cat dog bird sat ran flew on under mat tree house red big small quickly slowly".split()
 

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from pipeline.augment.clear_operations import (OPERATIONS, ClearParams, SynonymsError, augment, operations,
                                                read_synonyms, synonyms_from_vectors, two_views, wordnet_dir,
                                                wordnet_synonyms)
-from pipeline.encoders.bow import train_fasttext
-from pipeline.encoders.vectors import read_vectors
+from pipeline.baselines.fasttext.bow import train_fasttext
+from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")

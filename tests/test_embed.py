@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.corpus.tokenizer import SPECIAL
-from pipeline.encoders.embed_file import embed_file
-from pipeline.encoders.exported import Encoder
-from pipeline.encoders.transformer import HF_DIR, build_model, export, load_mlm
+from pipeline.tokenizer.loading import SPECIAL
+from pipeline.model.embed_file import embed_file
+from pipeline.model.exported import Encoder
+from pipeline.model.transformer import HF_DIR, build_model, export, load_mlm
 from pipeline.errors import InputError
 from tests.conftest import cpipe, make_document
 

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.config import Baselines, Config, CorpusConfig, EvaluateConfig, FilterConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
+from pipeline.tokenizer import stage as tokenizer
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.sts import STS_TASKS
 from pipeline.evaluate.transfer_data import TRANSFER_TASKS

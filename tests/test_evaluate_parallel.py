@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Config, EvaluateConfig
-from pipeline.encoders.exported import Encoder
+from pipeline.model.exported import Encoder
 from pipeline.evaluate import stage as evaluate
 
 from pipeline.evaluate.sts import find_sts

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.encoders.transformer import HF_DIR
+from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
 from pipeline.train import stage as train
 from storage import list_datasets, read_manifest

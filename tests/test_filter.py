@@ -4,7 +4,7 @@ import pytest
 
 from pipeline.config import Config, CorpusConfig, FilterConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
+from pipeline.tokenizer import stage as tokenizer
 from pipeline.filter import stage as filter
 from pipeline.filter.stage import FilterError
 from pipeline.stage import run_stage

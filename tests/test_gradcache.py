@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, RobertaConfig
 
-from pipeline.encoders.transformer import SpanEncoder
+from pipeline.model.transformer import SpanEncoder
 from pipeline.train import gradcache
 from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import nt_xent

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoConfig
 
 from pipeline.config import TrainConfig
-from pipeline.encoders.transformer import HF_DIR, ST_DIR
+from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.leaderboard import stage as ranking
 from pipeline.stage import run_stage
 from pipeline.train.model_card import CARD, render, train_info, update_cards, write_card

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from pipeline.config import Config, ConfigError, TrainConfig, load_config
-from pipeline.corpus.tokenizer import SPECIAL
-from pipeline.encoders.exported import Encoder
-from pipeline.encoders.transformer import HF_DIR, build_model
+from pipeline.tokenizer.loading import SPECIAL
+from pipeline.model.exported import Encoder
+from pipeline.model.transformer import HF_DIR, build_model
 from pipeline.stage import run_stage
 from pipeline.train import devset
 from pipeline.train import stage as train
@@ -125,7 +125,7 @@ def test_a_test_split_is_no_dev_set(tmp_path):
 
 
 def test_eval_every_without_a_dev_set_is_an_error_naming_what_was_looked_for(tmp_path, tiny_config, tiny_corpus):
-    from flows.pipeline import resolve
+    from flows.pipeline_flows import resolve
 
     eval_data = tmp_path / "eval"
     (eval_data / "STSBenchmark").mkdir(parents=True)

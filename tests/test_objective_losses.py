@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.config import Config, ConfigError, TrainConfig, load_config
-from pipeline.encoders.transformer import SpanEncoder, build_model
+from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.errors import InputError
 from pipeline.train.losses import LOSSES
 from pipeline.train.stage import collate, make_optimizer, special_ids, step_inputs, train_step

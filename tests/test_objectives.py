@@ -13,11 +13,11 @@ from pipeline.augment.objectives import OBJECTIVES as REGISTRY
 from pipeline.augment.segment import sentences
 from pipeline.config import OBJECTIVES, AugmentConfig, Config, CorpusConfig, ModelConfig, TrainConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
-from pipeline.corpus.tokenizer import load_tokenizer
-from pipeline.encoders.transformer import load_mlm
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.model.transformer import load_mlm
 from pipeline.stage import run_stage
-from pipeline.train import init
+from pipeline.init import stage as init
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences

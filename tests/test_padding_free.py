@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
 
 from pipeline.config import TrainConfig
-from pipeline.encoders import transformer as model_module
-from pipeline.encoders.packing import packed_hidden
-from pipeline.encoders.transformer import SpanEncoder, build_model
+from pipeline.model import transformer as model_module
+from pipeline.model.packing import packed_hidden
+from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.errors import InputError
 from pipeline.train.stage import (accumulate, collate, length_blocks, make_encoder, make_optimizer, special_ids,
                             step_inputs, train_step)
@@ -191,5 +191,5 @@ def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch, packing):
         assert compiled["mlm_loss"] == pytest.approx(eager["mlm_loss"], abs=1e-4)
     assert not math.isclose(history[True][0]["loss"], history[True][-1]["loss"])
     # No recompiling after the first step. Blocks: one graph for 1-row blocks, one for the rest; packing: a graph
-    # between each layer's attention calls, which run eager (pipeline.encoders.packing).
+    # between each layer's attention calls, which run eager (pipeline.model.packing).
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == after_first <= (6 if packing else 2)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.encoders.postprocess import (FLOW_CONFIG, Flow, PostProcessed, Whitening, fit_flow, fit_whitening,
+from pipeline.baselines.postprocess import (FLOW_CONFIG, Flow, PostProcessed, Whitening, fit_flow, fit_whitening,
                                   load)
-from pipeline.encoders.vectors import RandomEncoder
+from pipeline.baselines.vectors import RandomEncoder
 from pipeline.errors import InputError
 
 # Small enough for a few seconds per fit on 2 busy cores.

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.encoders.transformer import HF_DIR
+from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
 from pipeline.train import stage as train
 from pipeline.train.stage import collate, make_optimizer, make_scaler, special_ids, step_inputs, train_step

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.pipeline import resolve
+from flows.pipeline_flows import resolve
 from pipeline.config import Config, DEFAULT_PROFILE, ConfigError, load_config
 from pipeline.errors import InputError
 from storage import DatasetError

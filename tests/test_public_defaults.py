@@ -97,7 +97,7 @@ def test_the_default_profile_names_public_urls_and_the_options_replace_them(tmp_
 
 
 def test_the_default_profile_downloads_its_data_once_and_reads_it(server, tmp_path):  # noqa: F811
-    from flows.pipeline import resolve
+    from flows.pipeline_flows import resolve
 
     default = load_config(DEFAULT_PROFILE)
     base = f"http://127.0.0.1:{server.server_port}"

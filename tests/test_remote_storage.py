@@ -131,7 +131,7 @@ def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpu
     listing = _run(["inspect", artifacts], env, cwd).stdout
     assert all(stage in listing for stage in stages), listing
     train = next(d["path"] for d in list_datasets(artifacts) if d["stage"] == "train")
-    from pipeline.encoders.exported import Encoder
+    from pipeline.model.exported import Encoder
 
     vectors = Encoder(f"s3://{train}").encode(["a sentence", "another one"])
     assert vectors.shape == (2, 32) and np.isfinite(vectors).all()

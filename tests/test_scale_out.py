@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.config import Config, CorpusConfig, FilterConfig
 from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
+from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.wikipedia import WikipediaDumpSource
 from pipeline.filter import stage as filter
 from pipeline.parallel import ordered_map

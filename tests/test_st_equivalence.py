@@ -1,6 +1,6 @@
 """Our STS scoring of a sentence-transformers directory agrees with sentence-transformers' own evaluator.
 
-Both sides load the same directory, ours through `pipeline.encoders.exported.Encoder` (no
+Both sides load the same directory, ours through `pipeline.model.exported.Encoder` (no
 code of ours on sentence-transformers' side): our export's `sentence-transformers/`
 (mean pooling) and a plain BERT wrapped as `[Transformer, Pooling(cls)]`.
 STS-B is the shared data's when CPIPE_SHARED_DATA is set, else a tiny one made here.
@@ -15,8 +15,8 @@ from sentence_transformers import SentenceTransformer, models
 from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 from transformers import AutoModel, BertConfig
 
-from pipeline.encoders.exported import Encoder
-from pipeline.encoders.transformer import ST_DIR
+from pipeline.model.exported import Encoder
+from pipeline.model.transformer import ST_DIR
 from pipeline.evaluate.sts import find_sts, score_sts
 from tests.conftest import SHARED, WORDS
 from tests.test_embed import MAX_LENGTH, tiny_model, tiny_tokenizer

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import flows.cli
-import flows.pipeline as flow
+import flows.pipeline_flows as flow
 from pipeline import registry
 from pipeline.config import Config, CorpusConfig
 from pipeline.stage import Stage, run_stage, runtime

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.config import EvaluateConfig
-from pipeline.encoders.vectors import RandomEncoder
+from pipeline.baselines.vectors import RandomEncoder
 from pipeline.errors import InputError
 from pipeline.evaluate.logreg import Settings
 from pipeline.evaluate.transfer import averages, score_transfer

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.encoders.vectors import RandomEncoder, VectorsError, WordVectorEncoder, read_vectors
+from pipeline.baselines.vectors import RandomEncoder, VectorsError, WordVectorEncoder, read_vectors
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 
@@ -91,7 +91,7 @@ def test_random_encoder_is_deterministic_across_processes():
     assert not np.allclose(RandomEncoder(dim=16, seed=4).encode(["a dog"]), out[2])
     assert enc.parameters == 0
     # Word vectors come from a hash of the word, not Python's per-process salted hash().
-    code = ("import sys; from pipeline.encoders.vectors import RandomEncoder; "
+    code = ("import sys; from pipeline.baselines.vectors import RandomEncoder; "
             "sys.stdout.write(RandomEncoder(dim=16, seed=3).encode(['a dog'])[0].tobytes().hex())")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": "123"})

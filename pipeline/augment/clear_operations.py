@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from pipeline.config import ClearOperations
-from pipeline.encoders.vectors import read_vectors
+from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
 
 OPERATIONS = ("del-word", "del-span", "reorder", "subs")
@@ -222,7 +222,7 @@ def synonyms_from_vectors(vectors, words: Iterable[str], k: int = 5,
     or languages without one: nearest neighbours include related words that are
     not synonyms ("monday" ~ "tuesday") and antonyms ("good" ~ "bad").
     `vectors` is a GloVe .txt / fastText .vec file, a fastText .bin model (e.g.
-    one trained on the corpus by pipeline.encoders.bow.train_fasttext) or a loaded
+    one trained on the corpus by pipeline.baselines.fasttext.bow.train_fasttext) or a loaded
     fastText model. Words are lowercased and those without a letter (numbers,
     punctuation) left out; neighbours come only from `words`, the corpus vocabulary,
     which also keeps memory to that vocabulary rather than the whole vector file.

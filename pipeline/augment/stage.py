@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from pipeline.augment.objectives import OBJECTIVES
 from pipeline.config import Config, TrainConfig
-from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.stage import Stage
 from storage import DatasetWriter
 

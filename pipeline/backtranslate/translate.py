@@ -71,7 +71,7 @@ class HFTranslator(Translator):
         # Imported here: config validation imports this module for check_backend only.
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from pipeline.encoders.transformer import no_file_bars
+        from pipeline.model.transformer import no_file_bars
 
         super().__init__(generation)
         path = Path(model).expanduser()

@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from pipeline.config import Config, TrainConfig
-from pipeline.encoders import kinds as encoders
-from pipeline.encoders import infersent_stage
-from pipeline.encoders.postprocess import Flow, PostProcessed, Whitening
+from pipeline.evaluate import encoders as encoders
+from pipeline.baselines.infersent import stage as infersent_stage
+from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import data_hash, find_sts, score_sts
@@ -72,7 +72,7 @@ HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
 class Row(NamedTuple):
-    """One leaderboard row to score: how to build its encoder (pipeline.encoders.kinds), the datasets it reads, and
+    """One leaderboard row to score: how to build its encoder (pipeline.evaluate.encoders), the datasets it reads, and
     what the leaderboard says of it."""
 
     name: str

@@ -12,7 +12,7 @@ from functools import lru_cache
 import fsspec
 from tokenizers import Tokenizer
 
-from pipeline.corpus.tokenizer import encode_whole
+from pipeline.tokenizer.loading import encode_whole
 from pipeline.filter.langid import LanguageIdentifier
 from pipeline.filter.neardup import NearDuplicates
 

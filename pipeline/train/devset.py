@@ -4,7 +4,7 @@ similarity with the dev set's gold scores, and the run exports its best-scoring 
 
 The dev set is an STS-B-format file (SentEval's sts-dev.csv by default), read with the evaluation's reader
 and scored with its cosine protocol (pipeline.evaluate.sts), the same sentences tokenised and pooled as the
-evaluation's encoder does (pipeline.encoders.exported). A test split is never a dev set: selecting on it would
+evaluation's encoder does (pipeline.model.exported). A test split is never a dev set: selecting on it would
 leak the test set into the scores the leaderboard reports.
 """
 

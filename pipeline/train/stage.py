@@ -26,12 +26,12 @@ import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from pipeline.config import Config, TrainConfig
-from pipeline.encoders.exported import embed, eval_length
+from pipeline.model.exported import embed, eval_length
 from pipeline.train.curves import write_curves
 # The dev set's scoring (scipy) and the model card (pandas, fastText) are imported where the driver or
 # rank 0 uses them: the training step (bench.train_mfu) runs where only torch and transformers are.
-from pipeline.corpus.tokenizer import DEL_TOKEN, load_tokenizer
-from pipeline.encoders.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
+from pipeline.tokenizer.loading import DEL_TOKEN, load_tokenizer
+from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
 from pipeline.errors import InputError
 from pipeline.ray_session import ray_init
 from pipeline.stage import Stage, runtime

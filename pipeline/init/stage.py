@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from pipeline.config import Config
-from pipeline.corpus.tokenizer import load_tokenizer
-from pipeline.encoders.transformer import build_model, export, position_limit
+from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.stage import Stage
 from storage import DatasetWriter
 

@@ -11,8 +11,8 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 from huggingface_hub import utils as hf_hub_utils
 from transformers.utils import logging as hf_logging
 
-from pipeline.corpus.tokenizer import base_path
-from pipeline.encoders.packing import PACKED, first_position, packable, packed_hidden
+from pipeline.tokenizer.loading import base_path
+from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.errors import InputError
 from storage import local_copy
 

@@ -10,12 +10,12 @@ import numpy as np
 
 from pipeline.augment.objectives.common import sentences
 from pipeline.config import MIN_SENTENCE_CHARS
-from pipeline.encoders import postprocess
-from pipeline.encoders.baseline import MODEL_FILE
-from pipeline.encoders.bow import FastTextEncoder
-from pipeline.encoders.exported import Encoder
-from pipeline.encoders.infersent import InferSentEncoder
-from pipeline.encoders.vectors import RandomEncoder, WordVectorEncoder
+from pipeline.baselines import postprocess
+from pipeline.baselines.fasttext.stage import MODEL_FILE
+from pipeline.baselines.fasttext.bow import FastTextEncoder
+from pipeline.model.exported import Encoder
+from pipeline.baselines.infersent.model import InferSentEncoder
+from pipeline.baselines.vectors import RandomEncoder, WordVectorEncoder
 from pipeline.errors import InputError
 
 TRANSFORM_DIR = "transform"

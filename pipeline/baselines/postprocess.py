@@ -247,7 +247,7 @@ def load(path: str | Path) -> Whitening | Flow:
 
 
 class PostProcessed:
-    """An encoder whose embeddings go through a fitted transform; pipeline.encoders.exported.Encoder's interface."""
+    """An encoder whose embeddings go through a fitted transform; pipeline.model.exported.Encoder's interface."""
 
     def __init__(self, encoder, transform: Whitening | Flow):
         self.encoder, self.transform = encoder, transform

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from pipeline.config import Config
-from pipeline.encoders.bow import train_fasttext
+from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.stage import Stage
 from storage import DatasetWriter, iter_batches
 
@@ -15,7 +15,7 @@ log = logging.getLogger("cpipe")
 
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
     """Built for the fastText row, and for the InferSent row that reads the corpus's vectors."""
-    from pipeline.encoders import infersent_stage  # which imports this module
+    from pipeline.baselines.infersent import stage as infersent_stage  # which imports this module
 
     wanted = cfg.evaluate.fasttext.enabled or infersent_stage.reads_corpus_vectors(cfg)
     return {"baseline": None} if wanted else {}

@@ -19,7 +19,7 @@ from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
 from storage import check_writable
-from tasks.stages import publish_leaderboard, run, run_all
+from tasks.build import publish_leaderboard, run, run_all
 
 
 def resolve(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
@@ -63,8 +63,7 @@ def build(cfg: Config, stages: list[Stage], done: dict[str, str], until: str | N
     return False
 
 
-# The flow functions end in _flow: Prefect loads this file as a module named `pipeline`, where a function
-# named `train` would shadow the train stage for `from pipeline import train`.
+# The flow functions end in _flow, so that `train_flow` never reads as the train stage it builds.
 @flow(name="data")
 def data_flow(config: str | None = None, corpus: str | list[str] | None = None, artifacts: str | None = None,
               until: str | None = None, overrides: list[str] | None = None,

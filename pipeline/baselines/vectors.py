@@ -2,7 +2,7 @@
 
 Sentences are split on whitespace and words looked up as they are, the way
 SentEval's bow.py baseline does; a sentence with no known word gets the zero
-vector. Both encoders follow pipeline.encoders.exported.Encoder's interface.
+vector. Both encoders follow pipeline.model.exported.Encoder's interface.
 """
 
 from __future__ import annotations

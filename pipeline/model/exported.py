@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from pipeline.encoders.transformer import HF_DIR, ST_DIR, pool, quiet_transformers
+from pipeline.model.transformer import HF_DIR, ST_DIR, pool, quiet_transformers
 from pipeline.errors import InputError
 from storage import local_copy
 

@@ -1,4 +1,4 @@
-"""infersent stage: an InferSent encoder (pipeline.encoders.infersent) trained on NLI pairs, exported for the evaluate stage.
+"""infersent stage: an InferSent encoder (pipeline.baselines.infersent.model) trained on NLI pairs, exported for the evaluate stage.
 
 Its word vectors are a vectors file, or the corpus's fastText vectors (the baseline stage's model, input
 "vectors"). The stage config names the NLI files by split, with a snapshot of them, so an edited file is
@@ -11,9 +11,9 @@ import logging
 import os
 
 from pipeline.config import Config
-from pipeline.encoders import infersent
-from pipeline.encoders.baseline import MODEL_FILE
-from pipeline.encoders.kinds import snapshot
+from pipeline.baselines.infersent import model as infersent
+from pipeline.baselines.fasttext.stage import MODEL_FILE
+from pipeline.evaluate.encoders import snapshot
 from pipeline.stage import Stage
 from storage import DatasetWriter
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.encoders.exported import Encoder
+from pipeline.model.exported import Encoder
 from pipeline.errors import InputError
 from pipeline.jsonlines import json_objects
 

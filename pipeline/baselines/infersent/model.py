@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from pipeline.encoders.vectors import read_vectors
+from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
 from pipeline.evaluate.sts import SICK_FILES, find_file, sick_rows
 from pipeline.jsonlines import json_objects
@@ -306,7 +306,7 @@ def export(encoder: BiLstmMax, vectors: Vectors, out_dir: str) -> None:
 
 
 class InferSentEncoder:
-    """An exported InferSent encoder, with pipeline.encoders.exported.Encoder's interface."""
+    """An exported InferSent encoder, with pipeline.model.exported.Encoder's interface."""
 
     def __init__(self, path: str):
         with local_copy(path) as local:

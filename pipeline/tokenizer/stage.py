@@ -1,0 +1,58 @@
+"""tokenizer stage: a byte-level BPE with RoBERTa's special tokens trained on the corpus, or the base model's
+own tokenizer, saved as a Hugging Face tokenizer directory with CLEAR's deletion token added
+(pipeline.tokenizer.loading says how every later stage reads it). The init stage grows a base model's
+embedding table to match.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tokenizers import ByteLevelBPETokenizer
+from tokenizers.processors import RobertaProcessing
+
+from pipeline.config import Config
+from pipeline.stage import Stage
+from pipeline.tokenizer.loading import SPECIAL, add_deletion_token, base_path, untruncated
+from storage import DatasetWriter, iter_batches
+
+log = logging.getLogger("cpipe")
+
+
+def _texts(corpus: str):
+    for batch in iter_batches(corpus, columns=["text"]):
+        yield from batch.column("text").to_pylist()
+
+
+def config(cfg: Config, key: None = None) -> dict:
+    return {"base": cfg.model.base, **cfg.tokenizer.model_dump()}
+
+
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
+    """A tokenizer trained from scratch reads the corpus; a base model's comes with it."""
+    return {"corpus": done["corpus"]} if cfg.model.base is None else {}
+
+
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if config["base"]:
+        tok = AutoTokenizer.from_pretrained(base_path(config["base"]))
+        untruncated(tok.backend_tokenizer)
+        log.info("tokenizer: using %s's tokenizer (%d tokens), without truncation or padding", config["base"],
+                 len(tok))
+    else:
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(_texts(inputs["corpus"]), vocab_size=config["vocab_size"],
+                                min_frequency=config["min_frequency"], special_tokens=list(SPECIAL.values()))
+        bpe._tokenizer.post_processor = RobertaProcessing(
+            ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
+        tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, cls_token="<s>", sep_token="</s>",
+                                      model_max_length=config["max_length"], **SPECIAL)
+        log.info("tokenizer: trained byte-level BPE with %d tokens", len(tok))
+    add_deletion_token(tok)
+    tok.save_pretrained(out.local_dir)
+    out.extra["vocab_size"] = len(tok)
+
+
+STAGE = Stage(name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run)
