@@ -4,31 +4,18 @@ an InferSent export, and a post-processed (whitened or flow-transformed) version
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from pipeline.augment.objectives.common import sentences
 from pipeline.config import MIN_SENTENCE_CHARS
 from pipeline.baselines import postprocess
-from pipeline.baselines.fasttext.stage import MODEL_FILE
-from pipeline.baselines.fasttext.bow import FastTextEncoder
+from pipeline.baselines.fasttext.bow import MODEL_FILE, FastTextEncoder
 from pipeline.model.exported import Encoder
 from pipeline.baselines.infersent.model import InferSentEncoder
 from pipeline.baselines.vectors import RandomEncoder, WordVectorEncoder
 from pipeline.errors import InputError
 
 TRANSFORM_DIR = "transform"
-
-
-def snapshot(path: str) -> list:
-    """Changes when a baseline's files change, so its scores are not served from a stale cache."""
-    if not os.path.exists(path):
-        raise InputError(f"baseline path does not exist: {path}")
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
-    return [(os.path.relpath(f, path) if f != path else os.path.basename(f), os.path.getsize(f),
-             os.stat(f).st_mtime_ns) for f in files]
 
 
 def load(spec: dict, inputs: dict, max_length: int):

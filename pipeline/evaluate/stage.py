@@ -32,15 +32,16 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from pipeline.config import Config, TrainConfig
-from pipeline.evaluate import encoders as encoders
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
+from pipeline.config import Config, TrainConfig
 from pipeline.errors import ConfigError, InputError
+from pipeline.evaluate import encoders
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import data_hash, find_sts, score_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
+from pipeline.file_snapshot import snapshot
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import Stage, runtime
 from pipeline.train import devset
@@ -98,7 +99,7 @@ def config(cfg: Config, row: Row) -> dict:
     cached scores, as they are. The data's hash is read once per content (its files' sizes and times), not per
     model."""
     ev = cfg.evaluate
-    data = _data_fingerprint(ev.data, ev.transfer, json.dumps(encoders.snapshot(ev.data)))
+    data = _data_fingerprint(ev.data, ev.transfer, json.dumps(snapshot(ev.data)))
     return {**{k: getattr(ev, k) for k in SETTINGS}, "data_hash": data, "model": row.name, "spec": row.spec,
             "about": row.about, "runtime": {"backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers}}
 
@@ -141,7 +142,7 @@ def _hub_name(path: str) -> bool:
 def model_row(name: str, path: str, pooling: str | None = None) -> Row:
     """Any Hugging Face or sentence-transformers model: a local directory, or a hub name."""
     spec = {"kind": "model", "path": path, "pooling": pooling,
-            "snapshot": [path] if _hub_name(path) else encoders.snapshot(path)}
+            "snapshot": [path] if _hub_name(path) else snapshot(path)}
     return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
 
 
@@ -184,7 +185,7 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
     if base.random:
         rows.append(Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"}))
     for path in base.vectors:
-        rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": encoders.snapshot(path)},
+        rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": snapshot(path)},
                         {}, {"objective": "pretrained word vectors"}))
     rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
     by_name = {r.name: r for r in rows}

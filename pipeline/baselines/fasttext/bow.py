@@ -18,6 +18,7 @@ from pipeline.config import FASTTEXT_MIN_THREADS, FastTextBaseline
 from storage import local_copy
 
 DEFAULTS = FastTextBaseline()
+MODEL_FILE = "fasttext.bin"  # in the baseline stage's dataset
 
 
 def _one_line(text: str) -> str:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import logging
 
+from pipeline.baselines.fasttext.bow import MODEL_FILE, train_fasttext
+from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.config import Config
-from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.stage import Stage
 from storage import DatasetWriter, iter_batches
 
-MODEL_FILE = "fasttext.bin"
 log = logging.getLogger("cpipe")
 
 
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
     """Built for the fastText row, and for the InferSent row that reads the corpus's vectors."""
-    from pipeline.baselines.infersent import stage as infersent_stage  # which imports this module
-
     wanted = cfg.evaluate.fasttext.enabled or infersent_stage.reads_corpus_vectors(cfg)
     return {"baseline": None} if wanted else {}
 

@@ -12,8 +12,8 @@ import os
 
 from pipeline.config import Config
 from pipeline.baselines.infersent import model as infersent
-from pipeline.baselines.fasttext.stage import MODEL_FILE
-from pipeline.evaluate.encoders import snapshot
+from pipeline.baselines.fasttext.bow import MODEL_FILE
+from pipeline.file_snapshot import snapshot
 from pipeline.stage import Stage
 from storage import DatasetWriter
 
