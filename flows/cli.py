@@ -12,7 +12,7 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
-from pipeline.registry import NAMES as STAGES
+from pipeline.registry import NAMES
 from storage import DatasetError
 
 USER_ERRORS = (InputError, DatasetError)
@@ -24,7 +24,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout and/or STS pair files "
                    "(sentence1, sentence2, score), or one pair file; replaces the profile's evaluate.data")
     p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
-    p.add_argument("--until", choices=STAGES, help="stop after this stage")
+    p.add_argument("--until", choices=NAMES, help="stop after this stage")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set filter.min_tokens=1024")
     p.add_argument("--ray-address", help="send Ray work to this cluster (ray.address; RAY_ADDRESS works too)")

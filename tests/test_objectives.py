@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaske
 
 from pipeline.augment import stage as augment
 from pipeline.augment.clear_operations import WORDNET, wordnet_dir
-from pipeline.augment.objectives import OBJECTIVES as REGISTRY
+from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.augment.segment import sentences
 from pipeline.config import OBJECTIVES, AugmentConfig, Config, CorpusConfig, ModelConfig, TrainConfig
 from pipeline.corpus import stage as corpus
@@ -24,8 +24,8 @@ from tests.translation_models import build_fsmt, build_marian, parallel_sentence
 
 
 def test_the_config_names_every_registered_objective():
-    assert set(OBJECTIVES) == set(REGISTRY)
-    for module in REGISTRY.values():
+    assert set(OBJECTIVES) == set(PAIR_MAKERS)
+    for module in PAIR_MAKERS.values():
         assert set(module.SETTINGS) <= set(AugmentConfig.model_fields)
         assert set(module.INPUTS.values()) <= {"filter", "backtranslate"}
 

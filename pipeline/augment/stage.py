@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline.augment.objectives import OBJECTIVES
+from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.config import Config, TrainConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.stage import Stage
@@ -44,18 +44,18 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     """Only the settings the run's objective uses, so changing span lengths does not rebuild CERT's pairs;
     the run's `views` pick CLEAR's combination."""
     augment = cfg.augment.model_dump()
-    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *OBJECTIVES[run.objective].SETTINGS)}}
+    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *PAIR_MAKERS[run.objective].SETTINGS)}}
     return {**settings, "augmentation": run.views} if run.views else settings
 
 
 def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str]:
     """The datasets an objective's pairs are made from, by the stage that built them."""
-    return {**{name: done[stage] for name, stage in OBJECTIVES[run.objective].INPUTS.items()},
+    return {**{name: done[stage] for name, stage in PAIR_MAKERS[run.objective].INPUTS.items()},
             "tokenizer": done["tokenizer"]}
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    OBJECTIVES[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), out)
+    PAIR_MAKERS[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), out)
 
 
 STAGE = Stage(name="augment", version="3", flow="data", section="augment", config=config, inputs=inputs,

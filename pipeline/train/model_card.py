@@ -14,7 +14,7 @@ import tempfile
 
 import pandas as pd
 
-from pipeline.augment.objectives import OBJECTIVES as OBJECTIVE_MODULES
+from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.config import TrainConfig
 from pipeline.model.transformer import ST_DIR
 from pipeline.leaderboard.table import ANALYSIS, MISSING, rankable_columns
@@ -43,7 +43,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
     model = init["config"]
     # The datasets the pairs were made from (the filter stage's documents; CERT's back-translations), which a
     # manifest names by fingerprint, beside the pairs in the same artifacts.
-    root, stages = inputs["pairs"].rstrip("/").rsplit("/", 2)[0], OBJECTIVE_MODULES[cfg["objective"]].INPUTS
+    root, stages = inputs["pairs"].rstrip("/").rsplit("/", 2)[0], PAIR_MAKERS[cfg["objective"]].INPUTS
     sources = {name: _dataset(root, stages[name], fp) for name, fp in sorted(pairs["inputs"].items()) if name in stages}
     run = TrainConfig(**cfg)
     return {

@@ -1,4 +1,5 @@
-"""Objectives, by name. Each module turns its source dataset into anchor/positive pairs for the augment stage.
+"""PAIR_MAKERS: the module making each objective's pairs, by objective name. Each module turns its source
+dataset into anchor/positive pairs for the augment stage.
 
 A module exposes NAME, INPUTS ({input name: the stage whose dataset it reads}),
 SETTINGS (the `augment` config keys it uses, beyond epochs/seed/rows_per_shard)
@@ -8,4 +9,4 @@ schema, so the train stage runs them all with one step.
 
 from pipeline.augment.objectives import cert, clear, declutr, simcse
 
-OBJECTIVES = {m.NAME: m for m in (declutr, cert, simcse, clear)}
+PAIR_MAKERS = {m.NAME: m for m in (declutr, cert, simcse, clear)}
