@@ -43,7 +43,7 @@ from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot
 from pipeline.parallel import fetch, ordered_map, share
-from pipeline.stage import Stage, runtime
+from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset
 from storage import DatasetWriter, dataset_parts, read_manifest
 
@@ -100,8 +100,9 @@ def config(cfg: Config, row: Row) -> dict:
     model."""
     ev = cfg.evaluate
     data = _data_fingerprint(ev.data, ev.transfer, json.dumps(snapshot(ev.data)))
-    return {**{k: getattr(ev, k) for k in SETTINGS}, "data_hash": data, "model": row.name, "spec": row.spec,
-            "about": row.about, "runtime": {"backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers}}
+    return split_runtime(RUNTIME, {**{k: getattr(ev, k) for k in SETTINGS}, "data_hash": data, "model": row.name,
+                                   "spec": row.spec, "about": row.about,
+                                   "backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers})
 
 
 def inputs(cfg: Config, done: dict[str, str], row: Row) -> dict[str, str]:
