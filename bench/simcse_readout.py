@@ -25,10 +25,10 @@ import torch
 
 from bench.common import default_model, shared_corpus
 from pipeline.augment.segment import sentences
-from pipeline.config import TrainConfig
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.encoders.exported import embed
 from pipeline.encoders.transformer import HF_DIR, load_mlm
+from pipeline.train.config import TrainConfig
 from pipeline.train.devset import read_dev
 from pipeline.train.stage import collate, dev_scorer, make_encoder, make_optimizer, special_ids, train_step
 

@@ -10,7 +10,6 @@ import time
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
-from pipeline.config import STAGES
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
 from storage import DatasetError
@@ -24,7 +23,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout and/or STS pair files "
                    "(sentence1, sentence2, score), or one pair file; replaces the profile's evaluate.data")
     p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
-    p.add_argument("--until", choices=STAGES, help="stop after this stage")
+    # Not argparse choices: the stages' list is their registry (pipeline.stages), too heavy to import for
+    # --help; flows.pipeline.resolve refuses an unknown stage with the list.
+    p.add_argument("--until", metavar="STAGE", help="stop after this stage (corpus, tokenizer, filter, ...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set filter.min_tokens=1024")
     p.add_argument("--ray-address", help="send Ray work to this cluster (ray.address; RAY_ADDRESS works too)")

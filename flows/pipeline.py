@@ -10,8 +10,9 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 from prefect import flow, get_run_logger
 
 from pipeline.backtranslate import stage as backtranslate
-from pipeline.config import STAGES, Config, ConfigError, load_config
+from pipeline.config import Config, load_config
 from pipeline.corpus import stage as corpus_stage
+from pipeline.errors import ConfigError
 from pipeline.evaluate import stage as evaluate_stage
 from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.sts import find_sts
@@ -25,6 +26,7 @@ from tasks.stages import publish_leaderboard, run, run_all
 DATA = ("corpus", "tokenizer", "filter", "backtranslate", "augment")
 TRAIN = ("init", "train")
 ROWS = ("baseline", "infersent")  # the baselines that are trained before they are scored
+STAGES = tuple(name for name in STAGE_MODULES if name not in ROWS)  # what --until can name, in order
 
 
 def resolve(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,

@@ -1,7 +1,8 @@
 import pytest
 
 from pipeline.backtranslate.stage import model_names
-from pipeline.config import ConfigError, load_config
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
 from tests.conftest import ROOT
 
 

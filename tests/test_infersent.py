@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import flows.pipeline as flow
-from pipeline.config import Config, CorpusConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
+from pipeline.corpus.config import CorpusConfig
 from pipeline.encoders import infersent
 from pipeline.encoders import infersent_stage
 from pipeline.encoders.bow import train_fasttext

@@ -9,13 +9,15 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.config import Config, ConfigError, TrainConfig, load_config
+from pipeline.config import Config, load_config
 from pipeline.corpus.tokenizer import SPECIAL
 from pipeline.encoders.exported import Encoder
 from pipeline.encoders.transformer import HF_DIR, build_model
+from pipeline.errors import ConfigError
 from pipeline.stage import run_stage, stage_path
 from pipeline.train import devset
 from pipeline.train import stage as train
+from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, read_manifest
 from tests.conftest import WORDS, make_document
 from tests.reference import spearman

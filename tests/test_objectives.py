@@ -9,15 +9,19 @@ from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaske
 
 from pipeline.augment import stage as augment
 from pipeline.augment.clear_operations import WORDNET, wordnet_dir
+from pipeline.augment.config import AugmentConfig
 from pipeline.augment.objectives import OBJECTIVES as REGISTRY
 from pipeline.augment.segment import sentences
-from pipeline.config import OBJECTIVES, AugmentConfig, Config, CorpusConfig, ModelConfig, TrainConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus import tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.encoders.transformer import load_mlm
+from pipeline.init.config import ModelConfig
 from pipeline.stage import run_stage
 from pipeline.train import init
+from pipeline.train.config import OBJECTIVES, TrainConfig
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline.augment.objectives import OBJECTIVES
-from pipeline.config import Config, TrainConfig
+from pipeline.config import Config
 from pipeline.corpus.tokenizer import load_tokenizer
+from pipeline.train.config import TrainConfig
 
 NAME, VERSION = "augment", "3"
 SCHEMA = pa.schema([

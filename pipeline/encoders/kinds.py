@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from pipeline.augment.objectives.common import sentences
-from pipeline.config import MIN_SENTENCE_CHARS
+from pipeline.augment.segment import MIN_SENTENCE_CHARS
 from pipeline.encoders import postprocess
 from pipeline.encoders.baseline import MODEL_FILE
 from pipeline.encoders.bow import FastTextEncoder

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from pipeline.config import Config, TrainConfig
+from pipeline.config import Config
 from pipeline.encoders import kinds as encoders
 from pipeline.encoders import infersent_stage
 from pipeline.encoders.postprocess import Flow, PostProcessed, Whitening
@@ -44,6 +44,7 @@ from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import runtime
 from pipeline.train import devset
+from pipeline.train.config import TrainConfig
 from storage import read_manifest
 
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
