@@ -21,9 +21,10 @@ def shared_corpus() -> Path:
 def default_model(work: str) -> str:
     """configs/default.yaml's model as the init stage exports it (a BPE trained on the shared corpus, initial
     weights), built under `work`."""
-    from pipeline.config import Config, CorpusConfig, load_config
+    from pipeline.config import Config, load_config
     from pipeline.corpus import stage as corpus
     from pipeline.tokenizer import stage as tokenizer
+    from pipeline.corpus.config import CorpusConfig
     from pipeline.stage import run_stage
     from pipeline.init import stage as init
 

@@ -32,11 +32,13 @@ import time
 from pathlib import Path
 
 from bench.common import shared_corpus
-from pipeline.config import Config, CorpusConfig, FilterConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.filter import docstats
 from pipeline.filter import stage as filter
+from pipeline.filter.config import FilterConfig
 from pipeline.filter.docstats import count_tokens, text_key
 from pipeline.parallel import ordered_map
 from pipeline.stage import run_stage

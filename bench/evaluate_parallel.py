@@ -19,8 +19,9 @@ import tempfile
 import ray
 
 from bench.common import alternate, default_model, shared_corpus
-from pipeline.config import Config, EvaluateConfig
+from pipeline.config import Config
 from pipeline.evaluate import stage as evaluate
+from pipeline.evaluate.config import EvaluateConfig
 from pipeline.stage import run_stage
 from storage import read_table
 

@@ -25,10 +25,10 @@ import torch
 
 from bench.common import default_model, shared_corpus
 from pipeline.augment.segment import sentences
-from pipeline.config import TrainConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.model.exported import embed
 from pipeline.model.transformer import HF_DIR, load_mlm
+from pipeline.train.config import TrainConfig
 from pipeline.train.devset import read_dev
 from pipeline.train.stage import collate, dev_scorer, make_encoder, make_optimizer, special_ids, train_step
 

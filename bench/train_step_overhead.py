@@ -24,9 +24,10 @@ import torch
 
 from bench.common import shared_corpus
 from pipeline.augment import stage as augment
-from pipeline.config import Config, CorpusConfig, load_config
+from pipeline.config import Config, load_config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.model.transformer import HF_DIR, SpanEncoder, load_mlm
 from pipeline.filter import stage as filter

@@ -10,13 +10,19 @@ import textwrap
 import pytest
 
 from pipeline.augment import stage as augment
+from pipeline.augment.config import AugmentConfig
 from pipeline.augment.segment import segments
 from pipeline.backtranslate import stage as backtranslate
-from pipeline.config import AugmentConfig, BacktranslateConfig, Config, CorpusConfig, FilterConfig, TrainConfig
+from pipeline.backtranslate.config import BacktranslateConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
+from pipeline.filter.config import FilterConfig
+from pipeline.stage import run_stage, stage_path
+from pipeline.train.config import TrainConfig
 from pipeline.stage import run_stage
 from pipeline.train.stage import collate, special_ids
 from storage import complete, list_datasets, read_manifest, read_table

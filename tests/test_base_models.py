@@ -17,14 +17,19 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from pipeline.augment import stage as augment
-from pipeline.config import AugmentConfig, Config, CorpusConfig, FilterConfig, ModelConfig, TrainConfig
+from pipeline.augment.config import AugmentConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
-from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, build_model, export
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
+from pipeline.filter.config import FilterConfig
+from pipeline.init.config import ModelConfig
 from pipeline.stage import run_stage
 from pipeline.init import stage as init
+from pipeline.train.config import TrainConfig
 from pipeline.train.stage import collate, special_ids
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, make_document

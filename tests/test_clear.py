@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.augment.clear_operations import (OPERATIONS, ClearParams, SynonymsError, augment, operations,
-                                               read_synonyms, synonyms_from_vectors, two_views, wordnet_dir,
-                                               wordnet_synonyms)
+from pipeline.augment.clear_names import OPERATIONS
+from pipeline.augment.clear_operations import (ClearParams, SynonymsError, augment, operations, read_synonyms,
+                                               synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
 from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError

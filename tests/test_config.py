@@ -1,7 +1,9 @@
 import pytest
+import yaml
 
 from pipeline.backtranslate.stage import model_names
-from pipeline.config import ConfigError, load_config
+from pipeline.config import DEFAULT_PROFILE, Config, load_config
+from pipeline.errors import ConfigError
 from tests.conftest import ROOT
 
 
@@ -63,3 +65,28 @@ def test_missing_file_and_malformed_set(tmp_path):
     bad.write_text("filter: [1, 2")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_the_sections_defaults_are_declutr_smalls_recipe():
+    cfg = Config()
+    assert (cfg.augment.epochs, cfg.augment.num_anchors, cfg.augment.num_positives, cfg.augment.min_length,
+            cfg.augment.max_length) == (1, 2, 2, 32, 512)
+    assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.max_length, cfg.train.temperature) == (5e-5, 0.1, 512, 0.05)
+    assert cfg.filter.min_tokens == 2048 and cfg.model.base is None
+    # From scratch, DistilRoBERTa-base's shape (DeCLUTR-small's encoder).
+    m = cfg.model
+    assert (m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_position_embeddings) == \
+        (768, 6, 12, 3072, 514)
+
+
+def test_the_default_profile_holds_only_what_the_demo_changes():
+    written = yaml.safe_load(DEFAULT_PROFILE.read_text())
+    defaults = Config().model_dump()
+    settings = {(section, key): value for section, values in written.items() if isinstance(values, dict)
+                and section != "runs" for key, value in values.items()}
+    settings.update({(section,): value for section, value in written.items() if (section,) not in settings
+                     and not (isinstance(value, dict) and section != "runs")})
+    # artifacts is written at its default's value so that it is made absolute, as a default is not.
+    unchanged = [".".join(k) for k, v in settings.items() if k != ("artifacts",)
+                 and (defaults[k[0]] if len(k) == 1 else defaults[k[0]][k[1]]) == v]
+    assert not unchanged, f"configs/default.yaml repeats these defaults: {unchanged}"

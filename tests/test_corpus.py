@@ -6,8 +6,9 @@ import pyarrow.compute  # noqa: F401
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import Config, CorpusConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
+from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.sources import SourceError
 from pipeline.corpus.stage import open_source
 from pipeline.stage import run_stage

@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pipeline.config import Config, CorpusConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
+from pipeline.corpus.config import CorpusConfig
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import http_server

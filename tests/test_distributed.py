@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pipeline.config import TrainConfig
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.stage import collate, ddp_options, make_optimizer, special_ids, train_step

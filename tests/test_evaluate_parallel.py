@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, EvaluateConfig
+from pipeline.config import Config
 from pipeline.model.exported import Encoder
 from pipeline.evaluate import stage as evaluate
+from pipeline.evaluate.config import EvaluateConfig
 
 from pipeline.evaluate.sts import find_sts
 from pipeline.evaluate.transfer_data import find_transfer

@@ -13,10 +13,10 @@ import psutil
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
 from pipeline.train import stage as train
+from pipeline.train.config import TrainConfig
 from storage import list_datasets, read_manifest
 from tests.conftest import cpipe
 

@@ -2,10 +2,12 @@ import random
 
 import pytest
 
-from pipeline.config import Config, CorpusConfig, FilterConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.filter import stage as filter
+from pipeline.filter.config import FilterConfig
 from pipeline.filter.stage import FilterError
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table

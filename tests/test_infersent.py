@@ -12,11 +12,10 @@ import pytest
 import torch
 
 import flows.pipeline_flows as flow
-from pipeline.config import Config, CorpusConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
+from pipeline.corpus.config import CorpusConfig
 from pipeline.baselines.infersent import model as infersent
-from pipeline.baselines.infersent import stage as infersent_stage
-from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.errors import InputError
 from pipeline.evaluate import stage as evaluate
 from pipeline.stage import run_stage

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import ConfigError, load_config
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
 from pipeline.evaluate.stage import trained_about
 
 from pipeline import registry

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.config import ConfigError, EvaluateConfig
+from pipeline.errors import ConfigError
+from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 
 TITLE = "STS leaderboard (test)"

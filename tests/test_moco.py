@@ -5,7 +5,7 @@ queue (a hand loop), the queue takes the keys after the loss, and a checkpoint r
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.stage import collate, make_optimizer, special_ids, train_step

@@ -9,13 +9,16 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.config import Config, ConfigError, TrainConfig, load_config
+from pipeline.config import Config, load_config
 from pipeline.tokenizer.loading import SPECIAL
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, build_model
+from pipeline.errors import ConfigError
+from pipeline.stage import run_stage, stage_path
 from pipeline.stage import run_stage
 from pipeline.train import devset
 from pipeline.train import stage as train
+from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, read_manifest
 from tests.conftest import WORDS, make_document
 from tests.reference import spearman

@@ -12,8 +12,10 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipeline.config import Config, ConfigError, TrainConfig, load_config
+from pipeline.config import Config, load_config
 from pipeline.model.transformer import SpanEncoder, build_model
+from pipeline.errors import ConfigError, InputError
+from pipeline.train.config import TrainConfig
 from pipeline.errors import InputError
 from pipeline.train.losses import LOSSES
 from pipeline.train.stage import collate, make_optimizer, special_ids, step_inputs, train_step

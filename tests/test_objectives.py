@@ -9,15 +9,19 @@ from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaske
 
 from pipeline.augment import stage as augment
 from pipeline.augment.clear_operations import WORDNET, wordnet_dir
+from pipeline.augment.config import AugmentConfig
 from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.augment.segment import sentences
-from pipeline.config import OBJECTIVES, AugmentConfig, Config, CorpusConfig, ModelConfig, TrainConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.model.transformer import load_mlm
+from pipeline.init.config import ModelConfig
 from pipeline.stage import run_stage
 from pipeline.init import stage as init
+from pipeline.train.config import OBJECTIVES, TrainConfig
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
 
-from pipeline.config import TrainConfig
 from pipeline.model import transformer as model_module
 from pipeline.model.packing import packed_hidden
 from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.errors import InputError
+from pipeline.train.config import TrainConfig
 from pipeline.train.stage import (accumulate, collate, length_blocks, make_encoder, make_optimizer, special_ids,
                             step_inputs, train_step)
 from tests.conftest import make_document

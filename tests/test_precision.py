@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
 from pipeline.train import stage as train
+from pipeline.train.config import TrainConfig
 from pipeline.train.stage import collate, make_optimizer, make_scaler, special_ids, step_inputs, train_step
 from storage import DatasetWriter
 from tests import test_train_step

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from flows.pipeline_flows import resolve
-from pipeline.config import Config, DEFAULT_PROFILE, ConfigError, load_config
-from pipeline.errors import InputError
+from pipeline.config import DEFAULT_PROFILE, Config, load_config
+from pipeline.errors import ConfigError, InputError
 from storage import DatasetError
 
 
@@ -45,8 +45,8 @@ def test_a_malformed_transfer_file_fails_before_any_work(tmp_path, tiny_corpus, 
 
 
 def test_a_corpus_whose_every_file_is_not_utf8_says_so(tmp_path):
-    from pipeline.config import CorpusConfig
     from pipeline.corpus import stage as corpus
+    from pipeline.corpus.config import CorpusConfig
     from pipeline.stage import run_stage
 
     docs = tmp_path / "docs"

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import DEFAULT_PROFILE, ConfigError, load_config
+from pipeline.config import DEFAULT_PROFILE, load_config
 from pipeline.corpus import stage as corpus
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate.sts import StsDataError, find_sts, score_sts
 from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage

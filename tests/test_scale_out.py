@@ -8,11 +8,13 @@ import time
 
 import pytest
 
-from pipeline.config import Config, CorpusConfig, FilterConfig
+from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.tokenizer import stage as tokenizer
+from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.wikipedia import WikipediaDumpSource
 from pipeline.filter import stage as filter
+from pipeline.filter.config import FilterConfig
 from pipeline.parallel import ordered_map
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage

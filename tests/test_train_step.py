@@ -5,10 +5,10 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.tokenizer.loading import SPECIAL
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import SpanEncoder, build_model, export
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from tests.conftest import make_document

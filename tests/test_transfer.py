@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.config import EvaluateConfig
 from pipeline.baselines.vectors import RandomEncoder
 from pipeline.errors import InputError
+from pipeline.evaluate.config import EvaluateConfig
 from pipeline.evaluate.logreg import Settings
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import (TRANSFER_TASKS, Examples, TransferDataError, TransferTask, find_transfer,

@@ -23,11 +23,10 @@ import fasttext
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from pipeline.config import ClearOperations
+from pipeline.augment.clear_names import unknown_augmentation
+from pipeline.augment.config import ClearOperations
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
-
-OPERATIONS = ("del-word", "del-span", "reorder", "subs")
 
 
 class SynonymsError(InputError):
@@ -35,8 +34,8 @@ class SynonymsError(InputError):
 
 
 class ClearParams(ClearOperations):
-    """The operations' hyperparameters (pipeline.config.ClearOperations, the paper's defaults), the synonym
-    table (a lowercased word -> its synonyms) and the token a deleted run becomes."""
+    """The operations' hyperparameters (pipeline.augment.config.ClearOperations, the paper's defaults), the
+    synonym table (a lowercased word -> its synonyms) and the token a deleted run becomes."""
 
     model_config = ConfigDict(frozen=True)
     synonyms: Mapping[str, Sequence[str]] = Field(default_factory=dict)
@@ -44,12 +43,11 @@ class ClearParams(ClearOperations):
 
 
 def operations(name: str) -> tuple[str, ...]:
-    """The operations of a CLEAR augmentation name: one of OPERATIONS, or two different ones joined by '+'."""
-    ops = tuple(name.split("+"))
-    if not (len(ops) in (1, 2) and len(set(ops)) == len(ops) and set(ops) <= set(OPERATIONS)):
-        raise InputError(f"unknown CLEAR augmentation {name!r}: use one of {', '.join(OPERATIONS)}, "
-                         f"or two different ones joined by '+' (e.g. subs+del-span)")
-    return ops
+    """The operations of a CLEAR augmentation name: one of clear_names.OPERATIONS, or two different ones joined
+    by '+'."""
+    if why := unknown_augmentation(name):
+        raise InputError(why)
+    return tuple(name.split("+"))
 
 
 def _count(share: float, n: int) -> int:

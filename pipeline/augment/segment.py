@@ -15,6 +15,10 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, Iterator
 
+# Sentences shorter than this are left out wherever sentences are read from documents, unless a stage sets its own
+# (augment.min_chars, backtranslate.min_chars).
+MIN_SENTENCE_CHARS = 20
+
 # Words that (almost) never end a sentence, in lower case without the final dot. Dotted
 # ones (e.g., i.e., U.S.) are recognised by their shape, and "No. 5", "Fig. 3" by the digit.
 ABBREVIATIONS = frozenset("""

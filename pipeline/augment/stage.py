@@ -9,8 +9,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline.augment.objectives import PAIR_MAKERS
-from pipeline.config import Config, TrainConfig
+from pipeline.config import Config
 from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.train.config import TrainConfig
 from pipeline.stage import Stage
 from storage import DatasetWriter
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.config import Generation
+from pipeline.backtranslate.config import Generation
 from pipeline.errors import InputError
 
 log = logging.getLogger("cpipe")

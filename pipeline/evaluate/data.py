@@ -12,18 +12,10 @@ import hashlib
 import json
 import os
 import shutil
-import urllib.parse
 from pathlib import Path
 
 from pipeline.corpus.download import LOCAL_COPIES, fetch
-from pipeline.evaluate.sts import pair_format
-
-
-def pair_suffix(spec: str) -> str:
-    """The format suffix a pair file's path or URL ends in (".jsonl.gz", ".csv", ...); "" when it is none."""
-    path = Path(urllib.parse.urlsplit(spec).path)
-    fmt = pair_format(path)
-    return "" if fmt is None else fmt + (".gz" if path.suffix == ".gz" else "")
+from pipeline.evaluate.names import pair_suffix
 
 
 def local_eval_data(data: str | dict[str, str] | None, download_dir: str) -> str | None:

@@ -32,9 +32,11 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from pipeline.config import Config
+from pipeline.evaluate import encoders as encoders
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
-from pipeline.config import Config, TrainConfig
+from pipeline.errors import InputError
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders
 from pipeline.evaluate.analysis import score_analysis
@@ -45,6 +47,8 @@ from pipeline.file_snapshot import snapshot
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset
+from pipeline.train.config import TrainConfig
+from storage import read_manifest
 from storage import DatasetWriter, dataset_parts, read_manifest
 
 SCHEMA = pa.schema([

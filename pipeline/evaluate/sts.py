@@ -38,13 +38,10 @@ from scipy import stats
 
 from pipeline.errors import InputError
 from pipeline.evaluate import relatedness
+from pipeline.evaluate.names import PAIR_SUFFIXES, RELATEDNESS_TASKS, SICK_TASK, STS_TASKS, pair_format
 from pipeline.jsonlines import json_objects
 
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSB")
-SICK_TASK = "SICKR"
 LEADERBOARD_SPLIT = "test"
-# Tasks with train/dev/test splits, scored by cosine and by SentEval's supervised regressor.
-RELATEDNESS_TASKS = ("STSB", SICK_TASK)
 
 _STSB_DIR = "STSBenchmark"
 # Only test and dev are scored; train is read for SentEval's regressor, which is fitted on it.
@@ -58,9 +55,8 @@ _STSB_SCORE, _STSB_SENT1, _STSB_SENT2 = 4, 5, 6
 SICK_TEST = "SICK_test_annotated.txt"
 SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": SICK_TEST}
 _SICK_HEADER = ["pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment"]
-# STS pair files: the columns MTEB's STS datasets use, and the formats they may come in.
+# STS pair files: the columns MTEB's STS datasets use (their formats: names.PAIR_SUFFIXES).
 PAIR_COLUMNS = ("sentence1", "sentence2", "score")
-PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 
 
 class EvalDataError(InputError):
@@ -190,14 +186,6 @@ def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
     if not inputs:
         raise StsDataError(f"{task_dir} has no STS.input.*.txt files")
     return [_read_sts_subset(task, path) for path in inputs]
-
-
-def pair_format(path: Path) -> str | None:
-    """The format of an STS pair file by its name (.csv, .tsv, .jsonl, .parquet; the text ones may end in .gz),
-    else None."""
-    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
-    fmt = suffixes[0] if suffixes else ""
-    return fmt if fmt in PAIR_SUFFIXES and not (fmt == ".parquet" and path.suffix == ".gz") else None
 
 
 def pair_task(path: Path) -> str:

@@ -33,9 +33,9 @@ from typing import Callable
 
 import numpy as np
 
+from pipeline.evaluate.names import TRANSFER_TASKS
 from pipeline.evaluate.sts import SICK_FILES, SICK_TEST, EvalDataError, find_file, sick_rows
 
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "SICKE")
 _TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
 _SICK_CLASSES = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT")
 

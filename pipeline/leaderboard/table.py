@@ -26,52 +26,17 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from pipeline.config import ConfigError
-from pipeline.evaluate.sts import LEADERBOARD_SPLIT, RELATEDNESS_TASKS, SICK_TASK, STS_TASKS
-from pipeline.evaluate.transfer_data import TRANSFER_TASKS
+from pipeline.errors import ConfigError
+from pipeline.evaluate.names import (AVERAGES, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL, PAIR_PROTOCOL,
+                                     SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
+                                     TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
+from pipeline.evaluate.sts import LEADERBOARD_SPLIT
 from pipeline.train.devset import SELECTED
 from storage import put_file
 
-SIMILARITY_TASKS = (*STS_TASKS, SICK_TASK)
-STS_YEARS = tuple(t for t in STS_TASKS if t not in RELATEDNESS_TASKS)  # STS12-16
-# The two protocols of each similarity task, in column order.
-SIMILARITY_PROTOCOLS = {**{t: ("senteval", "simcse") for t in STS_YEARS}, **{t: ("cosine", "senteval")
-                                                                            for t in RELATEDNESS_TASKS}}
-# Transfer protocols and how an average's name spells them.
-TRANSFER_PROTOCOLS = {"senteval": "SentEval", "sklearn": "sklearn"}
-AVG_SIMCSE, AVG_STS_SENTEVAL = "avg STS (SimCSE 7)", "avg STS (SentEval)"
-# Each STS average: the seven tasks of SimCSE's table 1 under SimCSE's protocol, and the same seven under
-# SentEval's (as DeCLUTR's scripts/run_senteval.py counts them: STS12-16 by the mean of per-subset Spearman,
-# STS-B and SICK-R by the regressor's test Spearman).
-STS_AVERAGES = {
-    AVG_SIMCSE: [f"{t} simcse" for t in STS_YEARS] + [f"{t} cosine" for t in RELATEDNESS_TASKS],
-    AVG_STS_SENTEVAL: [f"{t} senteval" for t in (*STS_YEARS, *RELATEDNESS_TASKS)],
-}
 META = ("kind", "objective", "parameters", "dimension", "corpus")  # shown when the scores carry them
 ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
 MISSING = "—"
-
-
-def avg_transfer(protocol: str) -> str:
-    return f"avg transfer ({TRANSFER_PROTOCOLS[protocol]})"
-
-
-# STS pair files are named by their files, so their columns are known only from the scores.
-PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
-AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
-
-
-def rankable_columns() -> list[str]:
-    """Every column a leaderboard can be ranked by (`evaluate.rank_by`), less the STS pair files' (is_pair_column)."""
-    similarity = [f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols]
-    transfer = [f"{t} {p}" for p in TRANSFER_PROTOCOLS for t in (*TRANSFER_TASKS, "MRPC F1")]
-    return [*AVERAGES, *similarity, *transfer]
-
-
-def is_pair_column(column: str) -> bool:
-    """Whether `column` can be an STS pair file's: "<task> cosine" for a task that is not SentEval's."""
-    task, _, protocol = column.rpartition(" ")
-    return protocol == PAIR_PROTOCOL and bool(task) and task not in (*SIMILARITY_TASKS, *TRANSFER_TASKS)
 
 
 def _test(scores: pd.DataFrame) -> pd.DataFrame:

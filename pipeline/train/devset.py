@@ -5,33 +5,20 @@ similarity with the dev set's gold scores, and the run exports its best-scoring 
 The dev set is an STS-B-format file (SentEval's sts-dev.csv by default), read with the evaluation's reader
 and scored with its cosine protocol (pipeline.evaluate.sts), the same sentences tokenised and pooled as the
 evaluation's encoder does (pipeline.model.exported). A test split is never a dev set: selecting on it would
-leak the test set into the scores the leaderboard reports.
+leak the test set into the scores the leaderboard reports (pipeline.train.splits.why_test_split: the config
+refuses one).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
-from pipeline.config import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.evaluate.sts import StsSubset, _read_stsb_split, data_hash, find_file, score_sts
 
 DEFAULT_DEV = "sts-dev.csv"
 SELECTED = "selected at step"  # the leaderboard's recipe column says so of a dev-selected run
-# STS12-16 are test sets only (SentEval's STS1x-en-test directories hold STS.input.*/STS.gs.* files).
-_STS_YEAR_FILE = re.compile(r"^STS\.(input|gs)\..+\.txt$")
-_STS_YEAR_DIR = re.compile(r"^STS1[2-6]-en-test$")
-
-
-def why_test_split(path: str | Path) -> str | None:
-    """Why `path` is a test split (and so no dev set), or None."""
-    path = Path(path)
-    if _STS_YEAR_FILE.match(path.name) or any(_STS_YEAR_DIR.match(p) for p in path.parts):
-        return "STS12-16 are test sets"
-    if "test" in path.name.lower():
-        return "its name says it is a test split"
-    return None
 
 
 def find_dev(dev_set: str | None, eval_data: str | None) -> Path:

@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
-from pipeline.config import Config, TrainConfig
+from pipeline.config import Config
 from pipeline.model.exported import embed, eval_length
+from pipeline.train.config import TrainConfig
 from pipeline.train.curves import write_curves
 # The dev set's scoring (scipy) and the model card (pandas, fastText) are imported where the driver or
 # rank 0 uses them: the training step (bench.train_mfu) runs where only torch and transformers are.

@@ -14,7 +14,7 @@ from typing import Iterable
 import fasttext
 import numpy as np
 
-from pipeline.config import FASTTEXT_MIN_THREADS, FastTextBaseline
+from pipeline.baselines.fasttext.config import FASTTEXT_MIN_THREADS, FastTextBaseline
 from storage import local_copy
 
 DEFAULTS = FastTextBaseline()

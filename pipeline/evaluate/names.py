@@ -1,0 +1,72 @@
+"""The evaluation's names: SentEval's task names, the STS pair files' suffixes, and the leaderboard columns
+they make. A leaf, importing nothing of this project's, so that the config (pipeline.evaluate.config) checks
+evaluate.data and evaluate.rank_by by the names the evaluation and the leaderboard use
+(pipeline.evaluate.sts, pipeline.evaluate.transfer_data, pipeline.leaderboard.table)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSB")
+SICK_TASK = "SICKR"
+# Tasks with train/dev/test splits, scored by cosine and by SentEval's supervised regressor.
+RELATEDNESS_TASKS = ("STSB", SICK_TASK)
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "SICKE")
+# STS pair files: the formats they may come in.
+PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+
+
+def pair_format(path: Path) -> str | None:
+    """The format of an STS pair file by its name (.csv, .tsv, .jsonl, .parquet; the text ones may end in .gz),
+    else None."""
+    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
+    fmt = suffixes[0] if suffixes else ""
+    return fmt if fmt in PAIR_SUFFIXES and not (fmt == ".parquet" and path.suffix == ".gz") else None
+
+
+def pair_suffix(spec: str) -> str:
+    """The format suffix a pair file's path or URL ends in (".jsonl.gz", ".csv", ...); "" when it is none."""
+    path = Path(urllib.parse.urlsplit(spec).path)
+    fmt = pair_format(path)
+    return "" if fmt is None else fmt + (".gz" if path.suffix == ".gz" else "")
+
+
+# The leaderboard's columns (pipeline.leaderboard.table).
+SIMILARITY_TASKS = (*STS_TASKS, SICK_TASK)
+STS_YEARS = tuple(t for t in STS_TASKS if t not in RELATEDNESS_TASKS)  # STS12-16
+# The two protocols of each similarity task, in column order.
+SIMILARITY_PROTOCOLS = {**{t: ("senteval", "simcse") for t in STS_YEARS}, **{t: ("cosine", "senteval")
+                                                                            for t in RELATEDNESS_TASKS}}
+# Transfer protocols and how an average's name spells them.
+TRANSFER_PROTOCOLS = {"senteval": "SentEval", "sklearn": "sklearn"}
+AVG_SIMCSE, AVG_STS_SENTEVAL = "avg STS (SimCSE 7)", "avg STS (SentEval)"
+# Each STS average: the seven tasks of SimCSE's table 1 under SimCSE's protocol, and the same seven under
+# SentEval's (as DeCLUTR's scripts/run_senteval.py counts them: STS12-16 by the mean of per-subset Spearman,
+# STS-B and SICK-R by the regressor's test Spearman).
+STS_AVERAGES = {
+    AVG_SIMCSE: [f"{t} simcse" for t in STS_YEARS] + [f"{t} cosine" for t in RELATEDNESS_TASKS],
+    AVG_STS_SENTEVAL: [f"{t} senteval" for t in (*STS_YEARS, *RELATEDNESS_TASKS)],
+}
+
+
+def avg_transfer(protocol: str) -> str:
+    return f"avg transfer ({TRANSFER_PROTOCOLS[protocol]})"
+
+
+# STS pair files are named by their files, so their columns are known only from the scores.
+PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
+AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
+
+
+def rankable_columns() -> list[str]:
+    """Every column a leaderboard can be ranked by (`evaluate.rank_by`), less the STS pair files' (is_pair_column)."""
+    similarity = [f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols]
+    transfer = [f"{t} {p}" for p in TRANSFER_PROTOCOLS for t in (*TRANSFER_TASKS, "MRPC F1")]
+    return [*AVERAGES, *similarity, *transfer]
+
+
+def is_pair_column(column: str) -> bool:
+    """Whether `column` can be an STS pair file's: "<task> cosine" for a task that is not SentEval's."""
+    task, _, protocol = column.rpartition(" ")
+    return protocol == PAIR_PROTOCOL and bool(task) and task not in (*SIMILARITY_TASKS, *TRANSFER_TASKS)

@@ -1,0 +1,163 @@
+"""The train stage's settings (`train:`, and each of `runs:` over it): one run's training."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pipeline.augment.clear_names import unknown_augmentation
+from pipeline.augment.config import DEFAULT_CLEAR
+from pipeline.config_base import Strict, absolute
+from pipeline.train.splits import why_test_split
+
+# The objectives: pipeline.augment.objectives.OBJECTIVES's names, spelled here so that the config imports none.
+OBJECTIVES = ("declutr", "cert", "simcse", "clear")
+
+# What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
+# (dropped at export), the pooling, whether MLM is added, the temperature.
+OBJECTIVE_DEFAULTS = {
+    # DeCLUTR's AllenNLP config: ULMFiT's slanted triangular schedule.
+    "declutr": {"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05,
+                "schedule": "slanted-triangular"},
+    "clear": {"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05,
+              "schedule": "slanted-triangular"},
+    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; the HF
+    # Trainer's default schedule, which its train.py keeps: linear decay to 0, no warmup.
+    "simcse": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
+               "schedule": "linear"},
+    # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head (its builder.py, mlp=True), InfoNCE at 0.07.
+    "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
+             "schedule": "slanted-triangular"},
+}
+
+
+class TrainConfig(Strict):
+    """One run's training. loss, projection, pooling, mlm and temperature left null take the objective's
+    paper's values (OBJECTIVE_DEFAULTS); a value set here, or in a run, wins."""
+
+    objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: two "
+                                           "back-translations of a sentence; simcse: a sentence twice (dropout); "
+                                           "clear: two augmented views of a sentence")
+    augmentation: str | None = Field(None, description="clear only: del-word, del-span, reorder, subs, or two "
+                                     "joined by '+' (subs needs synonyms); null = del-span+reorder")
+    contrastive: bool = True
+    init_from: str | None = Field(None, description=(
+        "another run's name: this run starts from that run's exported model instead of the init stage's "
+        "(e.g. an MLM-only run first, as the papers start from a pretrained LM); null = the init stage's"))
+    mlm: bool | None = Field(None, description="add masked language modelling (15%, 80/10/10): on the anchors "
+                             "(declutr), on the original sentence (clear); null = the objective's default")
+    loss: Literal["nt-xent", "info-nce"] | None = Field(None, description=(
+        "nt-xent: symmetric, 2N-2 negatives (SimCLR; DeCLUTR, CLEAR); info-nce: one direction, N-1 negatives "
+        "(SimCSE's cl_forward; MoCo/CERT); null = the objective's default"))
+    batch_size: int = Field(16, ge=2, description="anchors per step (N documents x A anchors)")
+    max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
+    lr: float = Field(5e-5, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    schedule: Literal["slanted-triangular", "linear"] | None = Field(None, description=(
+        "the learning rate's course: slanted-triangular (ULMFiT's: up for cut_frac of the steps, then down to "
+        "lr / lr_ratio; DeCLUTR) or linear (from lr down to 0, no warmup: the HF Trainer's default, SimCSE's); "
+        "null = the objective's default"))
+    cut_frac: float = Field(0.1, gt=0, lt=1)
+    lr_ratio: float = Field(32.0, ge=1, description="slanted-triangular max/min learning-rate ratio")
+    grad_clip: float = Field(1.0, gt=0)
+    temperature: float | None = Field(None, gt=0, description="null = the objective's default (0.05; cert 0.07)")
+    mlm_probability: float = Field(0.15, gt=0, lt=1)
+    max_length: int = Field(512, ge=8, description="truncate spans to this many tokens (model limit)")
+    pooling: Literal["mean", "cls"] | None = Field(None, description="mean (DeCLUTR) or cls (SimCSE, CERT); the "
+                                                    "export records it; null = the objective's default")
+    projection: Literal["none", "linear", "tanh", "mlp"] | None = Field(None, description=(
+        "a head on the embeddings in training only, dropped at export: mlp (SimCLR's Linear-ReLU-Linear; CLEAR, "
+        "CERT), tanh (SimCSE's Linear+Tanh), linear, none; null = the objective's default"))
+    momentum: float | None = Field(None, gt=0, lt=1, description=(
+        "MoCo: a key encoder kept as this exponential moving average of the trained one embeds the positives "
+        "without gradient, and memory_bank becomes MoCo's queue of its keys (CERT: 0.999); null = off"))
+    memory_bank: int = Field(0, ge=0, description="earlier batches' positives kept as extra negatives: XBM, or "
+                             "with momentum MoCo's queue of keys")
+    grad_cache: int | None = Field(None, ge=1, description="GradCache: encode this many rows at a time; "
+                                   "same gradients as the whole batch, in a chunk's memory")
+    grad_accumulation: int = Field(1, ge=1, description="micro-batches of batch_size per optimizer step "
+                                   "(an effective batch k x batch_size); contrastive negatives still come from one "
+                                   "micro-batch: grad_cache gives negatives from a whole large batch in small memory")
+    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="the encoder's forward under autocast "
+                                                        "(fp16 with loss scaling); weights and losses stay float32")
+    num_workers: int = Field(1, ge=1)
+    use_gpu: bool = False
+    compile: bool = Field(False, description=(
+        "run the encoder's transformer under torch.compile (dynamic shapes: every step's blocks of rows differ); "
+        "pays its compilation in the first steps, for faster steps on a GPU; on CPU it needs a C++ compiler"))
+    block_tokens: int | None = Field(None, ge=0, description=(
+        "encode a step's rows in length-sorted blocks, each padded to its own longest row, a row joining a block "
+        "while it holds fewer than this many slots (or when the row is within 1/8 of its width); less padding "
+        "computed, more kernel launches: on an H100 in bf16, eager, 4096 made DeCLUTR's step 1.32x slower than "
+        "null (BENCHMARKS.md). null: every row padded to the longest"))
+    packing: bool = Field(False, description=(
+        "encode a step's rows packed end to end with per-row (variable-length) attention, computing no padding; "
+        "Flash attention's varlen kernel on a GPU. Off: rows encode in length-sorted blocks each padded to its "
+        "longest row. Same mathematics either way; needs a model on transformers' attention interface"))
+    cpus_per_worker: int = Field(1, ge=1)
+    torch_threads: int | None = Field(None, ge=1, description="null = every core of the machine")
+    checkpoint_every: int = Field(100, ge=1)
+    eval_every: int | None = Field(None, ge=1, description=(
+        "dev-set model selection (SimCSE's load_best_model_at_end): every this many steps and at the last, "
+        "score the model by Spearman of cosine on the dev set and export the best-scoring checkpoint, not the "
+        "last; every checkpoint is scored, and every evaluation checkpointed; null = off, the last is exported"))
+    dev_set: str | None = Field(None, description=(
+        "the STS-B-format file eval_every selects on (never a test split); null = sts-dev.csv (STS-B dev) "
+        "under evaluate.data"))
+    max_failures: int = Field(2, ge=0, description="worker failures Ray Train recovers from")
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+
+    @field_validator("dev_set")
+    @classmethod
+    def _not_a_test_split(cls, v: str | None) -> str | None:
+        if v is not None and (why := why_test_split(v)):
+            raise ValueError(f"{v} is a test split ({why}): selecting on it would leak the test set into the "
+                             "reported scores; use a dev split such as STS-B's sts-dev.csv")
+        return None if v is None else absolute(v)
+
+    @model_validator(mode="after")
+    def _objective(self) -> "TrainConfig":
+        # Written past validate_assignment so that the fields stay unset: a run built from this config's
+        # explicit settings (Config.run_configs) then takes its own objective's defaults.
+        for name, value in OBJECTIVE_DEFAULTS[self.objective].items():
+            if getattr(self, name) is None:
+                self.__dict__[name] = value
+        if not (self.contrastive or self.mlm):
+            raise ValueError("at least one of contrastive and mlm must be true")
+        if self.momentum is not None and not self.contrastive:
+            raise ValueError("momentum (MoCo's key encoder) needs the contrastive loss")
+        if self.augmentation is not None:
+            if self.objective != "clear":
+                raise ValueError(f"augmentation is CLEAR's setting; objective {self.objective!r} takes none")
+            if why := unknown_augmentation(self.augmentation):  # the rule clear_operations.operations applies
+                raise ValueError(why)
+        return self
+
+    @property
+    def views(self) -> str | None:
+        """The CLEAR augmentation this run trains on."""
+        return (self.augmentation or DEFAULT_CLEAR) if self.objective == "clear" else None
+
+    def recipe(self) -> str:
+        """The hyperparameters that tell runs apart, for the leaderboard's row: always the loss, head and pooling."""
+        head = "no head" if self.projection == "none" else f"{self.projection} head"
+        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g} {self.schedule}"]
+        if self.contrastive:
+            parts += [f"{self.loss} tau {self.temperature:g}", head]
+        parts.append(f"{self.pooling} pooling")
+        bank = f"{'MoCo queue' if self.momentum else 'XBM'} {self.memory_bank}"
+        parts += [label for on, label in ((not self.contrastive, "no contrastive"), (self.mlm, "+MLM"),
+                                          (self.momentum, f"MoCo m {self.momentum}"),
+                                          (self.memory_bank, bank),
+                                          (self.grad_cache, f"grad cache {self.grad_cache}"),
+                                          (self.grad_accumulation > 1, f"grad accumulation {self.grad_accumulation}"),
+                                          (self.precision != "fp32", self.precision)) if on]
+        return ", ".join(parts)
+
+    @property
+    def pairs(self) -> str:
+        """Names the augment dataset this run trains on: runs with the same name share it."""
+        return f"{self.objective}-{self.views}" if self.views else self.objective
+
