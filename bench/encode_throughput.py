@@ -24,7 +24,7 @@ from sentence_transformers import SentenceTransformer
 from bench.common import alternate, default_model, ratio_report, shared_corpus
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import ST_DIR, pool
-from pipeline.evaluate.sts import find_sts
+from pipeline.evaluate.sts_data import find_sts
 
 
 def stsb_sentences() -> list[str]:

@@ -21,7 +21,7 @@ from pipeline.corpus.config import CorpusConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
-from pipeline.stage import run_stage, stage_path
+from pipeline.stage import run_stage
 from pipeline.train.config import TrainConfig
 from pipeline.stage import run_stage
 from pipeline.train.stage import collate, special_ids

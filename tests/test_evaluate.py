@@ -16,7 +16,7 @@ from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.evaluate.sts import STS_TASKS
+from pipeline.evaluate.names import STS_TASKS
 from pipeline.evaluate.transfer_data import TRANSFER_TASKS
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig

@@ -14,7 +14,7 @@ from pipeline.model.exported import Encoder
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 
-from pipeline.evaluate.sts import find_sts
+from pipeline.evaluate.sts_data import find_sts
 from pipeline.evaluate.transfer_data import find_transfer
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table

@@ -14,7 +14,7 @@ from pipeline.tokenizer.loading import SPECIAL
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, build_model
 from pipeline.errors import ConfigError
-from pipeline.stage import run_stage, stage_path
+from pipeline.stage import run_stage
 from pipeline.stage import run_stage
 from pipeline.train import devset
 from pipeline.train import stage as train

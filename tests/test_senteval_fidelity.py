@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.evaluate.sts import StsSubset, score_sts
+from pipeline.evaluate.sts import score_sts
+from pipeline.evaluate.sts_data import StsSubset
 from tests.reference import cosine, pearson, spearman
 
 DIM = 6

@@ -17,7 +17,8 @@ from transformers import AutoModel, BertConfig
 
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import ST_DIR
-from pipeline.evaluate.sts import find_sts, score_sts
+from pipeline.evaluate.sts import score_sts
+from pipeline.evaluate.sts_data import find_sts
 from tests.conftest import SHARED, WORDS
 from tests.test_embed import MAX_LENGTH, tiny_model, tiny_tokenizer
 

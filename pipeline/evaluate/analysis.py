@@ -23,7 +23,8 @@ import numpy as np
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
-from pipeline.evaluate.sts import StsSubset, _unit_rows
+from pipeline.evaluate.sts import unit_rows
+from pipeline.evaluate.sts_data import StsSubset
 
 PROTOCOL = "simcse"
 TOKEN_PROTOCOL = "ethayarajh"
@@ -34,12 +35,12 @@ _SPLITS = ("test", "dev")  # train (read for SentEval's regressor) is not descri
 
 def alignment(x: np.ndarray, y: np.ndarray, alpha: float = 2.0) -> float:
     """E ||f(x) - f(y)||^alpha over positive pairs (rows of x and y), on unit vectors."""
-    return float(np.mean(np.linalg.norm(_unit_rows(x) - _unit_rows(y), axis=1) ** alpha))
+    return float(np.mean(np.linalg.norm(unit_rows(x) - unit_rows(y), axis=1) ** alpha))
 
 
 def uniformity(x: np.ndarray, t: float = 2.0) -> float:
     """log E exp(-t ||f(x) - f(y)||^2) over all pairs of distinct rows, on unit vectors."""
-    d2 = pdist(_unit_rows(x), "sqeuclidean")
+    d2 = pdist(unit_rows(x), "sqeuclidean")
     return float(logsumexp(-t * d2) - np.log(len(d2)))
 
 
@@ -49,7 +50,7 @@ def sentence_anisotropy(x: np.ndarray) -> float:
     This is the exact mean over all pairs of distinct rows, which sampling
     random pairs would only estimate: sum_{i != j} u_i.u_j = |sum u|^2 - sum |u_i|^2.
     """
-    u = _unit_rows(x)
+    u = unit_rows(x)
     n = len(u)
     total = u.sum(axis=0)
     return float((total @ total - np.einsum("ij,ij->", u, u)) / (n * (n - 1)))
@@ -62,7 +63,7 @@ def token_anisotropy(tokens: list[np.ndarray], pairs: int = PAIRS, seed: int = 0
     if np.count_nonzero(counts) < 2:
         return None
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    unit = _unit_rows(np.concatenate([t for t in tokens if len(t)]).astype(np.float64))
+    unit = unit_rows(np.concatenate([t for t in tokens if len(t)]).astype(np.float64))
     rng = np.random.default_rng(seed)
     first = rng.integers(counts.sum(), size=pairs)
     # The last sentence starting at or before the occurrence: never an empty one, which shares its start.

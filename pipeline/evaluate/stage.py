@@ -40,7 +40,8 @@ from pipeline.errors import InputError
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders
 from pipeline.evaluate.analysis import score_analysis
-from pipeline.evaluate.sts import data_hash, find_sts, score_sts
+from pipeline.evaluate.sts import score_sts
+from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot

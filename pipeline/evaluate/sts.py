@@ -1,4 +1,4 @@
-"""STS12-16 and STS-B in SentEval's file layout, SICK-R as distributed, and STS pair files: reading and scoring.
+"""Scoring STS12-16, STS-B, SICK-R and STS pair files (read by pipeline.evaluate.sts_data).
 
 Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
@@ -22,323 +22,20 @@ Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
 from __future__ import annotations
 
-import csv
-import gzip
-import hashlib
-import io
-import json
-import math
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow.parquet as pq
 from scipy import stats
 
-from pipeline.errors import InputError
 from pipeline.evaluate import relatedness
-from pipeline.evaluate.names import PAIR_SUFFIXES, RELATEDNESS_TASKS, SICK_TASK, STS_TASKS, pair_format
-from pipeline.jsonlines import json_objects
+from pipeline.evaluate.names import RELATEDNESS_TASKS, STS_TASKS
+from pipeline.evaluate.sts_data import SCORED_SPLITS, SPLITS, StsSubset
 
-LEADERBOARD_SPLIT = "test"
-
-_STSB_DIR = "STSBenchmark"
-# Only test and dev are scored; train is read for SentEval's regressor, which is fitted on it.
-_SCORED_SPLITS = ("test", "dev")
-_SPLITS = (*_SCORED_SPLITS, "train")
 # SentEval's default params.batch_size: how many pairs its batcher embeds at a time.
 BATCH_SIZE = 128
-# SentEval's STSBenchmarkEval reads these 0-based columns; later ones are ignored.
-_STSB_SCORE, _STSB_SENT1, _STSB_SENT2 = 4, 5, 6
-# The SICK files as distributed for SemEval 2014 task 1 (SICK-R and SICK-E read the same files).
-SICK_TEST = "SICK_test_annotated.txt"
-SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": SICK_TEST}
-_SICK_HEADER = ["pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment"]
-# STS pair files: the columns MTEB's STS datasets use (their formats: names.PAIR_SUFFIXES).
-PAIR_COLUMNS = ("sentence1", "sentence2", "score")
 
 
-class EvalDataError(InputError):
-    """Evaluation data is missing or malformed; the message names the path (and line)."""
-
-
-class StsDataError(EvalDataError):
-    """The STS data directory is missing or malformed; the message names the path."""
-
-
-@dataclass(frozen=True)
-class StsSubset:
-    task: str
-    name: str
-    split: str
-    sent1: list[str]
-    sent2: list[str]
-    gold: np.ndarray
-
-
-def _task_dir(task: str) -> str:
-    return _STSB_DIR if task == "STSB" else f"{task}-en-test"
-
-
-def _lines(path: Path, encodings: tuple[str, ...] = ("utf-8",)) -> list[str]:
-    """The file's lines, decoded with the first of `encodings` that fits the whole file."""
-    data = path.read_bytes()
-    for encoding in encodings:
-        try:
-            text = data.decode(encoding)
-            break
-        except UnicodeDecodeError as err:
-            lineno = data.count(b"\n", 0, err.start) + 1
-            if encoding == encodings[-1]:
-                raise EvalDataError(f"{path}:{lineno}: not valid {' or '.join(encodings)}") from None
-    # Split on newlines only: str.splitlines() would also break inside a
-    # sentence at characters such as U+2028 and misalign sentences and scores.
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
-def _float(value: str, path: Path, lineno: int) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise StsDataError(f"{path}:{lineno}: gold score {value!r} is not a number") from None
-
-
-def _read_sts_subset(task: str, input_path: Path) -> StsSubset:
-    name = input_path.name[len("STS.input."):-len(".txt")]
-    gs_path = input_path.with_name(f"STS.gs.{name}.txt")
-    if not gs_path.is_file():
-        raise StsDataError(f"{input_path} has no gold file {gs_path}")
-    inputs, golds = _lines(input_path), _lines(gs_path)
-    if len(inputs) != len(golds):
-        raise StsDataError(
-            f"{input_path} has {len(inputs)} lines but {gs_path} has {len(golds)}")
-    sent1, sent2, gold = [], [], []
-    for lineno, (line, g) in enumerate(zip(inputs, golds), start=1):
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise StsDataError(f"{input_path}:{lineno}: expected sentence1<TAB>sentence2")
-        # An empty gold line marks a pair the organisers did not score (SentEval skips it).
-        if not g.strip():
-            continue
-        # SentEval's download script keeps columns 1-2 (cut -f1/-f2); extra ones are ignored alike.
-        sent1.append(fields[0])
-        sent2.append(fields[1])
-        gold.append(_float(g, gs_path, lineno))
-    return StsSubset(task, name, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
-
-
-def _read_stsb_split(path: Path, split: str) -> StsSubset:
-    # Plain tab splitting, not the csv module: sentences contain unbalanced quotes.
-    sent1, sent2, gold = [], [], []
-    for lineno, line in enumerate(_lines(path), start=1):
-        fields = line.split("\t")
-        if len(fields) <= _STSB_SENT2:
-            raise StsDataError(
-                f"{path}:{lineno}: expected at least {_STSB_SENT2 + 1} tab-separated columns, got {len(fields)}")
-        gold.append(_float(fields[_STSB_SCORE], path, lineno))
-        sent1.append(fields[_STSB_SENT1])
-        sent2.append(fields[_STSB_SENT2])
-    return StsSubset("STSB", f"sts-{split}", split, sent1, sent2, np.asarray(gold, dtype=np.float64))
-
-
-def find_file(data_dir: Path, name: str) -> Path | None:
-    """The one file (or directory) called `name` anywhere under data_dir, or None; two copies are an
-    error, not a guess."""
-    found = sorted(data_dir.rglob(name))
-    if len(found) > 1:
-        raise EvalDataError(f"{name} is in several places under {data_dir}: {', '.join(map(str, found))}")
-    return found[0] if found else None
-
-
-def sick_rows(path: Path) -> list[tuple[int, list[str]]]:
-    """(line number, fields) of a SICK file after its header, every row checked for all five columns."""
-    lines = _lines(path)
-    if not lines or lines[0].split("\t")[:len(_SICK_HEADER)] != _SICK_HEADER:
-        raise EvalDataError(f"{path}:1: expected the header {' '.join(_SICK_HEADER)} (tab-separated)")
-    rows = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) < len(_SICK_HEADER):
-            raise EvalDataError(
-                f"{path}:{lineno}: expected {len(_SICK_HEADER)} tab-separated columns, got {len(fields)}")
-        rows.append((lineno, fields))
-    return rows
-
-
-def _read_sick(path: Path, split: str) -> StsSubset:
-    rows = sick_rows(path)
-    gold = np.asarray([_float(f[3], path, lineno) for lineno, f in rows], dtype=np.float64)
-    return StsSubset(SICK_TASK, path.stem, split, [f[1] for _, f in rows], [f[2] for _, f in rows], gold)
-
-
-def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
-    if task == "STSB":
-        test = task_dir / "sts-test.csv"
-        if not test.is_file():
-            raise StsDataError(f"{task_dir} has no sts-test.csv")
-        return [_read_stsb_split(task_dir / f"sts-{split}.csv", split)
-                for split in _SPLITS if (task_dir / f"sts-{split}.csv").is_file()]
-    inputs = sorted(task_dir.glob("STS.input.*.txt"))
-    if not inputs:
-        raise StsDataError(f"{task_dir} has no STS.input.*.txt files")
-    return [_read_sts_subset(task, path) for path in inputs]
-
-
-def pair_task(path: Path) -> str:
-    """The task a pair file is scored as: its name without the format suffixes (sts12-sts.jsonl.gz -> sts12-sts)."""
-    return path.name[:-len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))]
-
-
-def _text(path: Path) -> io.TextIOBase:
-    return gzip.open(path, "rt", encoding="utf-8", newline="") if path.suffix == ".gz" else \
-        open(path, encoding="utf-8", newline="")
-
-
-def _pair_records(path: Path, fmt: str):
-    """(where, record) for each row: where is "path:line" for text files, "path: row N" for Parquet."""
-    if fmt == ".parquet":
-        table = pq.read_table(path)
-        missing = [c for c in PAIR_COLUMNS if c not in table.column_names]
-        if missing:
-            raise StsDataError(f"{path}: no column(s) {', '.join(missing)} (columns: {', '.join(table.column_names)})")
-        for row, record in enumerate(table.select(list(PAIR_COLUMNS)).to_pylist(), start=1):
-            yield f"{path}: row {row}", record
-        return
-    with _text(path) as f:
-        if fmt == ".jsonl":
-            for lineno, record in json_objects(f, path, StsDataError):
-                yield f"{path}:{lineno}", record
-            return
-        # Quoted as the csv module and pandas write them, so a sentence may hold the delimiter or a newline.
-        reader = csv.DictReader(f, delimiter="\t" if fmt == ".tsv" else ",")
-        missing = [c for c in PAIR_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise StsDataError(f"{path}:1: no column(s) {', '.join(missing)} in the header "
-                               f"(got: {', '.join(reader.fieldnames or [])})")
-        for record in reader:
-            yield f"{path}:{reader.line_num}", record
-
-
-def _pair_score(value, where: str) -> float:
-    try:
-        score = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        score = math.nan
-    if not math.isfinite(score):
-        raise StsDataError(f"{where}: score {value!r} is not a number")
-    return score
-
-
-def read_pair_file(path: str | Path) -> StsSubset:
-    """One STS pair file as a test split: every row needs two sentences (strings) and a numeric score."""
-    path = Path(path)
-    fmt = pair_format(path)
-    if fmt is None:
-        raise StsDataError(f"{path}: not an STS pair file (expected {', '.join(PAIR_SUFFIXES)}, text ones optionally .gz)")
-    sent1, sent2, gold = [], [], []
-    try:
-        for where, record in _pair_records(path, fmt):
-            for column in PAIR_COLUMNS[:2]:
-                if not isinstance(record.get(column), str):
-                    raise StsDataError(f"{where}: {column} is {record.get(column)!r}, not a sentence")
-            gold.append(_pair_score(record.get("score"), where))
-            sent1.append(record["sentence1"])
-            sent2.append(record["sentence2"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
-        raise StsDataError(f"{path}: cannot read ({e})") from None
-    if len(gold) < 2:
-        raise StsDataError(f"{path}: {len(gold)} pair(s); a correlation needs at least 2")
-    task = pair_task(path)
-    return StsSubset(task, task, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
-
-
-def _has_pair_columns(path: Path, fmt: str) -> bool:
-    """Whether a file in an evaluation directory is an STS pair file, judged by its columns; other tables there
-    (MRPC's TSVs, say) are other tasks' data."""
-    try:
-        if fmt == ".parquet":
-            names = pq.read_schema(path).names
-        else:
-            with _text(path) as f:
-                first = next((line for line in f if line.strip()), "")
-            if fmt == ".jsonl":
-                record = json.loads(first)
-                names = list(record) if isinstance(record, dict) else []
-            else:
-                names = next(csv.reader([first], delimiter="\t" if fmt == ".tsv" else ","), [])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, ValueError, csv.Error):
-        return False
-    return all(c in names for c in PAIR_COLUMNS)
-
-
-def find_pairs(data: Path) -> list[StsSubset]:
-    """STS pair files: `data` itself when it is a file, else the files directly in the directory with
-    sentence1, sentence2 and score columns (SentEval's tasks sit in subdirectories)."""
-    if data.is_file():
-        return [read_pair_file(data)]
-    files = [p for p in sorted(data.iterdir()) if p.is_file() and (fmt := pair_format(p)) and _has_pair_columns(p, fmt)]
-    subsets, seen = [], {}
-    for path in files:
-        task = pair_task(path)
-        if task in (*STS_TASKS, SICK_TASK):
-            raise StsDataError(f"{path}: an STS pair file may not be named {task}, a SentEval task's name: "
-                               "its scores would pass for SentEval's; rename the file")
-        if task in seen:
-            raise StsDataError(f"{path} and {seen[task]} both name the task {task}")
-        seen[task] = path
-        subsets.append(read_pair_file(path))
-    return subsets
-
-
-def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
-    """Load every known STS task under data_dir, and the STS pair files in it; return (subsets, names of absent
-    SentEval tasks). `data_dir` may also be one STS pair file.
-
-    STS tasks sit in fixed directories (SentEval's layout); SICK-R is found by its
-    test file anywhere below data_dir (SentEval's SICK/, or sick2014/ as distributed).
-    """
-    data_dir = Path(data_dir)
-    if data_dir.is_file():
-        return find_pairs(data_dir), [*STS_TASKS, SICK_TASK]
-    if not data_dir.is_dir():
-        raise StsDataError(f"STS data directory {data_dir} does not exist")
-    subsets: list[StsSubset] = []
-    absent: list[str] = []
-    for task in STS_TASKS:
-        # SentEval's directory, directly under data_dir or anywhere below it (eval/senteval/STS12-en-test)
-        task_dir = find_file(data_dir, _task_dir(task))
-        if task_dir is not None and task_dir.is_dir():
-            subsets.extend(_read_task(task, task_dir))
-        else:
-            absent.append(task)
-    sick_test = find_file(data_dir, SICK_TEST)
-    if sick_test is None:
-        absent.append(SICK_TASK)
-    else:
-        subsets.extend(_read_sick(sick_test.with_name(SICK_FILES[split]), split)
-                       for split in _SPLITS if sick_test.with_name(SICK_FILES[split]).is_file())
-    subsets.extend(find_pairs(data_dir))
-    if not subsets:
-        looked_for = ", ".join(f"{_task_dir(t)}/" for t in STS_TASKS)
-        raise StsDataError(f"no known STS task in {data_dir} (looked for {looked_for}, {SICK_TEST} below it, and "
-                           f"STS pair files with {', '.join(PAIR_COLUMNS)} columns in it)")
-    return subsets, absent
-
-
-def data_hash(subsets: list[StsSubset]) -> str:
-    """Short sha256 of exactly what was scored, so scores from different data never mix silently."""
-    h = hashlib.sha256()
-    for s in subsets:
-        h.update(json.dumps([s.task, s.name, s.split, s.sent1, s.sent2, s.gold.tolist()]).encode())
-        h.update(b"\n")
-    return h.hexdigest()[:16]
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
 
@@ -422,9 +119,9 @@ def score_sts(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset
     dev splits, and SentEval's regressor (seeded with `seed`) for STS-B and SICK-R when they have train, dev and
     test."""
     regressed = {task for task in RELATEDNESS_TASKS
-                 if set(_SPLITS) <= {s.split for s in subsets if s.task == task}}
-    pairs = [(s, _pairs(encode, s)) for s in subsets if s.split in _SCORED_SPLITS or s.task in regressed]
-    rows = _cosine([(s, p) for s, p in pairs if s.split in _SCORED_SPLITS])
+                 if set(SPLITS) <= {s.split for s in subsets if s.task == task}}
+    pairs = [(s, _pairs(encode, s)) for s in subsets if s.split in SCORED_SPLITS or s.task in regressed]
+    rows = _cosine([(s, p) for s, p in pairs if s.split in SCORED_SPLITS])
     for task in sorted(regressed, key=RELATEDNESS_TASKS.index):
         rows += _regressor(task, {s.split: p for s, p in pairs if s.task == task}, seed)
     return rows

@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from pipeline.evaluate.names import TRANSFER_TASKS
-from pipeline.evaluate.sts import SICK_FILES, SICK_TEST, EvalDataError, find_file, sick_rows
+from pipeline.evaluate.sts_data import SICK_FILES, SICK_TEST, EvalDataError, find_file, sick_rows
 
 _TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
 _SICK_CLASSES = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT")

@@ -30,7 +30,7 @@ from pipeline.errors import ConfigError
 from pipeline.evaluate.names import (AVERAGES, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL, PAIR_PROTOCOL,
                                      SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
                                      TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
-from pipeline.evaluate.sts import LEADERBOARD_SPLIT
+from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.train.devset import SELECTED
 from storage import put_file
 

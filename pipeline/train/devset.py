@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 
 from pipeline.errors import ConfigError
-from pipeline.evaluate.sts import StsSubset, _read_stsb_split, data_hash, find_file, score_sts
+from pipeline.evaluate.sts import score_sts
+from pipeline.evaluate.sts_data import StsSubset, data_hash, find_file, read_stsb_split
 
 DEFAULT_DEV = "sts-dev.csv"
 SELECTED = "selected at step"  # the leaderboard's recipe column says so of a dev-selected run
@@ -36,7 +37,7 @@ def find_dev(dev_set: str | None, eval_data: str | None) -> Path:
 
 
 def read_dev(path: str | Path) -> StsSubset:
-    return _read_stsb_split(Path(path), "dev")
+    return read_stsb_split(Path(path), "dev")
 
 
 def stage_config(train: dict, eval_data: str | None, max_length: int) -> dict | None:

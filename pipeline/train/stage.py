@@ -535,7 +535,7 @@ def dev_set(config: dict) -> dict | None:
     if not config.get("dev"):
         raise InputError("train: eval_every is set but the stage config names no dev set "
                          "(pipeline.train.devset.stage_config builds it)")
-    from pipeline.evaluate.sts import data_hash
+    from pipeline.evaluate.sts_data import data_hash
     from pipeline.train.devset import read_dev
 
     subset = read_dev(config["dev"]["file"])

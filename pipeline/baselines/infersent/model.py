@@ -31,7 +31,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
-from pipeline.evaluate.sts import SICK_FILES, find_file, sick_rows
+from pipeline.evaluate.sts_data import SICK_FILES, find_file, sick_rows
 from pipeline.jsonlines import json_objects
 from storage import local_copy
 
