@@ -4,5 +4,6 @@
 stage, its Ray Train driver and its training loop and step. The step's parts: `losses` (NT-Xent,
 InfoNCE, MLM masking, the schedule), `memory_bank` (cross-batch negatives, MoCo's queue), `moco`
 (the momentum key encoder), `gradcache` (batches larger than memory). `devset` selects the best
-checkpoint on a dev set, `curves` writes the training curves, `model_card` the exported model's card.
+checkpoint on a dev set, `curves` writes the training curves; the exported model's card is
+pipeline.model.card's.
 """

@@ -555,7 +555,7 @@ def run(config: dict, inputs: dict, out) -> None:
     from ray.train.torch import TorchTrainer
 
     from pipeline.train.devset import best
-    from pipeline.train.model_card import train_info, write_card
+    from pipeline.model.card import train_info, write_card
 
     cfg = {**runtime(config, RUNTIME), **config["train"]}  # the loop reads both
     pairs = inputs["pairs"]

@@ -144,10 +144,11 @@ def write_card(st_dir: str, info: dict, scores: dict | None = None) -> None:
         put_file(f"{tmp}/{CARD}", f"{st_dir.rstrip('/')}/{CARD}")
 
 
-def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame) -> list[str]:
+def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame,
+                 train_stage: str) -> list[str]:
     """Rewrite the card of every trained model among the leaderboard's scores datasets with its row's scores
-    (the table's score, average and analysis columns). Returns the model directories whose cards it wrote."""
-    from pipeline.train import stage as train  # which imports this module
+    (the table's score, average and analysis columns); `train_stage` is the train stage's name, under which
+    the artifacts hold the trained models. Returns the model directories whose cards it wrote."""
     columns = [c for c in (*rankable_columns(), *ANALYSIS) if c in table.columns]
     rows = table.set_index("model")
     written = []
@@ -157,7 +158,7 @@ def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame) -> list[str
         if manifest["config"]["spec"]["kind"] != "trained" or name not in rows.index:
             continue
         # A trained model is a train dataset beside the scores, which the manifest names by fingerprint.
-        model_dir = dataset_path(path.rstrip("/").rsplit("/", 2)[0], train.NAME, manifest["inputs"]["model"])
+        model_dir = dataset_path(path.rstrip("/").rsplit("/", 2)[0], train_stage, manifest["inputs"]["model"])
         info = read_manifest(model_dir).get("card")
         if info is None:  # a model trained before cards were written has no card to update
             continue
