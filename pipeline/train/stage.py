@@ -36,9 +36,10 @@ from pipeline.errors import InputError
 from pipeline.ray_session import ray_init
 from pipeline.stage import runtime
 from pipeline.train.gradcache import cached_step
-from pipeline.train.losses import LOSSES, linear_decay, mask_tokens, slanted_triangular
+from pipeline.train.losses import LOSSES, mask_tokens
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
+from pipeline.train.optim import make_optimizer
 from storage import arrow_filesystem, read_manifest, remove, shards
 
 # 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
@@ -329,24 +330,6 @@ def _widen(t: torch.Tensor, width: int, value) -> torch.Tensor:
 def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
     """The encoder a run trains, under torch.compile with train.compile."""
     return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"])
-
-
-def make_optimizer(model, cfg: dict, total_steps: int):
-    """AdamW, fused into one kernel launch a step on a GPU (use_gpu, or a model already placed there; the
-    same update as the per-parameter loop, up to rounding); torch's default implementation on CPU."""
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]  # biases and LayerNorm, as BERT
-    fused = bool(cfg["use_gpu"] or next(model.parameters()).is_cuda) or None
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg["lr"], fused=fused)
-
-    def peak_share(step: int) -> float:
-        if cfg["schedule"] == "linear":
-            return linear_decay(step, total_steps)
-        return slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"])
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, peak_share)
-    return optimizer, scheduler
 
 
 def special_ids(tokenizer, max_length: int | None = None) -> dict:
