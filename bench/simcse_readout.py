@@ -29,8 +29,11 @@ from pipeline.config import TrainConfig
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.encoders.exported import embed
 from pipeline.encoders.transformer import HF_DIR, load_mlm
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.devset import read_dev
-from pipeline.train.stage import collate, dev_scorer, make_encoder, make_optimizer, special_ids, train_step
+from pipeline.train.loop import dev_scorer
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import make_encoder, train_step
 
 VARIANTS = {
     "paper: [CLS], tanh head, dropout 0.1": {},

@@ -18,7 +18,7 @@ from pipeline.corpus import tokenizer
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.filter import stage as filter
 from pipeline.stage import run_stage, stage_path
-from pipeline.train.stage import collate, special_ids
+from pipeline.train.batching import collate, special_ids
 from storage import complete, list_datasets, read_manifest, read_table
 from tests.conftest import cpipe
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences

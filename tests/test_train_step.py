@@ -9,8 +9,10 @@ from pipeline.config import TrainConfig
 from pipeline.corpus.tokenizer import SPECIAL
 from pipeline.encoders.exported import Encoder
 from pipeline.encoders.transformer import SpanEncoder, build_model, export
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.memory_bank import MemoryBank
-from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import train_step
 from tests.conftest import make_document
 
 
