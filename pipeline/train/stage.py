@@ -21,13 +21,20 @@ from pipeline.config import Config, TrainConfig
 from pipeline.corpus.tokenizer import load_tokenizer
 from pipeline.encoders.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
 from pipeline.errors import InputError
+from pipeline.evaluate.sts import data_hash
+from pipeline.model.card import train_info, write_card
 from pipeline.ray_session import ray_init
 from pipeline.stage import runtime
+from pipeline.train import devset
 from pipeline.train.batching import special_ids
 from pipeline.train.curves import write_curves
+from pipeline.train.devset import best, read_dev
 from pipeline.train.loop import train_loop
 from pipeline.train.step import make_scaler
 from storage import arrow_filesystem, read_manifest, remove, shards
+
+# Ray is imported where the driver uses it (run, checkpoint_config): the stage registry, which imports every
+# stage (the CLI, the flows), does not wait for it.
 
 # 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
 # curves and a model card beside the model. 4: rows encoded in length-sorted blocks (less padding
@@ -55,8 +62,6 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, tuple]:
 def config(cfg: Config, name: str) -> dict:
     """The run's settings; a dev-selected run's hold its dev set. init_from stays out: the parent's dataset is an
     input, so its fingerprint is part of the child's, and renaming the parent rebuilds nothing."""
-    from pipeline.train import devset
-
     run = cfg.run_configs()[name]
     settings = run.model_dump(exclude={"init_from"})
     moved = [k for k in RUNTIME if not (k == "checkpoint_every" and run.eval_every)]
@@ -82,9 +87,6 @@ def dev_set(config: dict) -> dict | None:
     if not config.get("dev"):
         raise InputError("train: eval_every is set but the stage config names no dev set "
                          "(pipeline.train.devset.stage_config builds it)")
-    from pipeline.evaluate.sts import data_hash
-    from pipeline.train.devset import read_dev
-
     subset = read_dev(config["dev"]["file"])
     if data_hash([subset]) != config["dev"]["hash"]:
         raise InputError(f"train: {config['dev']['file']} changed after the run was configured; start it again")
@@ -110,9 +112,6 @@ def run(config: dict, inputs: dict, out) -> None:
     import ray.data
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
-
-    from pipeline.train.devset import best
-    from pipeline.model.card import train_info, write_card
 
     cfg = {**runtime(config, RUNTIME), **config["train"]}  # the loop reads both
     pairs = inputs["pairs"]
