@@ -2,7 +2,7 @@
 
 `configs/default.yaml`'s `declutr` run and model (2 layers x 128 hidden, vocab
 8,192), but `--scale` times its batch: 128 anchors x 2 positives = 384 spans of
-128 tokens, with MLM on the anchors. Both modes run `pipeline.train.stage.train_step`:
+128 tokens, with MLM on the anchors. Both modes run `pipeline.train.step.train_step`:
 "full batch" with `train.grad_cache` unset, "GradCache" with it set to one
 default step's spans (16 + 32 = 48), which goes through
 `pipeline.train.gradcache.cached_step`. Each measurement is a fresh process, so its
@@ -30,7 +30,8 @@ from transformers import AutoModelForMaskedLM
 from bench.common import ratio_report
 from pipeline.config import load_config
 from pipeline.model.transformer import SpanEncoder, scratch_config
-from pipeline.train.stage import make_optimizer, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import train_step
 
 SPECIAL = {"bos": 0, "pad": 1, "eos": 2, "mask": 4}  # the trained tokenizer's order (pipeline.tokenizer.loading.SPECIAL)
 MODES = {"full": "full batch", "cached": "GradCache"}

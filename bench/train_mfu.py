@@ -45,8 +45,10 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 
 from pipeline.augment.spans import span_length
 from pipeline.config import load_config
+from pipeline.train.batching import collate
 from pipeline.train.losses import nt_xent
-from pipeline.train.stage import autocast, collate, make_encoder, make_optimizer, make_scaler, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import autocast, make_encoder, make_scaler, train_step
 
 DISTILROBERTA = {"vocab_size": 50265, "hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12,
                  "intermediate_size": 3072, "max_position_embeddings": 514}

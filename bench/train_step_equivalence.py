@@ -1,6 +1,6 @@
 """The first steps' losses of every way the trainer can run a step, against the step run bare in float32.
 
-The Ray Train worker (pipeline.train.stage.train_loop) runs `train_step` on a model that Ray's `prepare_model`
+The Ray Train worker (pipeline.train.loop.train_loop) runs `train_step` on a model that Ray's `prepare_model`
 has moved to its GPU and wrapped in DistributedDataParallel with `ddp_options`. Ray's wheel is too large
 for the GPU machine this project borrows, so this runs the worker's code path without Ray: the same
 wrapper in a one-process process group (NCCL on a GPU, gloo on CPU), then `train_step` as the worker
@@ -26,7 +26,9 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 from bench.train_mfu import DISTILROBERTA, TINY, spans_table
 from pipeline.augment.spans import span_length
 from pipeline.config import load_config
-from pipeline.train.stage import collate, ddp_options, make_encoder, make_optimizer, make_scaler, train_step
+from pipeline.train.batching import collate
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
 
 
 def main() -> None:

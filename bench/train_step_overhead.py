@@ -1,6 +1,6 @@
 """One training step inside Ray Train against the same step in a plain torch loop.
 
-Both run `pipeline.train.stage.train_step` on the same pairs, model and thread count;
+Both run `pipeline.train.step.train_step` on the same pairs, model and thread count;
 Ray's side reads the pairs through Ray Data (`get_dataset_shard`) inside a
 TorchTrainer worker, the plain side slices an in-memory Arrow table. Steady-state
 step times are compared (the first steps are warm-up); Ray's one-off start-up
@@ -35,7 +35,9 @@ from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
 from pipeline.init import stage as init
 from pipeline.train import stage as train
-from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
+from pipeline.train.batching import collate, special_ids
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import train_step
 from storage import read_table
 
 WARMUP = 10

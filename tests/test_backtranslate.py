@@ -20,11 +20,10 @@ from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
+from pipeline.stage import run_stage
+from pipeline.train.batching import collate, special_ids
 from pipeline.filter.config import FilterConfig
-from pipeline.stage import run_stage
 from pipeline.train.config import TrainConfig
-from pipeline.stage import run_stage
-from pipeline.train.stage import collate, special_ids
 from storage import complete, list_datasets, read_manifest, read_table
 from tests.conftest import cpipe
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences

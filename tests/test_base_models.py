@@ -29,8 +29,8 @@ from pipeline.filter.config import FilterConfig
 from pipeline.init.config import ModelConfig
 from pipeline.stage import run_stage
 from pipeline.init import stage as init
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
-from pipeline.train.stage import collate, special_ids
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, make_document
 from tests.test_precision import run_train_loop
@@ -188,7 +188,7 @@ def test_wordpiece_counts_are_the_words_and_full_stops(bases, documents):
     assert counted == [len(t.split()) + t.count(".") for t in texts]
 
 
-def train_and_export(built: dict, base: Path, monkeypatch, tmp_path, max_length: int) -> tuple[Path, list[dict]]:
+def train_and_export(built: dict, base: Path, tmp_path, max_length: int) -> tuple[Path, list[dict]]:
     init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(), {"tokenizer": built["tokenizer"]},
                          built["artifacts"])
     hf = f"{init_dir}/{HF_DIR}"
@@ -196,20 +196,20 @@ def train_and_export(built: dict, base: Path, monkeypatch, tmp_path, max_length:
     cfg = TrainConfig(objective="declutr", batch_size=4, lr=1e-3, max_length=max_length, checkpoint_every=2,
                       torch_threads=1).model_dump()
     config = {"train": cfg, "init": hf, "total_steps": 2, "special": special_ids(tok, max_length)}
-    reports = run_train_loop(monkeypatch, config, read_table(built["augment"]))
+    reports = run_train_loop(config, read_table(built["augment"]))
     encoder = SpanEncoder(build_model({"base": hf, "seed": 0}, tok), cfg["pooling"], cfg["projection"])
     encoder.load_state_dict(reports[-1]["model"])
     export(encoder.mlm_model, tok, str(tmp_path), cfg["pooling"])
     return tmp_path, reports[-1]["metrics"]
 
 
-def test_training_from_a_bert_base_cuts_spans_to_its_positions(bases, corpus_path, monkeypatch, tmp_path, caplog):
+def test_training_from_a_bert_base_cuts_spans_to_its_positions(bases, corpus_path, tmp_path, caplog):
     from sentence_transformers import SentenceTransformer
 
     base, _ = bases["bert"]
     built = stages(base, corpus_path)
     with caplog.at_level(logging.INFO, logger="cpipe"):
-        out, metrics = train_and_export(built, base, monkeypatch, tmp_path, max_length=500)
+        out, metrics = train_and_export(built, base, tmp_path, max_length=500)
     assert [m["step"] for m in metrics] == [1, 2] and all(np.isfinite(m["loss"]) for m in metrics)
     assert any("beyond the model's 64 positions" in r.getMessage() for r in caplog.records)
     assert not any(FRESH_HEAD in r.getMessage() for r in caplog.records)  # this base has its MLM head
@@ -260,8 +260,8 @@ def test_roberta_position_limit_leaves_the_padding_offset(bases, corpus_path):
     assert batch["anchors"][0].shape == (1, 64) and torch.isfinite(pooled).all()
 
 
-def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(bases, corpus_path, monkeypatch,
-                                                                                tmp_path, caplog, capfd):
+def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(bases, corpus_path, tmp_path, caplog,
+                                                                                capfd):
     from transformers.utils import logging as hf_logging
 
     base, _ = bases["st"]
@@ -270,7 +270,7 @@ def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(b
     hf_logging.set_verbosity_warning()  # as a fresh process has it: the library's own report must not show
     try:
         with caplog.at_level(logging.INFO, logger="cpipe"):
-            _, metrics = train_and_export(built, base, monkeypatch, tmp_path, max_length=64)
+            _, metrics = train_and_export(built, base, tmp_path, max_length=64)
     finally:
         hf_logging.set_verbosity(verbosity)
     assert [m["step"] for m in metrics] == [1, 2] and all(m["mlm_loss"] > 0 for m in metrics)

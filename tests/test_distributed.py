@@ -11,9 +11,11 @@ import torch
 import torch.multiprocessing as mp
 
 from pipeline.train.config import TrainConfig
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
-from pipeline.train.stage import collate, ddp_options, make_optimizer, special_ids, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import ddp_options, train_step
 from tests.conftest import free_port
 from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
 

@@ -17,14 +17,6 @@ OURS = (*PACKAGES, "tasks", "flows", "bench", "tests")  # top-level names that a
 LEAVES = ("pipeline.errors", "pipeline.config_base", "pipeline.corpus.credentials", "pipeline.augment.segment",
           "pipeline.augment.clear_names", "pipeline.train.splits", "pipeline.evaluate.names")
 
-# Cycles that other work in progress removes (issue 24), each as the modules it runs through: a cycle within
-# one of these sets passes for now; any other fails, and an entry whose cycle is gone must come off the list.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    # the train stage writes the model card, whose update_cards imports the train stage (in a function)
-    frozenset({"pipeline.train.model_card", "pipeline.train.stage"}),
-]
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -143,16 +135,8 @@ def test_the_import_graph_walks_every_module():
 
 def test_no_import_cycle_in_pipeline_or_storage():
     edges, _ = graph()
-    unknown = [describe(c, edges) for c in components(edges) if not any(c <= known for known in KNOWN_CYCLES)]
-    assert not unknown, "import cycles (imports at any depth, function-local ones included):\n" + "\n".join(unknown)
-
-
-def test_known_cycles_are_still_there():
-    """A listed cycle that is gone comes off the list, so that it cannot come back unnoticed."""
-    edges, _ = graph()
-    found = components(edges)
-    gone = [sorted(known) for known in KNOWN_CYCLES if not any(known & c for c in found)]
-    assert not gone, f"these cycles are gone: take them off KNOWN_CYCLES: {gone}"
+    cycles = [describe(c, edges) for c in components(edges)]
+    assert not cycles, "import cycles (imports at any depth, function-local ones included):\n" + "\n".join(cycles)
 
 
 def test_cycles_are_found_and_described():

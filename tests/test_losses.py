@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from pipeline.train.losses import info_nce, mask_tokens, nt_xent, slanted_triangular
+from pipeline.train.losses import info_nce, mask_tokens, nt_xent
+from pipeline.train.optim import slanted_triangular
 
 
 def cos(u, v):

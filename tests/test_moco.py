@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from pipeline.train.config import TrainConfig
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
-from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import train_step
 from tests.test_losses import moco_loop
 from tests.test_precision import run_train_loop
 from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
@@ -60,21 +62,17 @@ def test_moco_loss_is_infonce_of_queries_against_keys_and_the_queue(tokenizer):
     assert len(bank) == 20 and torch.equal(bank.negatives()[:4], queue[4:])  # the oldest left first
 
 
-def test_a_checkpoint_restores_the_key_encoder_and_the_queue(tokenizer, monkeypatch, tmp_path):
-    import ray.train
-
+def test_a_checkpoint_restores_the_key_encoder_and_the_queue(tokenizer, tmp_path):
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
     cfg = TrainConfig(objective="cert", momentum=0.9, memory_bank=6, batch_size=4, lr=1e-3, max_length=64,
                       checkpoint_every=2, torch_threads=1)
     config = {"train": cfg.model_dump(), "init": str(tmp_path / "init"), "total_steps": 4,
               "special": special_ids(tokenizer)}
     table = pairs(tokenizer, n=16)
-    calm = run_train_loop(monkeypatch, config, table)
+    calm = run_train_loop(config, table)
     first = calm[0]["key_encoder"]["module"]
     assert any(not torch.equal(first[name], value) for name, value in calm[0]["model"].items())
-    (tmp_path / "checkpoint").mkdir()
-    torch.save(calm[0], tmp_path / "checkpoint" / "state.pt")
-    resumed = run_train_loop(monkeypatch, config, table, ray.train.Checkpoint.from_directory(tmp_path / "checkpoint"))
+    resumed = run_train_loop(config, table, saved=calm[0])
     a, b = calm[-1], resumed[-1]
     assert [m["loss"] for m in b["metrics"]] == pytest.approx([m["loss"] for m in a["metrics"]], rel=1e-6)
     assert torch.equal(b["bank"]["queue"], a["bank"]["queue"]) and len(a["bank"]["queue"]) == 6

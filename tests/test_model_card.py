@@ -12,8 +12,8 @@ from transformers import AutoConfig
 from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.leaderboard import stage as ranking
 from pipeline.stage import run_stage
+from pipeline.model.card import CARD, render, train_info, update_cards, write_card
 from pipeline.train.config import TrainConfig
-from pipeline.train.model_card import CARD, render, train_info, update_cards, write_card
 from storage import DatasetWriter, dataset_path, read_manifest
 from tests.test_embed import tiny_model
 
@@ -154,5 +154,5 @@ def test_a_model_outside_the_table_keeps_its_card(artifacts, tmp_path):
 
     _, model_dir = artifacts
     card = Path(model_dir, ST_DIR, CARD).read_text()
-    assert update_cards({}, pd.DataFrame({"model": []})) == []
+    assert update_cards({}, pd.DataFrame({"model": []}), "train") == []
     assert Path(model_dir, ST_DIR, CARD).read_text() == card

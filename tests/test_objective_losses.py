@@ -17,8 +17,10 @@ from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.errors import ConfigError, InputError
 from pipeline.train.config import TrainConfig
 from pipeline.errors import InputError
+from pipeline.train.batching import collate, special_ids, step_inputs
 from pipeline.train.losses import LOSSES
-from pipeline.train.stage import collate, make_optimizer, special_ids, step_inputs, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import train_step
 from tests.conftest import make_document
 from tests.test_losses import cl_forward_loop
 from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)

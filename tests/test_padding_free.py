@@ -17,9 +17,10 @@ from pipeline.model import transformer as model_module
 from pipeline.model.packing import packed_hidden
 from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.errors import InputError
+from pipeline.train.batching import collate, length_blocks, special_ids, step_inputs
 from pipeline.train.config import TrainConfig
-from pipeline.train.stage import (accumulate, collate, length_blocks, make_encoder, make_optimizer, special_ids,
-                            step_inputs, train_step)
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import accumulate, make_encoder, train_step
 from tests.conftest import make_document
 from tests.test_train_step import tokenizer  # noqa: F401  (fixture)
 

@@ -14,9 +14,13 @@ import torch
 
 from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
+from pipeline.train import loop
 from pipeline.train import stage as train
+from pipeline.train.batching import collate, special_ids, step_inputs
+from pipeline.train.losses import LOSSES
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import ddp_options, make_scaler, train_step
 from pipeline.train.config import TrainConfig
-from pipeline.train.stage import collate, make_optimizer, make_scaler, special_ids, step_inputs, train_step
 from storage import DatasetWriter
 from tests import test_train_step
 from tests.conftest import free_port
@@ -88,14 +92,14 @@ def test_accumulated_mlm_is_the_mean_over_every_masked_token_of_the_step(tokeniz
 def test_bf16_runs_the_encoder_in_bf16_and_the_losses_in_fp32(tokenizer, monkeypatch):
     batch = micro_batches(tokenizer, n=1)
     dtypes = {"layer": [], "nt_xent": []}
-    nt_xent = train.LOSSES["nt-xent"]
+    nt_xent = LOSSES["nt-xent"]
 
     def recording(anchors, positives, temperature, negatives):
         dtypes["nt_xent"] += [anchors.dtype, positives.dtype]
         return nt_xent(anchors, positives, temperature, negatives)
 
     fp32 = step(tokenizer, batch)[1]
-    monkeypatch.setitem(train.LOSSES, "nt-xent", recording)
+    monkeypatch.setitem(LOSSES, "nt-xent", recording)
     model = tiny_encoder(tokenizer)
     model.mlm_model.base_model.encoder.layer[0].output.dense.register_forward_hook(
         lambda module, args, out: dtypes["layer"].append(out.dtype))
@@ -130,9 +134,7 @@ def test_fp16_scales_the_loss_and_skips_an_overflowed_step(tokenizer):
     assert not optimizer.state and scheduler.last_epoch == 0  # neither an update nor a step of the schedule
 
 
-def test_the_loss_scale_is_checkpointed_and_restored(tokenizer, monkeypatch):
-    import ray.train
-
+def test_the_loss_scale_is_checkpointed_and_restored(tokenizer):
     batch = micro_batches(tokenizer, n=1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # not make_scaler's defaults
     cfg = TrainConfig(**NO_CLIP, precision="fp16").model_dump()
@@ -143,12 +145,11 @@ def test_the_loss_scale_is_checkpointed_and_restored(tokenizer, monkeypatch):
         train_step(model, optimizer, scheduler, batch, cfg, special_ids(tokenizer), generator, scaler=scaler)
     saved = {}
 
-    def report(metrics, checkpoint):
-        saved.update(torch.load(f"{checkpoint.path}/state.pt", weights_only=False))
+    def report(metrics, directory):
+        saved.update(loop.load_state(directory))
 
-    monkeypatch.setattr(ray.train, "report", report)
     state = {"step": 2, "metrics": [{"loss": 0.0}]}
-    train._report(model, optimizer, scheduler, scaler, None, None, generator, state, rank=0)
+    loop._report(report, model, optimizer, scheduler, scaler, None, None, generator, state, rank=0)
     restored = make_scaler("fp16", "cpu")
     restored.load_state_dict(saved["scaler"])
     assert restored.state_dict() == scaler.state_dict()
@@ -174,7 +175,7 @@ def accumulated_step(tok, rank: int = 0, world: int = 1) -> tuple[float, dict]:
     cfg = TrainConfig(**{**NO_CLIP, "batch_size": 8}, mlm=False, grad_cache=5, grad_accumulation=2).model_dump()
     model = tiny_encoder(tok)
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, **train.ddp_options(cfg))
+        model = torch.nn.parallel.DistributedDataParallel(model, **ddp_options(cfg))
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     rows, share = pairs(tok, n=16), 8 // world
     batches = [collate(rows.slice(8 * i + rank * share, share), special_ids(tok), 64, True) for i in range(2)]
@@ -207,47 +208,30 @@ def test_two_workers_accumulate_the_same_step_as_one(tokenizer, tmp_path):
             torch.testing.assert_close(rank_grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
 
 
-class Shard:
-    """What train_loop reads of a Ray Data shard: fixed-size batches in order, the short last one dropped."""
-
-    def __init__(self, table: pa.Table):
-        self.table = table
-
-    def iter_batches(self, batch_size: int, drop_last: bool, batch_format: str):
-        return (self.table.slice(i, batch_size) for i in range(0, self.table.num_rows - batch_size + 1, batch_size))
-
-
-def run_train_loop(monkeypatch, config: dict, table: pa.Table, checkpoint=None) -> list[dict]:
-    """train_loop on one worker, Ray Train's context stubbed out; the checkpoints it reports."""
-    import ray.train
-    import ray.train.torch
-
+def run_train_loop(config: dict, table: pa.Table, saved: dict | None = None) -> list[dict]:
+    """The training loop of one worker, in this process, resuming from `saved` if given: the checkpoints it
+    reports. Its micro-batches are `table`'s rows as Ray Data's shard gives them: fixed-size tables in order,
+    the short last one dropped."""
     reports = []
-    context = type("Context", (), {"get_world_rank": lambda self: 0, "get_world_size": lambda self: 1})()
-    monkeypatch.setattr(ray.train, "get_context", lambda: context)
-    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: checkpoint)
-    monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: Shard(table))
-    monkeypatch.setattr(ray.train.torch, "prepare_model", lambda model, parallel_strategy_kwargs: model)
-    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint: reports.append(
-        torch.load(f"{checkpoint.path}/state.pt", weights_only=False)))
-    train.train_loop(config)
+
+    def shard(rows: int):
+        return (table.slice(i, rows) for i in range(0, table.num_rows - rows + 1, rows))
+
+    loop.run_loop(config, rank=0, world=1, saved=saved, shard=shard, prepare_model=lambda model, ddp: model,
+                  report=lambda metrics, directory: reports.append(loop.load_state(directory)))
     return reports
 
 
-def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, monkeypatch, tmp_path):
-    import ray.train
-
+def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_path):
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
     cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="fp16", max_length=64, checkpoint_every=2,
                       torch_threads=1)
     config = {"train": cfg.model_dump(), "init": str(tmp_path / "init"), "total_steps": 4,
               "special": special_ids(tokenizer)}
     table = pairs(tokenizer, n=34)  # 4 steps of 2 micro-batches of 4 pairs; 2 pairs left over
-    calm = run_train_loop(monkeypatch, config, table)
+    calm = run_train_loop(config, table)
     assert [r["step"] for r in calm] == [2, 4]
-    (tmp_path / "checkpoint").mkdir()
-    torch.save(calm[0], tmp_path / "checkpoint" / "state.pt")
-    resumed = run_train_loop(monkeypatch, config, table, ray.train.Checkpoint.from_directory(tmp_path / "checkpoint"))
+    resumed = run_train_loop(config, table, saved=calm[0])
     assert [r["step"] for r in resumed] == [4]
     a, b = calm[-1], resumed[-1]
     special = special_ids(tokenizer)

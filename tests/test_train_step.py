@@ -5,12 +5,14 @@ import pyarrow as pa
 import pytest
 import torch
 
+from pipeline.train.config import TrainConfig
 from pipeline.tokenizer.loading import SPECIAL
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import SpanEncoder, build_model, export
-from pipeline.train.config import TrainConfig
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.memory_bank import MemoryBank
-from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
+from pipeline.train.optim import make_optimizer
+from pipeline.train.step import train_step
 from tests.conftest import make_document
 
 

@@ -3,7 +3,7 @@
 Training runs start from these exact weights, and the leaderboard's "untrained"
 row evaluates them, so the comparison isolates what pretraining did. The exported
 tokenizer's model_max_length is the model's position limit, which training reads
-(pipeline.train.stage.special_ids) so that no span indexes past the position table.
+(pipeline.train.batching.special_ids) so that no span indexes past the position table.
 """
 
 from __future__ import annotations

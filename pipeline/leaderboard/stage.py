@@ -17,8 +17,9 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
+from pipeline.model.card import update_cards
 from pipeline.stage import Stage
-from pipeline.train.model_card import update_cards
+from pipeline.train import stage as train
 from storage import DatasetWriter, put_file, read_manifest, read_table
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
@@ -53,7 +54,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     absent = absent_tasks(scores)
     write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
-    update_cards(inputs, table)  # each trained model's README.md now states its scores
+    update_cards(inputs, table, train.STAGE.name)  # each trained model's README.md now states its scores
     out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
                       "rank_by_setting": config.get("rank_by")})
 

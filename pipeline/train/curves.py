@@ -43,7 +43,7 @@ def write_curves(rows: list[dict], out_dir: str) -> None:
 
 
 def _events(rows: list[dict], curves: dict, log_dir: str) -> None:
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter  # imports tensorboard (slow): only when the curves are written
 
     shutil.rmtree(log_dir, ignore_errors=True)  # a second write must not add a second copy of every point
     # Wall times from the run's own clock ("seconds" since training started), so TensorBoard's relative
@@ -58,7 +58,7 @@ def _events(rows: list[dict], curves: dict, log_dir: str) -> None:
 
 
 def _plot(curves: dict, path: str) -> None:
-    import matplotlib
+    import matplotlib  # a heavy import: only when the curves are drawn
 
     matplotlib.use("Agg")  # no display on servers and workers
     import matplotlib.pyplot as plt

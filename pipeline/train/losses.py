@@ -1,4 +1,4 @@
-"""The training losses: the contrastive losses the objectives' papers define, BERT's masking, and the schedules.
+"""The training losses: the contrastive losses the objectives' papers define, and BERT's masking.
 
 Both contrastive losses score cosine similarities over a temperature and take the
 mean cross-entropy of picking each row's positive. They differ in their candidates:
@@ -64,20 +64,4 @@ def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, v
     corrupted[randomised] = torch.randint(vocab_size, input_ids.shape, generator=generator,
                                           device=input_ids.device)[randomised]
     return corrupted, chosen
-
-
-def slanted_triangular(step: int, total_steps: int, cut_frac: float, ratio: float) -> float:
-    """ULMFiT's schedule (Howard & Ruder, 2018, eq. 3) as a multiplier of the peak learning rate."""
-    cut = max(1, int(total_steps * cut_frac))
-    if step < cut:
-        p = step / cut
-    else:
-        p = 1 - (step - cut) / max(1, cut * (1 / cut_frac - 1))
-    return (1 + max(p, 0.0) * (ratio - 1)) / ratio
-
-
-def linear_decay(step: int, total_steps: int) -> float:
-    """The HF Trainer's default schedule (get_linear_schedule_with_warmup, no warmup), as SimCSE trains: from the
-    peak learning rate down to 0 at the last step, as a multiplier of the peak."""
-    return max(0.0, 1 - step / max(1, total_steps))
 

@@ -18,11 +18,11 @@ from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.model.transformer import ST_DIR
 from pipeline.leaderboard.table import ANALYSIS, MISSING, rankable_columns
 from pipeline.train.config import TrainConfig
-from storage import complete, dataset_path, put_file, read_manifest
+from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 
 CARD = "README.md"
 # How each objective makes its positive pairs, as its paper does.
-OBJECTIVES = {
+OBJECTIVE_TITLES = {
     "declutr": "DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
     "simcse": "unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
     "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
@@ -43,7 +43,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
     model = init["config"]
     # The datasets the pairs were made from (the filter stage's documents; CERT's back-translations), which a
     # manifest names by fingerprint, beside the pairs in the same artifacts.
-    root, stages = inputs["pairs"].rstrip("/").rsplit("/", 2)[0], PAIR_MAKERS[cfg["objective"]].INPUTS
+    root, stages = dataset_parts(inputs["pairs"])[0], PAIR_MAKERS[cfg["objective"]].INPUTS
     sources = {name: _dataset(root, stages[name], fp) for name, fp in sorted(pairs["inputs"].items()) if name in stages}
     run = TrainConfig(**cfg)
     return {
@@ -95,7 +95,7 @@ def _metadata(info: dict) -> list[str]:
 
 
 def _training(info: dict) -> list[tuple[str, str]]:
-    objective = OBJECTIVES.get(info["objective"], info["objective"])
+    objective = OBJECTIVE_TITLES.get(info["objective"], info["objective"])
     if info.get("augmentation"):
         objective += f" ({info['augmentation']})"
     loss = (f"{LOSSES.get(info['loss'], info['loss'])}, temperature {info['temperature']:g}"
@@ -144,10 +144,11 @@ def write_card(st_dir: str, info: dict, scores: dict | None = None) -> None:
         put_file(f"{tmp}/{CARD}", f"{st_dir.rstrip('/')}/{CARD}")
 
 
-def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame) -> list[str]:
+def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame,
+                 train_stage: str) -> list[str]:
     """Rewrite the card of every trained model among the leaderboard's scores datasets with its row's scores
-    (the table's score, average and analysis columns). Returns the model directories whose cards it wrote."""
-    from pipeline.train import stage as train  # which imports this module
+    (the table's score, average and analysis columns); `train_stage` is the train stage's name, under which
+    the artifacts hold the trained models. Returns the model directories whose cards it wrote."""
     columns = [c for c in (*rankable_columns(), *ANALYSIS) if c in table.columns]
     rows = table.set_index("model")
     written = []
@@ -157,7 +158,7 @@ def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame) -> list[str
         if manifest["config"]["spec"]["kind"] != "trained" or name not in rows.index:
             continue
         # A trained model is a train dataset beside the scores, which the manifest names by fingerprint.
-        model_dir = dataset_path(path.rstrip("/").rsplit("/", 2)[0], train.NAME, manifest["inputs"]["model"])
+        model_dir = dataset_path(dataset_parts(path)[0], train_stage, manifest["inputs"]["model"])
         info = read_manifest(model_dir).get("card")
         if info is None:  # a model trained before cards were written has no card to update
             continue
