@@ -13,7 +13,9 @@ import pytest
 import flows.cli
 import flows.pipeline_flows as flow
 from pipeline import registry
-from pipeline.config import Config, CorpusConfig
+from pipeline.config import Config
+from pipeline.corpus.config import CorpusConfig
+from pipeline.init import stage as init
 from pipeline.stage import Stage, run_stage, runtime
 from pipeline.train import stage as train
 from storage import read_manifest, read_table
@@ -103,3 +105,9 @@ def test_runtime_reads_defaults_and_refuses_unknown_keys():
         assert "log_evry" in str(e)
     else:
         raise AssertionError("an unknown runtime key was accepted")
+
+
+def test_a_base_models_init_fingerprint_leaves_the_from_scratch_sizes_out():
+    sized = init.config(Config(model={"base": "/models/m", "hidden_size": 64, "num_heads": 2}))
+    assert sized == init.config(Config(model={"base": "/models/m"})) == {"base": "/models/m", "seed": 0}
+    assert init.config(Config(model={"hidden_size": 64, "num_heads": 2}))["hidden_size"] == 64  # from scratch

@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 
 from pipeline.config import Config
-from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.stage import Stage
+from pipeline.tokenizer.loading import load_tokenizer
 from storage import DatasetWriter
 
 log = logging.getLogger("cpipe")
 
 
 def config(cfg: Config, key: None = None) -> dict:
-    return cfg.model.model_dump()
+    """A base model brings its own shape: the from-scratch sizes stay out, so they rebuild nothing."""
+    model = cfg.model.model_dump()
+    return model if model["base"] is None else {"base": model["base"], "seed": model["seed"]}
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
