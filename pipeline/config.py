@@ -39,20 +39,20 @@ class RayConfig(Strict):
 
 class Config(Strict):
     artifacts: str = "artifacts"
-    corpus: CorpusConfig = CorpusConfig()
-    tokenizer: TokenizerConfig = TokenizerConfig()
-    filter: FilterConfig = FilterConfig()
-    augment: AugmentConfig = AugmentConfig()
-    backtranslate: BacktranslateConfig = BacktranslateConfig()
-    model: ModelConfig = ModelConfig()
-    train: TrainConfig = TrainConfig()
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    filter: FilterConfig = Field(default_factory=FilterConfig)
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    backtranslate: BacktranslateConfig = Field(default_factory=BacktranslateConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
     runs: dict[str, dict[str, Any]] = Field(
         default_factory=lambda: {"declutr": {}},
         description="named runs: train overrides per run; all share the data stages",
     )
-    evaluate: EvaluateConfig = EvaluateConfig()
-    parallel: ParallelConfig = ParallelConfig()
-    ray: RayConfig = RayConfig()
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     @field_validator("artifacts")
     @classmethod

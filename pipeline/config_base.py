@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # validate_default: a default path is made absolute as a written one is (Ray workers run elsewhere).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_default=True)
 
 
 def absolute(path: str) -> str:

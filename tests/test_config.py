@@ -86,7 +86,15 @@ def test_the_default_profile_holds_only_what_the_demo_changes():
                 and section != "runs" for key, value in values.items()}
     settings.update({(section,): value for section, value in written.items() if (section,) not in settings
                      and not (isinstance(value, dict) and section != "runs")})
-    # artifacts is written at its default's value so that it is made absolute, as a default is not.
-    unchanged = [".".join(k) for k, v in settings.items() if k != ("artifacts",)
-                 and (defaults[k[0]] if len(k) == 1 else defaults[k[0]][k[1]]) == v]
+    unchanged = [".".join(k) for k, v in settings.items()
+                 if (defaults[k[0]] if len(k) == 1 else defaults[k[0]][k[1]]) == v]
     assert not unchanged, f"configs/default.yaml repeats these defaults: {unchanged}"
+
+
+def test_default_paths_are_made_absolute_as_written_ones_are(tmp_path, monkeypatch):
+    """Ray workers and served deployments run in other directories: a default path must not stay relative."""
+    monkeypatch.chdir(tmp_path)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("runs: {declutr: {}}\n")
+    cfg = load_config(profile)
+    assert cfg.artifacts == str(tmp_path / "artifacts") and cfg.corpus.download_dir == str(tmp_path / "downloads")

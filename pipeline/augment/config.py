@@ -52,7 +52,7 @@ class AugmentConfig(Strict):
     min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1,
                            description="sentence objectives (simcse, clear): shorter sentences are left out")
     max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
-    clear: ClearConfig = ClearConfig()
+    clear: ClearConfig = Field(default_factory=ClearConfig)
     num_anchors: int = Field(2, ge=1)
     num_positives: int = Field(2, ge=1)
     min_length: int = Field(32, ge=1)

@@ -39,7 +39,7 @@ class Baselines(Strict):
     vectors: list[str] = Field(default_factory=list, description="GloVe .txt / fastText .vec files, averaged")
     models: list[ModelBaseline] = Field(default_factory=list)
     postprocess: list[PostprocessBaseline] = Field(default_factory=list)
-    infersent: InferSentBaseline = InferSentBaseline()
+    infersent: InferSentBaseline = Field(default_factory=InferSentBaseline)
 
     @field_validator("vectors")
     @classmethod

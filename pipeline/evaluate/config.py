@@ -40,8 +40,8 @@ class EvaluateConfig(Strict):
         "'avg transfer (SentEval)' or 'STSB cosine'; null: the first of those averages that some model has, "
         "else the first score column with a value"))
     untrained: bool = True
-    fasttext: FastTextBaseline = FastTextBaseline()
-    baselines: Baselines = Baselines()
+    fasttext: FastTextBaseline = Field(default_factory=FastTextBaseline)
+    baselines: Baselines = Field(default_factory=Baselines)
 
     @field_validator("data")
     @classmethod
