@@ -23,10 +23,10 @@ def default_model(work: str) -> str:
     weights), built under `work`."""
     from pipeline.config import Config, load_config
     from pipeline.corpus import stage as corpus
-    from pipeline.tokenizer import stage as tokenizer
     from pipeline.corpus.config import CorpusConfig
-    from pipeline.stage import run_stage
     from pipeline.init import stage as init
+    from pipeline.stage import run_stage
+    from pipeline.tokenizer import stage as tokenizer
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
     docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},

@@ -34,7 +34,6 @@ from pathlib import Path
 from bench.common import shared_corpus
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.filter import docstats
 from pipeline.filter import stage as filter
@@ -42,6 +41,7 @@ from pipeline.filter.config import FilterConfig
 from pipeline.filter.docstats import count_tokens, text_key
 from pipeline.parallel import ordered_map
 from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
 
 ROOT = Path(__file__).resolve().parents[1]

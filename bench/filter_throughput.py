@@ -15,12 +15,12 @@ import tempfile
 from bench.common import alternate, ratio_report, shared_corpus
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.filter import docstats
 from pipeline.filter import stage as filter
 from pipeline.filter.docstats import count_tokens
 from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
 from storage import read_table
 
 

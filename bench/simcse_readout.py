@@ -25,11 +25,11 @@ import torch
 
 from bench.common import default_model, shared_corpus
 from pipeline.augment.segment import sentences
-from pipeline.train.config import TrainConfig
-from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.model.exported import embed
 from pipeline.model.transformer import HF_DIR, load_mlm
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
+from pipeline.train.config import TrainConfig
 from pipeline.train.devset import read_dev
 from pipeline.train.loop import dev_scorer
 from pipeline.train.optim import make_optimizer

@@ -26,14 +26,14 @@ from bench.common import shared_corpus
 from pipeline.augment import stage as augment
 from pipeline.config import Config, load_config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
-from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.model.transformer import HF_DIR, SpanEncoder, load_mlm
 from pipeline.filter import stage as filter
+from pipeline.init import stage as init
+from pipeline.model.transformer import HF_DIR, SpanEncoder, load_mlm
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
-from pipeline.init import stage as init
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import stage as train
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.optim import make_optimizer

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from storage.dataset import MANIFEST, DatasetError, shards, list_datasets, read_manifest
+from storage.dataset import MANIFEST, DatasetError, list_datasets, read_manifest, shards
 
 
 def _age(created: float | None) -> str:

@@ -16,13 +16,13 @@ from pipeline.backtranslate import stage as backtranslate
 from pipeline.backtranslate.config import BacktranslateConfig
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
-from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
-from pipeline.stage import run_stage
-from pipeline.train.batching import collate, special_ids
 from pipeline.filter.config import FilterConfig
+from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from storage import complete, list_datasets, read_manifest, read_table
 from tests.conftest import cpipe

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pipeline.train.config import TrainConfig
 from pipeline.train.batching import collate, special_ids
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.tokenizer.loading import SPECIAL
+from pipeline.errors import InputError
 from pipeline.model.embed_file import embed_file
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, build_model, export, load_mlm
-from pipeline.errors import InputError
+from pipeline.tokenizer.loading import SPECIAL
 from tests.conftest import cpipe, make_document
 
 MAX_LENGTH = 64

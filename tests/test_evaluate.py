@@ -12,7 +12,6 @@ import pytest
 from pipeline.baselines.config import Baselines
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
@@ -21,6 +20,7 @@ from pipeline.evaluate.transfer_data import TRANSFER_TASKS
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
 from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
 from storage import read_table
 from tests.conftest import SHARED, WORDS, write_corpus, write_sts
 from tests.test_embed import tiny_model

@@ -4,12 +4,12 @@ import pytest
 
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
 from pipeline.filter.stage import FilterError
 from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
 from tests.conftest import SHARED
 from tests.test_langid import DE_WORDS, EN_WORDS, sentence, tiny_model  # noqa: F401  (fixture)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline import registry
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.evaluate.stage import trained_about
-
-from pipeline import registry
 from pipeline.train import stage as train
 
 

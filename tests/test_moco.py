@@ -5,8 +5,8 @@ queue (a hand loop), the queue takes the keys after the loss, and a checkpoint r
 import pytest
 import torch
 
-from pipeline.train.config import TrainConfig
 from pipeline.train.batching import collate, special_ids
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer

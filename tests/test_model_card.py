@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 from transformers import AutoConfig
 
-from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.leaderboard import stage as ranking
-from pipeline.stage import run_stage
 from pipeline.model.card import CARD, render, train_info, update_cards, write_card
+from pipeline.model.transformer import HF_DIR, ST_DIR
+from pipeline.stage import run_stage
 from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, dataset_path, read_manifest
 from tests.test_embed import tiny_model

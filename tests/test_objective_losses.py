@@ -13,11 +13,10 @@ import pytest
 import torch
 
 from pipeline.config import Config, load_config
-from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.errors import ConfigError, InputError
-from pipeline.train.config import TrainConfig
-from pipeline.errors import InputError
+from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.train.batching import collate, special_ids, step_inputs
+from pipeline.train.config import TrainConfig
 from pipeline.train.losses import LOSSES
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step

@@ -14,13 +14,13 @@ from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.augment.segment import sentences
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
-from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.model.transformer import load_mlm
-from pipeline.init.config import ModelConfig
-from pipeline.stage import run_stage
 from pipeline.init import stage as init
+from pipeline.init.config import ModelConfig
+from pipeline.model.transformer import load_mlm
+from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.config import OBJECTIVES, TrainConfig
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus

@@ -17,10 +17,10 @@ from pipeline.stage import run_stage
 from pipeline.train import loop
 from pipeline.train import stage as train
 from pipeline.train.batching import collate, special_ids, step_inputs
+from pipeline.train.config import TrainConfig
 from pipeline.train.losses import LOSSES
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, make_scaler, train_step
-from pipeline.train.config import TrainConfig
 from storage import DatasetWriter
 from tests import test_train_step
 from tests.conftest import free_port

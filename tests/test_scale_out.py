@@ -10,7 +10,6 @@ import pytest
 
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.wikipedia import WikipediaDumpSource
 from pipeline.filter import stage as filter
@@ -18,6 +17,7 @@ from pipeline.filter.config import FilterConfig
 from pipeline.parallel import ordered_map
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, ray_cluster, write_corpus
 from tests.test_filter import lid_model  # noqa: F401  (fixture)

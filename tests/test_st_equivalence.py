@@ -15,10 +15,10 @@ from sentence_transformers import SentenceTransformer, models
 from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 from transformers import AutoModel, BertConfig
 
-from pipeline.model.exported import Encoder
-from pipeline.model.transformer import ST_DIR
 from pipeline.evaluate.sts import score_sts
 from pipeline.evaluate.sts_data import find_sts
+from pipeline.model.exported import Encoder
+from pipeline.model.transformer import ST_DIR
 from tests.conftest import SHARED, WORDS
 from tests.test_embed import MAX_LENGTH, tiny_model, tiny_tokenizer
 

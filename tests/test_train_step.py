@@ -5,11 +5,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipeline.train.config import TrainConfig
-from pipeline.tokenizer.loading import SPECIAL
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import SpanEncoder, build_model, export
+from pipeline.tokenizer.loading import SPECIAL
 from pipeline.train.batching import collate, special_ids
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step

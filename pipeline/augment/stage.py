@@ -10,9 +10,9 @@ import pyarrow as pa
 
 from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.config import Config
+from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.config import TrainConfig
-from pipeline.stage import Stage
 from storage import DatasetWriter
 
 SCHEMA = pa.schema([

@@ -23,7 +23,6 @@ from pipeline.augment.objectives.common import sentences
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.config import Config
-from pipeline.stage import runtime, split_runtime
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter
 

@@ -12,9 +12,9 @@ from functools import lru_cache
 import fsspec
 from tokenizers import Tokenizer
 
-from pipeline.tokenizer.loading import encode_whole
 from pipeline.filter.langid import LanguageIdentifier
 from pipeline.filter.neardup import NearDuplicates
+from pipeline.tokenizer.loading import encode_whole
 
 
 def text_key(text: str) -> bytes:

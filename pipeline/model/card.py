@@ -15,8 +15,8 @@ import tempfile
 import pandas as pd
 
 from pipeline.augment.objectives import PAIR_MAKERS
-from pipeline.model.transformer import ST_DIR
 from pipeline.leaderboard.table import ANALYSIS, MISSING, rankable_columns
+from pipeline.model.transformer import ST_DIR
 from pipeline.train.config import TrainConfig
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 

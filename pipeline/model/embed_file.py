@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.model.exported import Encoder
 from pipeline.errors import InputError
 from pipeline.jsonlines import json_objects
+from pipeline.model.exported import Encoder
 
 
 def _utf8(raw: bytes, path: str, lineno: int) -> str:

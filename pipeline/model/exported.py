@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from pipeline.model.transformer import HF_DIR, ST_DIR, pool, quiet_transformers
 from pipeline.errors import InputError
+from pipeline.model.transformer import HF_DIR, ST_DIR, pool, quiet_transformers
 from storage import local_copy
 
 

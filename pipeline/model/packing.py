@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 PACKED = "cpipe_packed"
 # SDPA's CPU path on a jagged tensor builds a strided nested one internally, which warns on every call.

@@ -6,14 +6,14 @@ import logging
 from contextlib import contextmanager
 
 import torch
+from huggingface_hub import utils as hf_hub_utils
 from torch import nn
 from transformers import AutoModelForMaskedLM, RobertaConfig
-from huggingface_hub import utils as hf_hub_utils
 from transformers.utils import logging as hf_logging
 
-from pipeline.tokenizer.loading import base_path
-from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.errors import InputError
+from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
+from pipeline.tokenizer.loading import base_path
 from storage import local_copy
 
 log = logging.getLogger("cpipe")

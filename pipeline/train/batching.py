@@ -14,8 +14,8 @@ import pyarrow as pa
 import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
-from pipeline.tokenizer.loading import DEL_TOKEN
 from pipeline.errors import InputError
+from pipeline.tokenizer.loading import DEL_TOKEN
 from pipeline.train.losses import mask_tokens
 
 log = logging.getLogger("cpipe")

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 import torch
 
-from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.model.exported import embed, eval_length
 from pipeline.model.transformer import load_mlm
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate
 from pipeline.train.devset import dev_spearman
 from pipeline.train.memory_bank import MemoryBank

@@ -14,8 +14,8 @@ from contextlib import nullcontext
 
 import torch
 
-from pipeline.model.transformer import SpanEncoder
 from pipeline.errors import InputError
+from pipeline.model.transformer import SpanEncoder
 from pipeline.train.batching import encode_ranges, length_blocks, padded_tokens, step_inputs
 from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import LOSSES

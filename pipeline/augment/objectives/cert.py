@@ -14,8 +14,8 @@ import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.objectives.common import epoch_seed, pair
-from pipeline.tokenizer.loading import encode_whole
 from pipeline.errors import InputError
+from pipeline.tokenizer.loading import encode_whole
 from storage import read_table
 
 NAME = "cert"

@@ -9,8 +9,8 @@ import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.objectives.common import epoch_seed, pair, sentences
-from pipeline.tokenizer.loading import encode_whole
 from pipeline.errors import InputError
+from pipeline.tokenizer.loading import encode_whole
 
 NAME = "simcse"
 INPUTS = {"documents": "filter"}

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import os
 
-from pipeline.config import Config
-from pipeline.baselines.infersent import model as infersent
 from pipeline.baselines.fasttext.bow import MODEL_FILE
+from pipeline.baselines.infersent import model as infersent
+from pipeline.config import Config
 from pipeline.file_snapshot import snapshot
 from pipeline.stage import Stage
 from storage import DatasetWriter
