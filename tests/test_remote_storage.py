@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 from moto.server import ThreadedMotoServer
 
-from conftest import CPIPE, free_port
+from tests.conftest import CPIPE, free_port
 from storage import DatasetError, DatasetWriter, list_datasets, local_copy, read_table
 
 BUCKET = "cpipe"
