@@ -154,10 +154,12 @@ def _servers_up() -> set[str]:
 
 
 def pytest_collection_modifyitems(items):
-    for item in items:  # a whole flow run starts both
-        if item.get_closest_marker("e2e"):
+    for item in items:
+        if item.get_closest_marker("e2e"):  # a whole flow run starts both
             item.add_marker("ray")
             item.add_marker("prefect")
+        if any(item.get_closest_marker(m) for m in ("ray", "prefect")):
+            item.add_marker("slow")
 
 
 _declared_up: set[str] = set()  # servers up now that a marked test started (a shared Ray instance stays up)

@@ -56,6 +56,7 @@ def worker(rank: int, world: int, port: int, tok, cfg: dict, bank_size: int, out
                                        {"objective": "cert", "momentum": 0.9, "memory_bank": 8},
                                        {"objective": "simcse"}],
                          ids=["plain", "grad-cache", "memory-bank", "moco", "simcse"])
+@pytest.mark.slow  # two worker processes
 def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path, overrides):
     cfg = TrainConfig(**CFG, **overrides).model_dump()
     bank = cfg.pop("memory_bank")

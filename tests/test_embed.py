@@ -193,6 +193,7 @@ def test_a_finished_output_is_replaced_only_when_the_new_one_is_complete(model_d
     assert pq.read_table(out).column("text").to_pylist() == sentences
 
 
+@pytest.mark.slow  # cpipe embed, a process
 def test_cpipe_embed(model_dir, sentences, expected, tmp_path):
     inp = write_input(tmp_path / "in.txt", sentences)
     out = tmp_path / "out.parquet"

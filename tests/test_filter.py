@@ -79,6 +79,7 @@ def test_near_duplicates_are_dropped_when_asked(stages):
     assert read_manifest(path)["counts"]["near_duplicate"] == 1
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("backend", ["processes"])
 def test_parallel_run_writes_the_same_documents(stages, backend):
     serial = read_table(stages(language="en", near_dedup=True))

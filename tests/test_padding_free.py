@@ -164,6 +164,7 @@ def test_step_counts_real_and_padded_tokens(tokenizer):
     assert metrics["tokens"] == real == metrics["padded_tokens"]  # packed: no slot is padding
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize("packing", [False, True])
 def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch, packing):
     """With aot_eager: Dynamo's and AOTAutograd's graphs of forward and backward, without inductor's C++

@@ -192,6 +192,7 @@ def ddp_worker(rank: int, world: int, port: int, tok, out: str) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow  # two worker processes
 def test_two_workers_accumulate_the_same_step_as_one(tokenizer, tmp_path):
     """Under DDP the step's last backward all-reduces all that the step accumulated (the backwards before
     it, of the first micro-batch and of GradCache's chunks, run under no_sync): one worker's gradients."""
