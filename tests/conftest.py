@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -138,9 +141,72 @@ def cpipe(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return proc
 
 
-# What the running test started that makes it slow: "ray", "prefect" (a server). `make test-quick` leaves out
-# tests marked so; a test that starts one without its marker fails, so the quick command stays quick.
+# What the running test started that makes it slow: "ray", "prefect" (a server), "processes" (a Python process:
+# worker processes, a subprocess of python or of a console script), "compile" (torch.compile). `make test-quick`
+# (-m "not slow") leaves out tests marked so; a test that starts one without its marker fails, so the quick
+# command stays quick. What a test's fixtures start as they are set up counts as the test's.
 _STARTED: set[str] = set()
+_MARKER = {"ray": "ray", "prefect": "prefect", "processes": "slow", "compile": "slow"}
+_WHAT = {"ray": "Ray", "prefect": "a Prefect server", "processes": "Python processes", "compile": "torch.compile"}
+
+
+def _runs_python(args, shell: bool = False) -> bool:
+    """Whether a subprocess' command is a Python interpreter or a Python console script (cpipe, ray, prefect)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        args = os.fsdecode(args).split()[:1] if shell else [args]
+    if not args:
+        return False
+    exe = os.fsdecode(args[0])
+    path = exe if os.sep in exe else shutil.which(exe)
+    if not path or not os.path.isfile(path):
+        return False
+    if Path(os.path.realpath(path)).name.startswith("python"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _record_started() -> None:
+    """Patches, once per session, what starts processes, so that the guard sees every one."""
+    popen_init = subprocess.Popen.__init__
+
+    def init(self, args, *a, **kw):
+        if _runs_python(args, kw.get("shell", False)):
+            _STARTED.add("processes")
+        popen_init(self, args, *a, **kw)
+
+    process_start = multiprocessing.process.BaseProcess.start  # Process, Pool, ProcessPoolExecutor, mp.spawn
+
+    def start(self):
+        _STARTED.add("processes")
+        return process_start(self)
+
+    subprocess.Popen.__init__ = init
+    multiprocessing.process.BaseProcess.start = start
+
+
+def _record_compile() -> None:
+    """torch.compile (nn.Module.compile calls it) records that it ran; torch once imported, the wrapper stays."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(torch.compile, "_records_for_guard", False):
+        return
+    compile_ = torch.compile
+
+    @functools.wraps(compile_)
+    def compile(*args, **kwargs):
+        _STARTED.add("compile")
+        return compile_(*args, **kwargs)
+
+    compile._records_for_guard = True
+    torch.compile = compile
+
+
+def pytest_configure(config):
+    _record_started()
 
 
 def _servers_up() -> set[str]:
@@ -162,20 +228,29 @@ def pytest_collection_modifyitems(items):
             item.add_marker("slow")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _STARTED.clear()  # before the test's fixtures: what a module fixture starts for it counts too
+    _record_compile()
+    return (yield)
+
+
 _declared_up: set[str] = set()  # servers up now that a marked test started (a shared Ray instance stays up)
 
 
 @pytest.fixture(autouse=True)
 def declared_servers(request):
     global _declared_up
-    _STARTED.clear()
     yield
-    marked = {m for m in ("ray", "prefect") if request.node.get_closest_marker(m)}
+    _record_compile()  # torch first imported by this test: compiles from the next test on are seen
+    marked = {m for m in ("ray", "prefect", "slow") if request.node.get_closest_marker(m)}
     up = _servers_up()
-    undeclared = sorted((_STARTED | (up - _declared_up)) - marked)
-    _declared_up = (_declared_up | marked) & up
+    started = _STARTED | (up - _declared_up)
+    _declared_up = (_declared_up | (marked & {"ray", "prefect"})) & up
+    undeclared = sorted({_MARKER[s] for s in started} - marked)
     if undeclared:
-        pytest.fail(f"this test starts {' and '.join(undeclared)}: mark it "
+        what = [_WHAT[s] for s in sorted(started) if _MARKER[s] in undeclared]
+        pytest.fail(f"this test starts {' and '.join(what)}: mark it "
                     f"{', '.join(f'@pytest.mark.{m}' for m in undeclared)} (pyproject.toml's markers)")
 
 
