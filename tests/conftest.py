@@ -115,6 +115,27 @@ def tiny_sts(tmp_path_factory) -> Path:
     return write_sts(tmp_path_factory.mktemp("eval") / "senteval")
 
 
+@pytest.fixture(scope="session")
+def _ray_for_the_session():
+    """Shuts down, at the session's end, the local Ray instance that local_ray started."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def local_ray(_ray_for_the_session):
+    """A local Ray instance (2 CPUs, no dashboard, workers' output not echoed), one for the whole session: the
+    first test that asks starts it and it stays up for the next. A test that needs another Ray (a cluster's)
+    shuts it down and connects there; the next test that asks starts it again."""
+    import ray
+
+    if not ray.is_initialized():  # "local": never a cluster that `ray start` left on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_prefect(tmp_path_factory):
     """Each test session gets its own Prefect home (embedded SQLite server) and no external API."""

@@ -113,15 +113,9 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
 
 
 @pytest.mark.ray
-def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        pooled = run_stage(backtranslate, {**bt_config(setup, workers=2), "pool": True},
-                           {"documents": setup["documents"]}, setup["art"])
-    finally:
-        ray.shutdown()
+def test_ray_actor_pool_writes_what_one_process_writes(setup, translated, local_ray):
+    pooled = run_stage(backtranslate, {**bt_config(setup, workers=2), "pool": True},
+                       {"documents": setup["documents"]}, setup["art"])
     assert read_table(pooled).equals(read_table(translated))
 
 

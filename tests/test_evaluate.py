@@ -96,9 +96,7 @@ def test_post_processing_is_fitted_on_the_corpus_and_changes_the_embedding(setup
 
 
 @pytest.mark.ray
-def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
-    import ray
-
+def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path, local_ray):
     rows = [evaluate.Row("tiny", {"kind": "untrained"}, {"model": setup["model"]}, {}),
             evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {})]
 
@@ -107,10 +105,6 @@ def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
         return [(evaluate.config(cfg, r), r.inputs) for r in rows]
 
     serial = [read_table(run_stage(evaluate, c, i, str(tmp_path / "serial"))) for c, i in jobs(1)]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        paths = concurrently(jobs(2), str(tmp_path / "ray"))
-    finally:
-        ray.shutdown()
+    paths = concurrently(jobs(2), str(tmp_path / "ray"))
     for table, path in zip(serial, paths):
         assert read_table(path).equals(table)

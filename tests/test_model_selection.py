@@ -33,15 +33,6 @@ def cosines(model_dir: str, pairs: list[tuple[str, str]]) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """A tiny scratch model (the init stage's layout), pairs of its token ids, and an STS-B dev file whose gold
     scores are the initial model's own cosines: training moves away from them, so the dev scores differ."""

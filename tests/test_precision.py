@@ -261,15 +261,6 @@ def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, monkey
         torch.testing.assert_close(b["model"][name], value, rtol=0, atol=0, msg=name)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.ray
 def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(tokenizer, local_ray, tmp_path):
     rows = pairs(tokenizer, n=26)  # 3 steps of 2 micro-batches of 4 pairs; 2 pairs left over
