@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import json
 import multiprocessing
 import os
+import random
+import re
 import shutil
 import signal
 import socket
@@ -113,6 +116,131 @@ def tiny_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_sts(tmp_path_factory) -> Path:
     return write_sts(tmp_path_factory.mktemp("eval") / "senteval")
+
+
+# Fixtures that several test modules share. Imports inside them: this module loads before any test runs.
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """Byte-level BPE with the tokenizer stage's specials, trained on made-up documents (the tiny encoders' tests)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from pipeline.corpus.tokenizer import SPECIAL
+
+    rng = np.random.default_rng(0)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
+                            special_tokens=list(SPECIAL.values()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **SPECIAL)
+
+
+@pytest.fixture(scope="module")
+def tiny_lid_model(tmp_path_factory) -> Path:
+    """A two-language supervised fastText model trained on made-up sentences."""
+    import fasttext
+
+    from tests.helpers import DE_WORDS, EN_WORDS, sentence
+
+    rng = random.Random(0)
+    root = tmp_path_factory.mktemp("langid")
+    lines = [f"__label__{lang} {sentence(rng, words)}" for _ in range(300)
+             for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))]
+    (root / "train.txt").write_text("\n".join(lines) + "\n")
+    # thread >= 11: fewer gives NaNs on a 2-core machine (DESIGN.md, fasttext facts).
+    model = fasttext.train_supervised(str(root / "train.txt"), epoch=10, dim=16, minCount=1, thread=12, verbose=0)
+    model.save_model(str(root / "tiny.bin"))
+    return root / "tiny.bin"
+
+
+@pytest.fixture(scope="module")
+def lid_model(request) -> str:
+    """fastText's lid.176 from the shared data, or tiny_lid_model without it."""
+    return f"{SHARED}/models/lid.176.ftz" if SHARED else str(request.getfixturevalue("tiny_lid_model"))
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """Ten real OpenWebText documents when the shared data is there, else made-up ones."""
+    from tests.helpers import UNICODE_DOC
+
+    if SHARED:
+        sample = f"{SHARED}/corpus/openwebtext-sample"
+        with open(f"{sample}/train.jsonl") as a, open(f"{sample}/valid.jsonl") as b:
+            found = [json.loads(line)["text"] for line in [*a, *b] if line.strip()]
+    else:
+        rng = np.random.default_rng(0)
+        found = [make_document(rng, 300) for _ in range(10)]
+    return found + [UNICODE_DOC]
+
+
+@pytest.fixture
+def release(tmp_path, texts):
+    """OpenWebText's release layout: subset00 with two xz members (3 + 3 documents), subset01 with one member
+    (the rest).
+
+    Returns the directory and {txt name: (key, text)} in reading order."""
+    from tests.helpers import txt_name, write_subset, xz_tar
+
+    names = [txt_name(i, t) for i, t in enumerate(texts)]
+    layout = {("urlsf_subset00.tar", "urlsf_subset00-1_data.xz"): range(0, 3),
+              ("urlsf_subset00.tar", "urlsf_subset00-2_data.xz"): range(3, 6),
+              ("urlsf_subset01.tar", "urlsf_subset01-1_data.xz"): range(6, len(texts))}
+    expected, tars = {}, {}
+    for (tar, xz), idx in layout.items():
+        tars.setdefault(tar, {})[xz] = xz_tar({names[i]: texts[i].encode() for i in idx})
+        for i in idx:
+            expected[names[i]] = (f"{tar}/openwebtext/{xz}/{names[i]}", texts[i])
+    root = tmp_path / "owt"
+    root.mkdir()
+    for tar, members in tars.items():
+        write_subset(root / tar, members)
+    return root, expected
+
+
+@pytest.fixture(scope="module")
+def paras() -> list[str]:
+    """Six WikiText-2 paragraphs when the shared data is there, else made-up ones; free of wiki markup either way."""
+    if SHARED:
+        with open(f"{SHARED}/corpus/wikitext-2/wiki.valid.raw", encoding="utf-8") as f:
+            lines = [line.strip() for line in f if line.strip() and not line.strip().startswith("=")]
+        return [p for p in lines if not re.search(r"''|[\[\]{}<>|&=~_*#:;]", p)][:6]
+    rng = np.random.default_rng(0)
+    return [make_document(rng, 60) for _ in range(6)]
+
+
+@pytest.fixture
+def file_server():
+    """An HTTP server on 127.0.0.1 of srv.files by path, the first request for each cut in half, the rest resumed
+    with `Range: bytes=N-` (srv.requests: each request's path and range)."""
+    from tests.helpers import FileHandler
+
+    with http_server(FileHandler) as srv:
+        srv.files, srv.requests = {}, []
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def evaluate_setup(tmp_path_factory, tiny_sts):
+    """A tiny model (the init stage's export), tiny STS data and the filter stage's documents of a tiny corpus."""
+    from pipeline.config import Config, CorpusConfig, FilterConfig
+    from pipeline.corpus import stage as corpus
+    from pipeline.corpus import tokenizer
+    from pipeline.filter import stage as filter
+    from pipeline.stage import run_stage
+    from tests.helpers import tiny_model
+
+    root = tmp_path_factory.mktemp("evaluate")
+    art = str(root / "artifacts")
+    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
+                                                 )), {}, art)
+    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+                    {"corpus": docs}, art)
+    kept = run_stage(filter, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
+                     {"corpus": docs, "tokenizer": tok}, art)
+    return {"root": root, "art": art, "model": str(tiny_model(root / "model")), "documents": kept,
+            "data": str(tiny_sts)}
 
 
 @pytest.fixture(scope="session")

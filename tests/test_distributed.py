@@ -15,7 +15,7 @@ from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.stage import collate, ddp_options, make_optimizer, special_ids, train_step
 from tests.conftest import free_port
-from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
+from tests.test_train_step import pairs, tiny_encoder
 
 CFG = dict(lr=1e-3, batch_size=8, mlm=False, grad_clip=1e9)  # clipping would hide a scale error
 

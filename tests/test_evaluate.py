@@ -9,31 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.config import Baselines, Config, CorpusConfig, EvaluateConfig, FilterConfig
-from pipeline.corpus import stage as corpus
-from pipeline.corpus import tokenizer
+from pipeline.config import Baselines, Config, EvaluateConfig
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.sts import STS_TASKS
 from pipeline.evaluate.transfer_data import TRANSFER_TASKS
-from pipeline.filter import stage as filter
 from pipeline.stage import run_stage
 from storage import read_table
-from tests.conftest import SHARED, WORDS, write_corpus, write_sts
-from tests.test_embed import tiny_model
+from tests.conftest import SHARED, WORDS, write_sts
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, tiny_sts):
-    root = tmp_path_factory.mktemp("evaluate")
-    art = str(root / "artifacts")
-    docs = run_stage(corpus, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
-                                                 )), {}, art)
-    tok = run_stage(tokenizer, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": docs}, art)
-    kept = run_stage(filter, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
-                     {"corpus": docs, "tokenizer": tok}, art)
-    return {"root": root, "art": art, "model": str(tiny_model(root / "model")), "documents": kept,
-            "data": str(tiny_sts)}
+def setup(evaluate_setup):
+    return evaluate_setup
 
 
 def concurrently(jobs: list[tuple[dict, dict]], artifacts: str) -> list[str]:

@@ -19,7 +19,6 @@ from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.test_evaluate import concurrently
 from tests.conftest import SHARED, write_sts
-from tests.test_evaluate import setup  # noqa: F401  (fixture)
 
 # The first lines of a few tasks' files: both STS layouts, every transfer scheme (cross-validated, train/test,
 # train/dev/test, sentence pairs) and the analysis, at a fraction of the full data's cost.
@@ -48,6 +47,11 @@ def data(tmp_path_factory) -> str:
             head = (Path(SHARED) / "eval" / directory / name).read_bytes().split(b"\n")[:lines]
             (root / directory / name).write_bytes(b"\n".join(head) + b"\n")
     return str(root)
+
+
+@pytest.fixture(scope="module")
+def setup(evaluate_setup):
+    return evaluate_setup
 
 
 def jobs(setup, data: str, workers: int) -> list[tuple[dict, dict]]:  # noqa: F811  (the fixture's value)

@@ -11,7 +11,7 @@ from pipeline.train.moco import MomentumEncoder
 from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from tests.test_losses import moco_loop
 from tests.test_precision import run_train_loop
-from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
+from tests.test_train_step import pairs, tiny_encoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,7 +15,7 @@ from pipeline.leaderboard import stage as ranking
 from pipeline.stage import run_stage
 from pipeline.train.model_card import CARD, render, train_info, update_cards, write_card
 from storage import DatasetWriter, dataset_path, read_manifest
-from tests.test_embed import tiny_model
+from tests.helpers import tiny_model
 
 INFO = {
     "objective": "clear", "augmentation": "del-word+reorder", "contrastive": True, "loss": "nt-xent",

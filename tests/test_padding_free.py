@@ -21,7 +21,6 @@ from pipeline.errors import InputError
 from pipeline.train.stage import (accumulate, collate, length_blocks, make_encoder, make_optimizer, special_ids,
                             step_inputs, train_step)
 from tests.conftest import make_document
-from tests.test_train_step import tokenizer  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MODEL = {"base": None, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64,

@@ -18,11 +18,8 @@ from pipeline.stage import run_stage
 from pipeline.train import stage as train
 from pipeline.train.stage import collate, make_optimizer, make_scaler, special_ids, step_inputs, train_step
 from storage import DatasetWriter
-from tests import test_train_step
 from tests.conftest import free_port
 from tests.test_train_step import pairs, tiny_encoder
-
-tokenizer = test_train_step.tokenizer  # a fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

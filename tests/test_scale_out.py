@@ -18,10 +18,7 @@ from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, ray_cluster, write_corpus
-from tests.test_filter import lid_model  # noqa: F401  (fixture)
-from tests.test_langid import tiny_model  # noqa: F401  (fixture)
-from tests.test_openwebtext import release, texts  # noqa: F401  (fixtures)
-from tests.test_wikipedia import paras, write_dump  # noqa: F401  (fixture)
+from tests.test_wikipedia import write_dump
 
 pytestmark = pytest.mark.ray
 

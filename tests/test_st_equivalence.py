@@ -19,7 +19,7 @@ from pipeline.encoders.exported import Encoder
 from pipeline.encoders.transformer import ST_DIR
 from pipeline.evaluate.sts import find_sts, score_sts
 from tests.conftest import SHARED, WORDS
-from tests.test_embed import MAX_LENGTH, tiny_model, tiny_tokenizer
+from tests.helpers import MAX_LENGTH, tiny_model, tiny_tokenizer
 
 
 def write_stsb(root: Path, n_pairs: int = 300, seed: int = 2) -> Path:

@@ -6,24 +6,11 @@ import pytest
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.corpus.tokenizer import SPECIAL
 from pipeline.encoders.exported import Encoder
 from pipeline.encoders.transformer import SpanEncoder, build_model, export
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.stage import collate, make_optimizer, special_ids, train_step
 from tests.conftest import make_document
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    rng = np.random.default_rng(0)
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
-                            special_tokens=list(SPECIAL.values()))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **SPECIAL)
 
 
 def pairs(tokenizer, n=8, positives=2):
