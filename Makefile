@@ -33,9 +33,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The suite without the tests that start Ray or a Prefect server (pyproject.toml's markers).
+# The suite without the slow tests: those that start processes (Ray, a Prefect server, worker processes),
+# compile, or run whole flows (pyproject.toml's markers).
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -m "not ray and not prefect" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.filter_throughput

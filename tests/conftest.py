@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import multiprocessing
 import os
+import random
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -112,6 +118,154 @@ def tiny_sts(tmp_path_factory) -> Path:
     return write_sts(tmp_path_factory.mktemp("eval") / "senteval")
 
 
+# Fixtures that several test modules share. Imports inside them: this module loads before any test runs.
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """Byte-level BPE with the tokenizer stage's specials, trained on made-up documents (the tiny encoders' tests)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from pipeline.tokenizer.loading import SPECIAL
+
+    rng = np.random.default_rng(0)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
+                            special_tokens=list(SPECIAL.values()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **SPECIAL)
+
+
+@pytest.fixture(scope="module")
+def tiny_lid_model(tmp_path_factory) -> Path:
+    """A two-language supervised fastText model trained on made-up sentences."""
+    import fasttext
+
+    from tests.helpers import DE_WORDS, EN_WORDS, sentence
+
+    rng = random.Random(0)
+    root = tmp_path_factory.mktemp("langid")
+    lines = [f"__label__{lang} {sentence(rng, words)}" for _ in range(300)
+             for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))]
+    (root / "train.txt").write_text("\n".join(lines) + "\n")
+    # thread >= 11: fewer gives NaNs on a 2-core machine (DESIGN.md, fasttext facts).
+    model = fasttext.train_supervised(str(root / "train.txt"), epoch=10, dim=16, minCount=1, thread=12, verbose=0)
+    model.save_model(str(root / "tiny.bin"))
+    return root / "tiny.bin"
+
+
+@pytest.fixture(scope="module")
+def lid_model(request) -> str:
+    """fastText's lid.176 from the shared data, or tiny_lid_model without it."""
+    return f"{SHARED}/models/lid.176.ftz" if SHARED else str(request.getfixturevalue("tiny_lid_model"))
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """Ten real OpenWebText documents when the shared data is there, else made-up ones."""
+    from tests.helpers import UNICODE_DOC
+
+    if SHARED:
+        sample = f"{SHARED}/corpus/openwebtext-sample"
+        with open(f"{sample}/train.jsonl") as a, open(f"{sample}/valid.jsonl") as b:
+            found = [json.loads(line)["text"] for line in [*a, *b] if line.strip()]
+    else:
+        rng = np.random.default_rng(0)
+        found = [make_document(rng, 300) for _ in range(10)]
+    return found + [UNICODE_DOC]
+
+
+@pytest.fixture
+def release(tmp_path, texts):
+    """OpenWebText's release layout: subset00 with two xz members (3 + 3 documents), subset01 with one member
+    (the rest).
+
+    Returns the directory and {txt name: (key, text)} in reading order."""
+    from tests.helpers import txt_name, write_subset, xz_tar
+
+    names = [txt_name(i, t) for i, t in enumerate(texts)]
+    layout = {("urlsf_subset00.tar", "urlsf_subset00-1_data.xz"): range(0, 3),
+              ("urlsf_subset00.tar", "urlsf_subset00-2_data.xz"): range(3, 6),
+              ("urlsf_subset01.tar", "urlsf_subset01-1_data.xz"): range(6, len(texts))}
+    expected, tars = {}, {}
+    for (tar, xz), idx in layout.items():
+        tars.setdefault(tar, {})[xz] = xz_tar({names[i]: texts[i].encode() for i in idx})
+        for i in idx:
+            expected[names[i]] = (f"{tar}/openwebtext/{xz}/{names[i]}", texts[i])
+    root = tmp_path / "owt"
+    root.mkdir()
+    for tar, members in tars.items():
+        write_subset(root / tar, members)
+    return root, expected
+
+
+@pytest.fixture(scope="module")
+def paras() -> list[str]:
+    """Six WikiText-2 paragraphs when the shared data is there, else made-up ones; free of wiki markup either way."""
+    if SHARED:
+        with open(f"{SHARED}/corpus/wikitext-2/wiki.valid.raw", encoding="utf-8") as f:
+            lines = [line.strip() for line in f if line.strip() and not line.strip().startswith("=")]
+        return [p for p in lines if not re.search(r"''|[\[\]{}<>|&=~_*#:;]", p)][:6]
+    rng = np.random.default_rng(0)
+    return [make_document(rng, 60) for _ in range(6)]
+
+
+@pytest.fixture
+def file_server():
+    """An HTTP server on 127.0.0.1 of srv.files by path, the first request for each cut in half, the rest resumed
+    with `Range: bytes=N-` (srv.requests: each request's path and range)."""
+    from tests.helpers import FileHandler
+
+    with http_server(FileHandler) as srv:
+        srv.files, srv.requests = {}, []
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def evaluate_setup(tmp_path_factory, tiny_sts):
+    """A tiny model (the init stage's export), tiny STS data and the filter stage's documents of a tiny corpus."""
+    from pipeline.config import Config
+    from pipeline.corpus import stage as corpus
+    from pipeline.corpus.config import CorpusConfig
+    from pipeline.filter import stage as filter
+    from pipeline.filter.config import FilterConfig
+    from pipeline.stage import run_stage
+    from pipeline.tokenizer import stage as tokenizer
+    from tests.helpers import tiny_model
+
+    root = tmp_path_factory.mktemp("evaluate")
+    art = str(root / "artifacts")
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
+                                                 )), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+                    {"corpus": docs}, art)
+    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
+                     {"corpus": docs, "tokenizer": tok}, art)
+    return {"root": root, "art": art, "model": str(tiny_model(root / "model")), "documents": kept,
+            "data": str(tiny_sts)}
+
+
+@pytest.fixture(scope="session")
+def _ray_for_the_session():
+    """Shuts down, at the session's end, the local Ray instance that local_ray started."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def local_ray(_ray_for_the_session):
+    """A local Ray instance (2 CPUs, no dashboard, workers' output not echoed), one for the whole session: the
+    first test that asks starts it and it stays up for the next. A test that needs another Ray (a cluster's)
+    shuts it down and connects there; the next test that asks starts it again."""
+    import ray
+
+    if not ray.is_initialized():  # "local": never a cluster that `ray start` left on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_prefect(tmp_path_factory):
     """Each test session gets its own Prefect home (embedded SQLite server) and no external API."""
@@ -138,9 +292,72 @@ def cpipe(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return proc
 
 
-# What the running test started that makes it slow: "ray", "prefect" (a server). `make test-quick` leaves out
-# tests marked so; a test that starts one without its marker fails, so the quick command stays quick.
+# What the running test started that makes it slow: "ray", "prefect" (a server), "processes" (a Python process:
+# worker processes, a subprocess of python or of a console script), "compile" (torch.compile). `make test-quick`
+# (-m "not slow") leaves out tests marked so; a test that starts one without its marker fails, so the quick
+# command stays quick. What a test's fixtures start as they are set up counts as the test's.
 _STARTED: set[str] = set()
+_MARKER = {"ray": "ray", "prefect": "prefect", "processes": "slow", "compile": "slow"}
+_WHAT = {"ray": "Ray", "prefect": "a Prefect server", "processes": "Python processes", "compile": "torch.compile"}
+
+
+def _runs_python(args, shell: bool = False) -> bool:
+    """Whether a subprocess' command is a Python interpreter or a Python console script (cpipe, ray, prefect)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        args = os.fsdecode(args).split()[:1] if shell else [args]
+    if not args:
+        return False
+    exe = os.fsdecode(args[0])
+    path = exe if os.sep in exe else shutil.which(exe)
+    if not path or not os.path.isfile(path):
+        return False
+    if Path(os.path.realpath(path)).name.startswith("python"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _record_started() -> None:
+    """Patches, once per session, what starts processes, so that the guard sees every one."""
+    popen_init = subprocess.Popen.__init__
+
+    def init(self, args, *a, **kw):
+        if _runs_python(args, kw.get("shell", False)):
+            _STARTED.add("processes")
+        popen_init(self, args, *a, **kw)
+
+    process_start = multiprocessing.process.BaseProcess.start  # Process, Pool, ProcessPoolExecutor, mp.spawn
+
+    def start(self):
+        _STARTED.add("processes")
+        return process_start(self)
+
+    subprocess.Popen.__init__ = init
+    multiprocessing.process.BaseProcess.start = start
+
+
+def _record_compile() -> None:
+    """torch.compile (nn.Module.compile calls it) records that it ran; torch once imported, the wrapper stays."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(torch.compile, "_records_for_guard", False):
+        return
+    compile_ = torch.compile
+
+    @functools.wraps(compile_)
+    def compile(*args, **kwargs):
+        _STARTED.add("compile")
+        return compile_(*args, **kwargs)
+
+    compile._records_for_guard = True
+    torch.compile = compile
+
+
+def pytest_configure(config):
+    _record_started()
 
 
 def _servers_up() -> set[str]:
@@ -154,10 +371,19 @@ def _servers_up() -> set[str]:
 
 
 def pytest_collection_modifyitems(items):
-    for item in items:  # a whole flow run starts both
-        if item.get_closest_marker("e2e"):
+    for item in items:
+        if item.get_closest_marker("e2e"):  # a whole flow run starts both
             item.add_marker("ray")
             item.add_marker("prefect")
+        if any(item.get_closest_marker(m) for m in ("ray", "prefect")):
+            item.add_marker("slow")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _STARTED.clear()  # before the test's fixtures: what a module fixture starts for it counts too
+    _record_compile()
+    return (yield)
 
 
 _declared_up: set[str] = set()  # servers up now that a marked test started (a shared Ray instance stays up)
@@ -166,14 +392,16 @@ _declared_up: set[str] = set()  # servers up now that a marked test started (a s
 @pytest.fixture(autouse=True)
 def declared_servers(request):
     global _declared_up
-    _STARTED.clear()
     yield
-    marked = {m for m in ("ray", "prefect") if request.node.get_closest_marker(m)}
+    _record_compile()  # torch first imported by this test: compiles from the next test on are seen
+    marked = {m for m in ("ray", "prefect", "slow") if request.node.get_closest_marker(m)}
     up = _servers_up()
-    undeclared = sorted((_STARTED | (up - _declared_up)) - marked)
-    _declared_up = (_declared_up | marked) & up
+    started = _STARTED | (up - _declared_up)
+    _declared_up = (_declared_up | (marked & {"ray", "prefect"})) & up
+    undeclared = sorted({_MARKER[s] for s in started} - marked)
     if undeclared:
-        pytest.fail(f"this test starts {' and '.join(undeclared)}: mark it "
+        what = [_WHAT[s] for s in sorted(started) if _MARKER[s] in undeclared]
+        pytest.fail(f"this test starts {' and '.join(what)}: mark it "
                     f"{', '.join(f'@pytest.mark.{m}' for m in undeclared)} (pyproject.toml's markers)")
 
 

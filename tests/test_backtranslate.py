@@ -87,6 +87,7 @@ def test_every_sentence_goes_through_every_pivot_and_maps_back_to_its_document(s
     assert sum(1 for r in rows if r["bt_text"].strip()) > len(rows) // 2
 
 
+@pytest.mark.slow  # a Python process, killed mid-run
 def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
     config = bt_config(setup, seed=7, do_sample=True, top_k=20)  # sampling: resumed chunks must draw the same
     inputs = {"documents": setup["documents"]}
@@ -117,18 +118,13 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
 
 
 @pytest.mark.ray
-def test_ray_actor_pool_writes_what_one_process_writes(setup, translated):
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        pooled = run_stage(backtranslate.STAGE, {**bt_config(setup, workers=2), "pool": True},
-                           {"documents": setup["documents"]}, setup["art"])
-    finally:
-        ray.shutdown()
+def test_ray_actor_pool_writes_what_one_process_writes(setup, translated, local_ray):
+    pooled = run_stage(backtranslate.STAGE, {**bt_config(setup, workers=2), "pool": True},
+                       {"documents": setup["documents"]}, setup["art"])
     assert read_table(pooled).equals(read_table(translated))
 
 
+@pytest.mark.slow  # cpipe inspect, a process
 def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup, translated):
     config = augment.config(Config(augment=AugmentConfig(epochs=2, seed=3)), TrainConfig(objective="cert"))
     assert "min_length" not in config  # DeCLUTR's span settings do not touch CERT's pairs
@@ -161,6 +157,7 @@ def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup
     assert shown.returncode == 0 and "sources" in shown.stdout, shown.stdout + shown.stderr
 
 
+@pytest.mark.slow  # cpipe run, a process
 def test_a_cert_run_needs_two_pivots(tmp_path, tiny_config, tiny_corpus):
     result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",
                    str(tmp_path / "a"), "--set", "runs={cert: {objective: cert}}", "--set", "backtranslate.pivots=[de]")
@@ -186,6 +183,7 @@ def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(setup, tm
     assert all(a != b for a, b in read_table(pairs["cert"]).column("sources").to_pylist())
 
 
+@pytest.mark.slow  # cpipe run, a process
 def test_an_unavailable_fairseq_backend_fails_before_any_work(tmp_path, tiny_config, tiny_corpus):
     result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",
                    str(tmp_path / "a"), "--until", "augment", "--set", "runs={cert: {objective: cert}}",

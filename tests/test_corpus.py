@@ -27,7 +27,8 @@ def build(tmp_path, sources, max_docs=None, workers=1):
 
 
 # Bad input behaves the same when parts are read on worker processes.
-on_every_backend = pytest.mark.parametrize("workers", [1, 2], ids=["serial", "processes"])
+on_every_backend = pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)],
+                                           ids=["serial", "processes"])
 
 
 def test_every_local_format_recursively(tmp_path):

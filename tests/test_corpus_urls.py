@@ -3,54 +3,21 @@ read through the same download path as a real URL, with a connection cut mid-fil
 
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler
-
-import pytest
-
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
-from tests.conftest import http_server
-from tests.test_openwebtext import release, texts  # noqa: F401  (fixtures)
-from tests.test_wikipedia import expected_articles, paras, write_dump  # noqa: F401  (fixture)
+from tests.test_wikipedia import expected_articles, write_dump
 
 
-class FileHandler(BaseHTTPRequestHandler):
-    """Serves server.files by path with `Range: bytes=N-`; the first request for each file is cut in half."""
-
-    def do_GET(self) -> None:
-        data = self.server.files.get(self.path)
-        if data is None:
-            return self.send_error(404)
-        self.server.requests.append((self.path, self.headers.get("Range")))
-        start = int(self.headers["Range"][len("bytes="):-1]) if self.headers["Range"] else 0
-        self.send_response(206 if start else 200)
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        self.send_header("Content-Length", str(len(data) - start))
-        self.end_headers()
-        first = sum(1 for path, _ in self.server.requests if path == self.path) == 1
-        self.wfile.write(data[start : len(data) // 2 if first else len(data)])
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def server():
-    with http_server(FileHandler) as srv:
-        srv.files, srv.requests = {}, []
-        yield srv
-
-
-def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_downloads(server, release, tmp_path, paras):
+def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_downloads(file_server, release, tmp_path,
+                                                                                  paras):
     owt_dir, expected_owt = release
     dump = write_dump(tmp_path / "enwiki-20240501-pages-articles-multistream.xml.bz2", paras, streams=2)
-    server.files = {"/owt/urlsf_subset00.tar": (owt_dir / "urlsf_subset00.tar").read_bytes(),
-                    f"/dumps/{dump.name}": dump.read_bytes()}
-    base = f"http://127.0.0.1:{server.server_port}"
+    file_server.files = {"/owt/urlsf_subset00.tar": (owt_dir / "urlsf_subset00.tar").read_bytes(),
+                         f"/dumps/{dump.name}": dump.read_bytes()}
+    base = f"http://127.0.0.1:{file_server.server_port}"
     cfg = CorpusConfig(sources=[f"{base}/owt/urlsf_subset00.tar", f"{base}/dumps/{dump.name}"],
                        download_dir=str(tmp_path / "downloads"))
     path = run_stage(corpus.STAGE, corpus.config(Config(corpus=cfg)), {}, str(tmp_path / "artifacts"))
@@ -63,6 +30,6 @@ def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_download
     assert table.num_rows == len(owt) + len(expected_articles(paras))
     assert read_manifest(path)["counts"]["redirect"] == 2  # the dump's drops are counted in the manifest
     # each file: a first request cut in half, then one range request for the rest
-    for url_path, data in server.files.items():
-        ranges = [r for p, r in server.requests if p == url_path]
+    for url_path, data in file_server.files.items():
+        ranges = [r for p, r in file_server.requests if p == url_path]
         assert ranges == [None, f"bytes={len(data) // 2}-"]

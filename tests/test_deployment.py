@@ -60,9 +60,17 @@ def prefect_server(tmp_path):
         log.close()
 
 
-def test_serve_registers_every_flow_and_the_full_pipeline_and_evaluate_run_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts):
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """One artifacts directory for both tests' runs of the same pipeline: the second reuses what the first built.
+    Each removes leaderboard.md first, so that finding it shows its own run completed and published."""
+    return tmp_path_factory.mktemp("artifacts")
+
+
+def test_serve_registers_every_flow_and_the_full_pipeline_and_evaluate_run_to_completion(prefect_server, tmp_path, tiny_config, tiny_corpus, tiny_sts,
+                                                                                        artifacts):
     env = prefect_server
-    artifacts = tmp_path / "artifacts"
+    (artifacts / "leaderboard.md").unlink(missing_ok=True)
     serve_log = open(tmp_path / "serve.log", "w")
     serve = subprocess.Popen([CPIPE, "serve", "--config", str(tiny_config), "--set", "runs={declutr: {}}"],
                              cwd=ROOT, env=env, stdout=serve_log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -102,7 +110,7 @@ def test_serve_registers_every_flow_and_the_full_pipeline_and_evaluate_run_to_co
 
 
 def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(prefect_server, tmp_path, tiny_config,
-                                                                      tiny_corpus, tiny_sts):
+                                                                      tiny_corpus, tiny_sts, artifacts):
     """`prefect deploy` from prefect.yaml, then `prefect worker start` on a process pool, as the README says."""
     env = {**prefect_server, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PWD": str(ROOT)}
@@ -117,7 +125,7 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(prefect_ser
     listed = subprocess.run([PREFECT, "deployment", "ls"], env={**env, "COLUMNS": "250"}, capture_output=True,
                             text=True).stdout
     assert all(f"{name}/local" in listed for name in ("data", "train", "evaluate", "full-pipeline")), listed
-    artifacts = tmp_path / "artifacts"
+    (artifacts / "leaderboard.md").unlink(missing_ok=True)
     queued = prefect("deployment", "run", "full-pipeline/local", "--param", f"config={tiny_config}",
                      "--param", f"corpus={tiny_corpus}", "--param", f"eval_data={tiny_sts}",
                      "--param", f"artifacts={artifacts}", "--param", 'overrides=["runs={declutr: {}}"]')

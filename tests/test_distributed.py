@@ -17,7 +17,7 @@ from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, train_step
 from tests.conftest import free_port
-from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
+from tests.test_train_step import pairs, tiny_encoder
 
 CFG = dict(lr=1e-3, batch_size=8, mlm=False, grad_clip=1e9)  # clipping would hide a scale error
 
@@ -58,6 +58,7 @@ def worker(rank: int, world: int, port: int, tok, cfg: dict, bank_size: int, out
                                        {"objective": "cert", "momentum": 0.9, "memory_bank": 8},
                                        {"objective": "simcse"}],
                          ids=["plain", "grad-cache", "memory-bank", "moco", "simcse"])
+@pytest.mark.slow  # two worker processes
 def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path, overrides):
     cfg = TrainConfig(**CFG, **overrides).model_dump()
     bank = cfg.pop("memory_bank")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -106,11 +106,32 @@ def test_exported_model_loads_in_sentence_transformers_without_our_code(first_ru
     assert out.stdout.strip().endswith("(2, 32)")
 
 
-def test_second_run_reuses_every_stage_whatever_its_logging(first_run):
-    args, artifacts, _ = first_run
+@pytest.fixture(scope="module")
+def second_run(first_run):
+    """The first run's command again, with other runtime settings: its output."""
+    args, _, _ = first_run
     result = cpipe(*args, "--set", "train.log_every=5", "--set", "train.checkpoint_every=3")  # runtime settings
     assert result.returncode == 0, result.stderr[-3000:]
-    log = stage_log(result.stdout + result.stderr)
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def elsewhere(first_run, tmp_path_factory):
+    """The first run's command twice more into another artifacts directory, until the filter stage: their
+    directory and outputs."""
+    args, artifacts, _ = first_run
+    other = tmp_path_factory.mktemp("elsewhere")
+    args = [str(other) if a == str(artifacts) else a for a in args]
+    outputs = []
+    for _ in range(2):
+        result = cpipe(*args, "--until", "filter")
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append(result.stdout + result.stderr)
+    return other, outputs
+
+
+def test_second_run_reuses_every_stage_whatever_its_logging(second_run):
+    log = stage_log(second_run)
     assert log and set(log.values()) == {"reused"}, log
     assert {"corpus", "filter", "augment-declutr", "train-declutr", "train-mlm-only", "train-continued", "evaluate-untrained"} <= set(log)
 
@@ -124,24 +145,19 @@ def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(first_run
     assert log["filter"] == log["augment-declutr"] == log["train-declutr"] == log["leaderboard"] == "built"
 
 
-def test_reuse_stays_within_its_artifacts_directory(tmp_path, tiny_config, tiny_corpus):
+def test_reuse_stays_within_its_artifacts_directory(first_run, second_run, elsewhere):
     """Prefect's cache is shared by every run on the machine; a hit must not hand back another directory's dataset."""
-    outputs = []
-    for artifacts in ("a", "a", "b", "b"):  # the second run of a leaves a cache record naming a's dataset
-        result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus),
-                       "--artifacts", str(tmp_path / artifacts), "--until", "tokenizer")
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs.append(result.stdout + result.stderr)
-    assert re.search(rf"corpus: reused {tmp_path}/a/corpus/", outputs[1])
-    assert re.search(rf"corpus: built {tmp_path}/b/corpus/", outputs[2])
-    assert re.search(rf"corpus: reused {tmp_path}/b/corpus/", outputs[3])
+    _, a, _ = first_run
+    b, outputs = elsewhere
+    # the second run of a leaves a cache record naming a's dataset; the same corpus stage into b builds its own
+    assert re.search(rf"corpus: reused {a}/corpus/", second_run)
+    assert re.search(rf"corpus: built {b}/corpus/", outputs[0])
+    assert re.search(rf"corpus: reused {b}/corpus/", outputs[1])
 
 
-def test_until_stops_after_the_stage(tmp_path, tiny_config, tiny_corpus):
-    result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts", str(tmp_path),
-                   "--until", "filter")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert {d["stage"] for d in list_datasets(str(tmp_path))} == {"corpus", "tokenizer", "filter"}
+def test_until_stops_after_the_stage(elsewhere):
+    b, _ = elsewhere
+    assert {d["stage"] for d in list_datasets(str(b))} == {"corpus", "tokenizer", "filter"}
 
 
 def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_config, tiny_corpus, tiny_sts):

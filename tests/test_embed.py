@@ -12,36 +12,9 @@ import pytest
 from pipeline.errors import InputError
 from pipeline.model.embed_file import embed_file
 from pipeline.model.exported import Encoder
-from pipeline.model.transformer import HF_DIR, build_model, export, load_mlm
-from pipeline.tokenizer.loading import SPECIAL
+from pipeline.model.transformer import HF_DIR, load_mlm
 from tests.conftest import cpipe, make_document
-
-MAX_LENGTH = 64
-
-
-def tiny_tokenizer(model_max_length: int = MAX_LENGTH):
-    """Trained as the tokenizer stage trains one: byte-level BPE with RoBERTa's specials and <s> ... </s>."""
-    from tokenizers import ByteLevelBPETokenizer
-    from tokenizers.processors import RobertaProcessing
-    from transformers import PreTrainedTokenizerFast
-
-    rng = np.random.default_rng(0)
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
-                            special_tokens=list(SPECIAL.values()))
-    bpe._tokenizer.post_processor = RobertaProcessing(
-        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, cls_token="<s>", sep_token="</s>",
-                                   model_max_length=model_max_length, **SPECIAL)
-
-
-def tiny_model(out_dir: Path, pooling: str = "mean") -> Path:
-    """An init-stage export (hf/ and sentence-transformers/) of a tiny RoBERTa built from scratch."""
-    tokenizer = tiny_tokenizer()
-    model = build_model({"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                         "dropout": 0.0, "max_position_embeddings": MAX_LENGTH + 2, "seed": 0}, tokenizer)
-    export(model, tokenizer, str(out_dir), pooling=pooling)
-    return out_dir
+from tests.helpers import MAX_LENGTH, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +166,7 @@ def test_a_finished_output_is_replaced_only_when_the_new_one_is_complete(model_d
     assert pq.read_table(out).column("text").to_pylist() == sentences
 
 
+@pytest.mark.slow  # cpipe embed, a process
 def test_cpipe_embed(model_dir, sentences, expected, tmp_path):
     inp = write_input(tmp_path / "in.txt", sentences)
     out = tmp_path / "out.parquet"

@@ -11,33 +11,18 @@ import pytest
 
 from pipeline.baselines.config import Baselines
 from pipeline.config import Config
-from pipeline.corpus import stage as corpus
-from pipeline.corpus.config import CorpusConfig
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.evaluate.names import STS_TASKS
 from pipeline.evaluate.transfer_data import TRANSFER_TASKS
-from pipeline.filter import stage as filter
-from pipeline.filter.config import FilterConfig
 from pipeline.stage import run_stage
-from pipeline.tokenizer import stage as tokenizer
 from storage import read_table
-from tests.conftest import SHARED, WORDS, write_corpus, write_sts
-from tests.test_embed import tiny_model
+from tests.conftest import SHARED, WORDS, write_sts
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, tiny_sts):
-    root = tmp_path_factory.mktemp("evaluate")
-    art = str(root / "artifacts")
-    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
-                                                 )), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": docs}, art)
-    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
-                     {"corpus": docs, "tokenizer": tok}, art)
-    return {"root": root, "art": art, "model": str(tiny_model(root / "model")), "documents": kept,
-            "data": str(tiny_sts)}
+def setup(evaluate_setup):
+    return evaluate_setup
 
 
 def concurrently(jobs: list[tuple[dict, dict]], artifacts: str) -> list[str]:
@@ -100,9 +85,7 @@ def test_post_processing_is_fitted_on_the_corpus_and_changes_the_embedding(setup
 
 
 @pytest.mark.ray
-def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
-    import ray
-
+def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path, local_ray):
     rows = [evaluate.Row("tiny", {"kind": "untrained"}, {"model": setup["model"]}, {}),
             evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {})]
 
@@ -111,10 +94,6 @@ def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path):
         return [(evaluate.config(cfg, r), r.inputs) for r in rows]
 
     serial = [read_table(run_stage(evaluate.STAGE, c, i, str(tmp_path / "serial"))) for c, i in jobs(1)]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        paths = concurrently(jobs(2), str(tmp_path / "ray"))
-    finally:
-        ray.shutdown()
+    paths = concurrently(jobs(2), str(tmp_path / "ray"))
     for table, path in zip(serial, paths):
         assert read_table(path).equals(table)

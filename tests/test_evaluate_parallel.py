@@ -10,19 +10,15 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Config
-from pipeline.model.exported import Encoder
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-
 from pipeline.evaluate.sts_data import find_sts
 from pipeline.evaluate.transfer_data import find_transfer
+from pipeline.model.exported import Encoder
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
-from tests.test_evaluate import concurrently
 from tests.conftest import SHARED, write_sts
-from tests.test_evaluate import setup  # noqa: F401  (fixture)
-
-pytestmark = pytest.mark.ray
+from tests.test_evaluate import concurrently
 
 # The first lines of a few tasks' files: both STS layouts, every transfer scheme (cross-validated, train/test,
 # train/dev/test, sentence pairs) and the analysis, at a fraction of the full data's cost.
@@ -53,6 +49,11 @@ def data(tmp_path_factory) -> str:
     return str(root)
 
 
+@pytest.fixture(scope="module")
+def setup(evaluate_setup):
+    return evaluate_setup
+
+
 def jobs(setup, data: str, workers: int) -> list[tuple[dict, dict]]:  # noqa: F811  (the fixture's value)
     """A model and its whitened version: the transform is fitted by the stage and must reach every unit."""
     cfg = Config(evaluate=EvaluateConfig(data=data, batch_size=16, kfold=2, workers=workers))
@@ -64,16 +65,11 @@ def jobs(setup, data: str, workers: int) -> list[tuple[dict, dict]]:  # noqa: F8
          {"model": setup["model"], "corpus": setup["documents"]}))]
 
 
+@pytest.mark.ray
 def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(setup, data, tmp_path,  # noqa: F811
-                                                                        one_torch_thread):
-    import ray
-
+                                                                        one_torch_thread, local_ray):
     serial = [run_stage(evaluate.STAGE, config, inputs, str(tmp_path / "serial")) for config, inputs in jobs(setup, data, 1)]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        parallel = concurrently(jobs(setup, data, 2), str(tmp_path / "ray"))
-    finally:
-        ray.shutdown()
+    parallel = concurrently(jobs(setup, data, 2), str(tmp_path / "ray"))
     ray_tasks = []
     for one, other in zip(serial, parallel):
         assert Path(one).name == Path(other).name  # workers is a runtime setting: same fingerprint, same cache

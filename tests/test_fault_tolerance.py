@@ -35,15 +35,6 @@ def inputs(tmp_path_factory, tiny_config, tiny_corpus):
     return {"pairs": built["augment"], "init": built["init"]}
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def kill_first_worker_after_a_checkpoint(artifacts, killed: list) -> None:
     deadline = time.time() + 300
     while time.time() < deadline:

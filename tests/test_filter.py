@@ -11,18 +11,11 @@ from pipeline.filter.stage import FilterError
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
-from tests.conftest import SHARED
-from tests.test_langid import DE_WORDS, EN_WORDS, sentence, tiny_model  # noqa: F401  (fixture)
+from tests.helpers import DE_WORDS, EN_WORDS, sentence
 
 
 def document(rng: random.Random, words: list[str], n_sentences: int = 40) -> str:
     return " ".join(sentence(rng, words).capitalize() + "." for _ in range(n_sentences))
-
-
-@pytest.fixture(scope="module")
-def lid_model(request) -> str:
-    """fastText's lid.176 from the shared data, or test_langid's two-language model without it."""
-    return f"{SHARED}/models/lid.176.ftz" if SHARED else str(request.getfixturevalue("tiny_model"))
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +74,7 @@ def test_near_duplicates_are_dropped_when_asked(stages):
     assert read_manifest(path)["counts"]["near_duplicate"] == 1
 
 
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("backend", ["processes"])
 def test_parallel_run_writes_the_same_documents(stages, backend):
     serial = read_table(stages(language="en", near_dedup=True))

@@ -12,79 +12,56 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.filter.langid import PREFIX_CHARS, LangIdError, LanguageIdentifier
+from tests.helpers import DE_WORDS, EN_WORDS, sentence
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 needs_shared = pytest.mark.skipif(
     not SHARED, reason="CPIPE_SHARED_DATA is not set (path to the team's shared data directory with models/lid.176.ftz)")
 
-EN_WORDS = ("the house is small and the garden behind it was green when we walked there with our "
-            "friends who said that they would come back tomorrow for dinner because weather looked nice").split()
-DE_WORDS = ("das haus ist klein und der garten dahinter war grün als wir mit unseren freunden dort "
-            "spazieren gingen die sagten dass sie morgen zum abendessen wiederkommen weil wetter schön aussah").split()
-
-
-def sentence(rng: random.Random, words: list[str], n: int = 10) -> str:
-    return " ".join(rng.choice(words) for _ in range(n))
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    """A two-language supervised fastText model trained on made-up sentences."""
-    rng = random.Random(0)
-    root = tmp_path_factory.mktemp("langid")
-    lines = [f"__label__{lang} {sentence(rng, words)}" for _ in range(300)
-             for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))]
-    (root / "train.txt").write_text("\n".join(lines) + "\n")
-    # thread >= 11: fewer gives NaNs on a 2-core machine (DESIGN.md, fasttext facts).
-    model = fasttext.train_supervised(str(root / "train.txt"), epoch=10, dim=16, minCount=1, thread=12, verbose=0)
-    model.save_model(str(root / "tiny.bin"))
-    return root / "tiny.bin"
-
-
-def test_tiny_model_labels_each_text_in_order(tiny_model):
+def test_tiny_model_labels_each_text_in_order(tiny_lid_model):
     rng = random.Random(1)
     texts = [sentence(rng, EN_WORDS), sentence(rng, DE_WORDS), sentence(rng, DE_WORDS), sentence(rng, EN_WORDS)]
-    result = LanguageIdentifier(str(tiny_model)).predict(texts)
+    result = LanguageIdentifier(str(tiny_lid_model)).predict(texts)
     assert [lang for lang, _ in result] == ["en", "de", "de", "en"]
     assert all(isinstance(score, float) and 0.5 < score <= 1.0 for _, score in result)
 
 
-def test_one_model_call_per_list(tiny_model):
+def test_one_model_call_per_list(tiny_lid_model):
     rng = random.Random(6)
-    ident = LanguageIdentifier(str(tiny_model))
+    ident = LanguageIdentifier(str(tiny_lid_model))
     calls, predict = [], ident.model.predict
     ident.model.predict = lambda lines, **kw: calls.append(len(lines)) or predict(lines, **kw)
     result = ident.predict([sentence(rng, EN_WORDS) for _ in range(5)] + ["", sentence(rng, DE_WORDS)])
     assert calls == [6] and len(result) == 7
 
 
-def test_tiny_model_blank_text_is_unknown(tiny_model):
+def test_tiny_model_blank_text_is_unknown(tiny_lid_model):
     rng = random.Random(2)
-    result = LanguageIdentifier(str(tiny_model)).predict(["", sentence(rng, DE_WORDS), " \n\t "])
+    result = LanguageIdentifier(str(tiny_lid_model)).predict(["", sentence(rng, DE_WORDS), " \n\t "])
     assert result[0] == ("unknown", 0.0) and result[2] == ("unknown", 0.0)
     assert result[1][0] == "de"
 
 
-def test_tiny_model_empty_list(tiny_model):
-    assert LanguageIdentifier(str(tiny_model)).predict([]) == []
+def test_tiny_model_empty_list(tiny_lid_model):
+    assert LanguageIdentifier(str(tiny_lid_model)).predict([]) == []
 
 
-def test_tiny_model_newlines_read_as_spaces(tiny_model):
+def test_tiny_model_newlines_read_as_spaces(tiny_lid_model):
     rng = random.Random(3)
     words = sentence(rng, EN_WORDS, 30).split()
     with_newlines = "\n".join(" ".join(words[i : i + 5]) for i in range(0, 30, 5))
-    ident = LanguageIdentifier(str(tiny_model))
+    ident = LanguageIdentifier(str(tiny_lid_model))
     assert ident.predict([with_newlines]) == ident.predict([" ".join(words)])
     assert ident.predict([with_newlines])[0][0] == "en"
 
 
-def test_only_a_prefix_is_classified(tiny_model):
+def test_only_a_prefix_is_classified(tiny_lid_model):
     rng = random.Random(4)
     english = ""
     while len(english) < PREFIX_CHARS:
         english += sentence(rng, EN_WORDS) + " "
     german_tail = " ".join(sentence(rng, DE_WORDS) for _ in range(200))  # far longer than the English head
-    assert LanguageIdentifier(str(tiny_model)).predict([english + german_tail])[0][0] == "en"
+    assert LanguageIdentifier(str(tiny_lid_model)).predict([english + german_tail])[0][0] == "en"
 
 
 def test_missing_model_names_the_path(tmp_path):

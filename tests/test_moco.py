@@ -13,7 +13,7 @@ from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from tests.test_losses import moco_loop
 from tests.test_precision import run_train_loop
-from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
+from tests.test_train_step import pairs, tiny_encoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,7 +15,7 @@ from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.stage import run_stage
 from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, dataset_path, read_manifest
-from tests.test_embed import tiny_model
+from tests.helpers import tiny_model
 
 INFO = {
     "objective": "clear", "augmentation": "del-word+reorder", "contrastive": True, "loss": "nt-xent",

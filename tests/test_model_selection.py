@@ -3,19 +3,17 @@ test split or a missing dev set is a config error before any work."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 
 from pipeline.config import Config, load_config
-from pipeline.tokenizer.loading import SPECIAL
+from pipeline.errors import ConfigError
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, build_model
-from pipeline.errors import ConfigError
 from pipeline.stage import run_stage
-from pipeline.stage import run_stage
+from pipeline.tokenizer.loading import SPECIAL
 from pipeline.train import devset
 from pipeline.train import stage as train
 from pipeline.train.config import TrainConfig
@@ -33,15 +31,6 @@ def cosines(model_dir: str, pairs: list[tuple[str, str]]) -> list[float]:
         u, v = (encoder.encode([s])[0].astype(np.float64) for s in (a, b))
         out.append(float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v))))
     return out
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

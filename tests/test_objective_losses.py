@@ -22,7 +22,7 @@ from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from tests.conftest import make_document
 from tests.test_losses import cl_forward_loop
-from tests.test_train_step import pairs, tiny_encoder, tokenizer  # noqa: F401  (fixture)
+from tests.test_train_step import pairs, tiny_encoder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

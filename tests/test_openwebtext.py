@@ -1,80 +1,15 @@
 """OpenWebTextSource on tarballs built here in the release layout: urlsf_subsetNN.tar of xz tars of .txt files."""
 
-import hashlib
-import io
-import json
 import os
 import pickle
 import shutil
 import tarfile
 
-import numpy as np
 import pytest
 
 from pipeline.corpus.openwebtext import OpenWebTextSource, is_openwebtext
 from pipeline.corpus.sources import SourceError, doc_id
-from tests.conftest import SHARED, make_document
-
-# Always included, whatever the data: the real sample is single-line ASCII, and the
-# reader must keep newlines and non-ASCII characters byte for byte.
-UNICODE_DOC = "Zürich café — naïve façade.\n\nSecond paragraph, 東京.\n"
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    """Ten real OpenWebText documents when the shared data is there, else made-up ones."""
-    if SHARED:
-        sample = f"{SHARED}/corpus/openwebtext-sample"
-        with open(f"{sample}/train.jsonl") as a, open(f"{sample}/valid.jsonl") as b:
-            found = [json.loads(line)["text"] for line in [*a, *b] if line.strip()]
-    else:
-        rng = np.random.default_rng(0)
-        found = [make_document(rng, 300) for _ in range(10)]
-    return found + [UNICODE_DOC]
-
-
-def txt_name(i: int, text: str) -> str:
-    return f"{i:07d}-{hashlib.md5(text.encode()).hexdigest()}.txt"
-
-
-def xz_tar(docs: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
-        for name, data in docs.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def write_subset(path, members: dict[str, bytes]):
-    with tarfile.open(path, mode="w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(f"openwebtext/{name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
-
-
-@pytest.fixture
-def release(tmp_path, texts):
-    """subset00 with two xz members (3 + 3 documents), subset01 with one member (the rest).
-
-    Returns the directory and {txt name: (key, text)} in reading order."""
-    names = [txt_name(i, t) for i, t in enumerate(texts)]
-    layout = {("urlsf_subset00.tar", "urlsf_subset00-1_data.xz"): range(0, 3),
-              ("urlsf_subset00.tar", "urlsf_subset00-2_data.xz"): range(3, 6),
-              ("urlsf_subset01.tar", "urlsf_subset01-1_data.xz"): range(6, len(texts))}
-    expected, tars = {}, {}
-    for (tar, xz), idx in layout.items():
-        tars.setdefault(tar, {})[xz] = xz_tar({names[i]: texts[i].encode() for i in idx})
-        for i in idx:
-            expected[names[i]] = (f"{tar}/openwebtext/{xz}/{names[i]}", texts[i])
-    root = tmp_path / "owt"
-    root.mkdir()
-    for tar, members in tars.items():
-        write_subset(root / tar, members)
-    return root, expected
+from tests.helpers import write_subset, xz_tar
 
 
 def test_every_document_comes_back_exactly_with_stable_ids(release, tmp_path):

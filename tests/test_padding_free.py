@@ -13,16 +13,15 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
 
+from pipeline.errors import InputError
 from pipeline.model import transformer as model_module
 from pipeline.model.packing import packed_hidden
 from pipeline.model.transformer import SpanEncoder, build_model
-from pipeline.errors import InputError
 from pipeline.train.batching import collate, length_blocks, special_ids, step_inputs
 from pipeline.train.config import TrainConfig
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import accumulate, make_encoder, train_step
 from tests.conftest import make_document
-from tests.test_train_step import tokenizer  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 MODEL = {"base": None, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64,
@@ -165,6 +164,7 @@ def test_step_counts_real_and_padded_tokens(tokenizer):
     assert metrics["tokens"] == real == metrics["padded_tokens"]  # packed: no slot is padding
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize("packing", [False, True])
 def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch, packing):
     """With aot_eager: Dynamo's and AOTAutograd's graphs of forward and backward, without inductor's C++

@@ -22,11 +22,8 @@ from pipeline.train.losses import LOSSES
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, make_scaler, train_step
 from storage import DatasetWriter
-from tests import test_train_step
 from tests.conftest import free_port
 from tests.test_train_step import pairs, tiny_encoder
-
-tokenizer = test_train_step.tokenizer  # a fixture
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -193,6 +190,7 @@ def ddp_worker(rank: int, world: int, port: int, tok, out: str) -> None:
         torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow  # two worker processes
 def test_two_workers_accumulate_the_same_step_as_one(tokenizer, tmp_path):
     """Under DDP the step's last backward all-reduces all that the step accumulated (the backwards before
     it, of the first micro-batch and of GradCache's chunks, run under no_sync): one worker's gradients."""
@@ -242,15 +240,6 @@ def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_pa
     assert b["scaler"] == a["scaler"] and a["scaler"]["_growth_tracker"] == 4  # fp16's scale went on counting
     for name, value in a["model"].items():
         torch.testing.assert_close(b["model"][name], value, rtol=0, atol=0, msg=name)
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.ray

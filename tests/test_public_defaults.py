@@ -25,7 +25,6 @@ from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage
 from storage import read_table
 from tests import reference
-from tests.test_corpus_urls import server  # noqa: F401  (fixture: serves files, cutting each first request)
 
 HUB = "https://huggingface.co"
 # WikiText's Parquet rows: one line of the .raw release each, ending in "\n"; blank lines are "".
@@ -97,15 +96,15 @@ def test_the_default_profile_names_public_urls_and_the_options_replace_them(tmp_
     assert mine.corpus.sources == [str(tmp_path)] and mine.evaluate.data == str(tmp_path)
 
 
-def test_the_default_profile_downloads_its_data_once_and_reads_it(server, tmp_path):  # noqa: F811
+def test_the_default_profile_downloads_its_data_once_and_reads_it(file_server, tmp_path):  # noqa: F811
     from flows.pipeline_flows import resolve
 
     default = load_config(DEFAULT_PROFILE)
-    base = f"http://127.0.0.1:{server.server_port}"
+    base = f"http://127.0.0.1:{file_server.server_port}"
     wikitext = write_wikitext(tmp_path / "wikitext.parquet").read_bytes()
     pairs = gzip.compress(write_pairs(tmp_path / "pairs.jsonl").read_bytes())
-    server.files = {urllib.parse.urlsplit(u).path: wikitext for u in default.corpus.sources}
-    server.files |= {urllib.parse.urlsplit(u).path: pairs for u in default.evaluate.data.values()}
+    file_server.files = {urllib.parse.urlsplit(u).path: wikitext for u in default.corpus.sources}
+    file_server.files |= {urllib.parse.urlsplit(u).path: pairs for u in default.evaluate.data.values()}
     sources = local_urls(default.corpus.sources, base)
     eval_data = dict(zip(default.evaluate.data, local_urls(list(default.evaluate.data.values()), base)))
     downloads = tmp_path / "downloads"
@@ -114,10 +113,10 @@ def test_the_default_profile_downloads_its_data_once_and_reads_it(server, tmp_pa
 
     for _ in range(2):
         cfg = resolve(artifacts=str(tmp_path / "artifacts"), overrides=overrides)
-    requested = {path for path, _ in server.requests}
+    requested = {path for path, _ in file_server.requests}
     assert requested == {urllib.parse.urlsplit(u).path for u in default.evaluate.data.values()}
     # Each file asked for twice (the first answer is cut and resumed), and not again by the second resolve.
-    assert len(server.requests) == 2 * len(requested)
+    assert len(file_server.requests) == 2 * len(requested)
     subsets, _ = find_sts(cfg.evaluate.data)
     assert sorted(s.task for s in subsets) == sorted(default.evaluate.data)
     assert all(s.sent1 == [p[0] for p in PAIRS] and s.gold.tolist() == [p[2] for p in PAIRS] for s in subsets)

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 from moto.server import ThreadedMotoServer
 
-from conftest import CPIPE, free_port
 from pipeline import registry
 from storage import DatasetError, DatasetWriter, list_datasets, local_copy, read_table
+from tests.conftest import CPIPE, free_port
 
 BUCKET = "cpipe"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}

@@ -20,10 +20,7 @@ from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, ray_cluster, write_corpus
-from tests.test_filter import lid_model  # noqa: F401  (fixture)
-from tests.test_langid import tiny_model  # noqa: F401  (fixture)
-from tests.test_openwebtext import release, texts  # noqa: F401  (fixtures)
-from tests.test_wikipedia import paras, write_dump  # noqa: F401  (fixture)
+from tests.test_wikipedia import write_dump
 
 pytestmark = pytest.mark.ray
 
@@ -36,6 +33,7 @@ def cluster():
     import ray
 
     with ray_cluster(nodes=2, cpus=1) as c:
+        ray.shutdown()  # the session's local instance (local_ray), if a test before started it
         ray_init(c["address"], None)
         yield c
         ray.shutdown()

@@ -20,7 +20,7 @@ from pipeline.evaluate.sts_data import find_sts
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import ST_DIR
 from tests.conftest import SHARED, WORDS
-from tests.test_embed import MAX_LENGTH, tiny_model, tiny_tokenizer
+from tests.helpers import MAX_LENGTH, tiny_model, tiny_tokenizer
 
 
 def write_stsb(root: Path, n_pairs: int = 300, seed: int = 2) -> Path:

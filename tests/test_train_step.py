@@ -7,25 +7,12 @@ import torch
 
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import SpanEncoder, build_model, export
-from pipeline.tokenizer.loading import SPECIAL
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from tests.conftest import make_document
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    rng = np.random.default_rng(0)
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
-                            special_tokens=list(SPECIAL.values()))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **SPECIAL)
 
 
 def pairs(tokenizer, n=8, positives=2):

@@ -11,8 +11,8 @@ from pipeline.evaluate.config import EvaluateConfig
 from pipeline.evaluate.logreg import Settings
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import (TRANSFER_TASKS, Examples, TransferDataError, TransferTask, find_transfer,
-                                    transfer_data_hash)
-from test_sts import SICK_TEST, SICK_TRIAL, write_sick
+                                             transfer_data_hash)
+from tests.test_sts import SICK_TEST, SICK_TRIAL, write_sick
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 

@@ -81,6 +81,7 @@ def test_lowercase_lookup(tmp_path):
     assert enc.encode(["The DOG"]).tolist() == [[3.0, 4.0]]
 
 
+@pytest.mark.slow  # a Python process
 def test_random_encoder_is_deterministic_across_processes():
     enc = RandomEncoder(dim=16, seed=3)
     out = enc.encode(["a man plays", "plays a man", "a dog", ""])

@@ -2,19 +2,16 @@
 (plain, bz2, two-stream multistream bz2) and wikimedia/wikipedia-style Parquet."""
 
 import bz2
-import re
 import shutil
 import tracemalloc
 from xml.sax.saxutils import escape
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipeline.corpus.sources import SourceError, doc_id
 from pipeline.corpus.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
-from tests.conftest import SHARED, make_document
 
 EXPORT = "http://www.mediawiki.org/xml/export-{v}/"
 HEADER = """<mediawiki xmlns="{ns}" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" \
@@ -57,17 +54,6 @@ def page_xml(title: str, page_id: int, wikitext: str, ns: int = 0, redirect: str
     </revision>
   </page>
 """
-
-
-@pytest.fixture(scope="module")
-def paras() -> list[str]:
-    """Six WikiText-2 paragraphs when the shared data is there, else made-up ones; free of wiki markup either way."""
-    if SHARED:
-        with open(f"{SHARED}/corpus/wikitext-2/wiki.valid.raw", encoding="utf-8") as f:
-            lines = [line.strip() for line in f if line.strip() and not line.strip().startswith("=")]
-        return [p for p in lines if not re.search(r"''|[\[\]{}<>|&=~_*#:;]", p)][:6]
-    rng = np.random.default_rng(0)
-    return [make_document(rng, 60) for _ in range(6)]
 
 
 def pages(paras: list[str]) -> tuple[list[str], list[str]]:
