@@ -38,6 +38,7 @@ def scores(setup, name, spec, inputs, data=None, art=None, **settings):
     return read_table(run_stage(evaluate.STAGE, config, inputs, art or setup["art"])).to_pandas()
 
 
+@pytest.mark.slow  # every shared task, SentEval's 10 transfer tasks included, scored twice: minutes of compute
 def test_every_task_in_the_shared_data_is_scored_and_twice_the_same(setup, tmp_path):
     data = f"{SHARED}/eval" if SHARED else str(write_sts(tmp_path / "eval"))
     runs = [scores(setup, "tiny", {"kind": "untrained"}, {"model": setup["model"]}, data=data, kfold=3,
