@@ -245,25 +245,17 @@ def evaluate_setup(tmp_path_factory, tiny_sts):
             "data": str(tiny_sts)}
 
 
-@pytest.fixture(scope="session")
-def _ray_for_the_session():
-    """Shuts down, at the session's end, the local Ray instance that local_ray started."""
-    yield
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-
-
-@pytest.fixture
-def local_ray(_ray_for_the_session):
-    """A local Ray instance (2 CPUs, no dashboard, workers' output not echoed), one for the whole session: the
-    first test that asks starts it and it stays up for the next. A test that needs another Ray (a cluster's)
-    shuts it down and connects there; the next test that asks starts it again."""
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance (2 CPUs, no dashboard, workers' output not echoed) for the module's tests, shut down
+    after them: one left alive beside later tests' own Ray (a `ray start` cluster, a cpipe run) breaks theirs
+    (a cluster's job agent never came up: "No available agent to submit job")."""
     import ray
 
     if not ray.is_initialized():  # "local": never a cluster that `ray start` left on this machine
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
+    ray.shutdown()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -433,6 +425,10 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
     processes it started (`ray stop` would kill any other Ray instance on the machine too).
     """
     _STARTED.add("ray")
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        # The session's local instance (local_ray): with it alive, a bare ray.init() on this host (a job's run,
+        # Ray's own actors) finds two instances and stops; the next test that asks starts it again.
+        sys.modules["ray"].shutdown()
     ray_cli = str(Path(sys.executable).parent / "ray")
     # As from an activated venv: a job's `python` is the nodes' python.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"

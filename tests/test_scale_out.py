@@ -33,7 +33,6 @@ def cluster():
     import ray
 
     with ray_cluster(nodes=2, cpus=1) as c:
-        ray.shutdown()  # the session's local instance (local_ray), if a test before started it
         ray_init(c["address"], None)
         yield c
         ray.shutdown()
