@@ -66,7 +66,7 @@ def test_corpus_and_filter_write_the_same_documents_on_every_backend(cluster, re
         art = str(tmp_path / name)  # the runtime is not in the fingerprint: separate artifacts force real runs
         docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=sources, parallel=runtime)), {}, art)
         tok = results["tok"] if name != "serial" else run_stage(
-            tokenizer, {"base": None, "vocab_size": 500, "min_frequency": 2, "max_length": 64}, {"corpus": docs}, art)
+            tokenizer.STAGE, {"base": None, "vocab_size": 500, "min_frequency": 2, "max_length": 64}, {"corpus": docs}, art)
         results.setdefault("tok", tok)
         kept = run_stage(filter.STAGE, {**filter_config, "runtime": runtime}, {"corpus": docs, "tokenizer": tok}, art)
         results[name] = (read_table(docs), read_manifest(docs)["counts"], read_table(kept), read_manifest(kept)["counts"])
