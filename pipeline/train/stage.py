@@ -15,7 +15,6 @@ import logging
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from pipeline.config import Config
 from pipeline.errors import InputError
@@ -30,7 +29,7 @@ from pipeline.train.batching import special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.curves import write_curves
 from pipeline.train.devset import best, read_dev
-from pipeline.train.loop import train_loop
+from pipeline.train.loop import load_state, train_loop
 from pipeline.train.step import make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove, shards
 
@@ -105,7 +104,7 @@ def checkpoint_config(scored: bool):
 
 def _load(checkpoint) -> dict:
     with checkpoint.as_directory() as d:
-        return torch.load(f"{d}/state.pt", weights_only=False)
+        return load_state(d)
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
