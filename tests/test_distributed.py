@@ -4,8 +4,6 @@ With MoCo, the keys are all-gathered before they join the queue, and the key enc
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -44,34 +42,43 @@ def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[flo
     return metrics["contrastive_loss"], result
 
 
-def worker(rank: int, world: int, port: int, tok, cfg: dict, bank_size: int, out: str) -> None:
+CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_bank": 8},
+         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8}, "simcse": {"objective": "simcse"}}
+
+
+def configs() -> dict[str, tuple[dict, int]]:
+    """Each case's train config and memory-bank size."""
+    result = {}
+    for name, overrides in CASES.items():
+        cfg = TrainConfig(**CFG, **overrides).model_dump()
+        result[name] = cfg, cfg.pop("memory_bank")
+    return result
+
+
+def worker(rank: int, world: int, port: int, tok, out: str) -> None:
+    # One process group for every case: starting two workers costs more than all the steps they take.
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
-        result = step(tok, rank, world, cfg, bank_size)
-        torch.save(result, f"{out}.{rank}")
+        torch.save({name: step(tok, rank, world, cfg, bank) for name, (cfg, bank) in configs().items()},
+                   f"{out}.{rank}")
     finally:
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("overrides", [{}, {"grad_cache": 5}, {"memory_bank": 8},
-                                       {"objective": "cert", "momentum": 0.9, "memory_bank": 8},
-                                       {"objective": "simcse"}],
-                         ids=["plain", "grad-cache", "memory-bank", "moco", "simcse"])
 @pytest.mark.slow  # two worker processes
-def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path, overrides):
-    cfg = TrainConfig(**CFG, **overrides).model_dump()
-    bank = cfg.pop("memory_bank")
+def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path):
     torch.set_num_threads(1)
-    loss, grads = step(tokenizer, 0, 1, cfg, bank)
+    single = {name: step(tokenizer, 0, 1, cfg, bank) for name, (cfg, bank) in configs().items()}
     out = str(tmp_path / "result")
-    mp.spawn(worker, args=(2, free_port(), tokenizer, cfg, bank, out), nprocs=2, join=True)
+    mp.spawn(worker, args=(2, free_port(), tokenizer, out), nprocs=2, join=True)
     for rank in range(2):
-        rank_loss, rank_grads = torch.load(f"{out}.{rank}", weights_only=False)
-        assert rank_loss == pytest.approx(loss, rel=1e-5)
-        assert rank_grads.keys() == grads.keys()
-        for name, g in grads.items():
-            # Weights (O(0.1)) after an Adam step, which magnifies float noise in near-zero gradients.
-            atol = 1e-5 if name.startswith("key.") else 1e-6
-            torch.testing.assert_close(rank_grads[name], g, rtol=1e-4, atol=atol, msg=name)
-    os.remove(f"{out}.0")
+        results = torch.load(f"{out}.{rank}", weights_only=False)
+        for case, (loss, grads) in single.items():
+            rank_loss, rank_grads = results[case]
+            assert rank_loss == pytest.approx(loss, rel=1e-5), case
+            assert rank_grads.keys() == grads.keys(), case
+            for name, g in grads.items():
+                # Weights (O(0.1)) after an Adam step, which magnifies float noise in near-zero gradients.
+                atol = 1e-5 if name.startswith("key.") else 1e-6
+                torch.testing.assert_close(rank_grads[name], g, rtol=1e-4, atol=atol, msg=f"{case}: {name}")
