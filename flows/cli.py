@@ -12,6 +12,7 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
+from pipeline.preflight import configured
 from pipeline.registry import NAMES
 from storage import DatasetError
 
@@ -59,11 +60,13 @@ def _concealed(value):
 
 
 def cmd_run(args) -> int:
-    from flows.pipeline_flows import full_pipeline, resolve
-
     options = _concealed(dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                               artifacts=args.artifacts, until=args.until, overrides=_overrides(args)))
-    cfg = resolve(**options)  # fail on bad input before Prefect or Ray start; the flow takes it as it is
+    cfg = configured(**options)  # before the flows' imports (torch, Prefect: seconds): a mistake answers at once
+
+    from flows.pipeline_flows import checked, full_pipeline
+
+    checked(cfg, until=args.until)  # fail on bad input before Prefect or Ray start; the flow takes it as it is
     _quiet_user_errors()
     started = time.perf_counter()
     full_pipeline(**options, resolved=cfg)
@@ -76,13 +79,13 @@ def cmd_serve(args) -> int:
 
     from prefect import serve
 
-    from flows.pipeline_flows import data_flow, evaluate_flow, full_pipeline, resolve, train_flow
+    from flows.pipeline_flows import checked, data_flow, evaluate_flow, full_pipeline, train_flow
 
     parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                                                     artifacts=args.artifacts, until=args.until,
                                                     overrides=_overrides(args) or None).items() if v is not None}
     if args.corpus and args.eval_data:
-        resolve(**parameters)
+        checked(configured(**parameters), until=args.until)
     # Each flow's deployment gets the defaults it takes (the data flow reads no evaluation data, say).
     serve(*(f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
                                                         if k in inspect.signature(f.fn).parameters})
@@ -91,16 +94,18 @@ def cmd_serve(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
+                              overrides=_overrides(args)))
+    cfg = configured(**options, first="evaluate")  # before the heavy imports, as cmd_run
+
     import fsspec
 
-    from flows.pipeline_flows import evaluate_flow, resolve
+    from flows.pipeline_flows import checked, evaluate_flow
     from pipeline.evaluate.stage import user_models
     from pipeline.leaderboard.stage import CUMULATIVE
 
-    options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
-                              overrides=_overrides(args)))
     user_models(args.model)  # every model exists, before Prefect starts
-    cfg = resolve(**options, first="evaluate")
+    checked(cfg, first="evaluate")
     _quiet_user_errors()
     evaluate_flow(models=args.model, **options, resolved=cfg)
     with fsspec.open(f"{cfg.artifacts.rstrip('/')}/{CUMULATIVE}.md", "r") as f:

@@ -12,13 +12,11 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from prefect import flow, get_run_logger
 
-from pipeline import registry
-from pipeline.config import Config, load_config
-from pipeline.errors import ConfigError
+from pipeline import preflight, registry
+from pipeline.config import Config
 from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
-from storage import check_writable
 from tasks.build import publish_leaderboard, run, run_all
 
 
@@ -26,17 +24,18 @@ def resolve(config: str | None = None, corpus: str | list[str] | None = None, ev
             artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
             first: str = registry.NAMES[0]) -> Config:
     """Load and check everything the stages from `first` to `until` need before any work starts."""
-    if until is not None and until not in registry.NAMES:
-        raise ConfigError(f"--until {until}: unknown stage (stages: {', '.join(registry.NAMES)})")
-    sources = [corpus] if isinstance(corpus, str) else corpus
-    cfg = load_config(config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None,
-                                            "evaluate.data": eval_data})
-    check_writable(cfg.artifacts)
+    return checked(preflight.configured(config, corpus, eval_data, artifacts, until, overrides, first), first, until)
+
+
+def checked(cfg: Config, first: str = registry.NAMES[0], until: str | None = None) -> Config:
+    """Pre-flight's config (pipeline.preflight.configured) through the checks that need the stages' modules:
+    the evaluation data fetched once when the run reaches past the data flow, then each stage's own check."""
     reached = registry.stages(first, until or registry.NAMES[-1])
     if any(stage.flow != "data" for stage in reached):
         cfg.evaluate.data = local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir)  # URLs: fetched once
     for stage in reached:
-        stage.check(cfg)
+        if stage.name not in preflight.CHECKED:
+            stage.check(cfg)
     return cfg
 
 

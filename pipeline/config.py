@@ -142,7 +142,12 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     key, raw = item.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"--set has an empty key in '{item}'")
-    return key.split("."), yaml.safe_load(raw) if raw != "" else None
+    try:
+        value = yaml.safe_load(raw) if raw != "" else None
+    except yaml.YAMLError as e:  # a syntax error, or a tag such as !!python/object (safe_load constructs none)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"--set {key}: not valid YAML: {problem}") from None  # the value may hold a password
+    return key.split("."), value
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from pipeline.corpus.download import DownloadError, cache_path, fetch
-from tests.conftest import http_server
+from tests.conftest import free_port, http_server
 
 # Not a multiple of the 1 MiB read size, so the last chunk is a short one.
 DATA = random.Random(0).randbytes(3 * 2**20 + 12345)
@@ -27,6 +28,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_error(404)
         if srv.statuses:
             return self.send_error(srv.statuses.pop(0))
+        if srv.stalls:  # longer than the client's timeout
+            srv.stalls -= 1
+            time.sleep(1.0)
         start = int(self.headers["Range"][len("bytes="):-1]) if self.headers["Range"] and srv.ranges else 0
         start += srv.shift if start else 0
         if start >= len(DATA):
@@ -55,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
 def server():
     with http_server(Handler) as srv:
         srv.ranges_seen, srv.statuses, srv.served = [], [], 0
-        srv.ranges, srv.cut_first, srv.shift = True, False, 0
+        srv.ranges, srv.cut_first, srv.shift, srv.stalls = True, False, 0, 0
         srv.url = f"http://127.0.0.1:{srv.server_port}/data/file.bin"
         yield srv
 
@@ -156,6 +160,22 @@ def test_unavailable_is_retried(server, tmp_path, caplog):
         assert quick_fetch(server.url, tmp_path).read_bytes() == DATA
     assert len(server.ranges_seen) == 3
     assert "retry 1/5" in caplog.text and "retry 2/5" in caplog.text
+
+
+def test_a_refused_connection_fails_at_once(tmp_path, caplog):
+    """Nothing listens on the port: not transient, so no retries (five took about 31 s), one line naming host."""
+    url = f"http://127.0.0.1:{free_port()}/corpus.parquet"
+    with caplog.at_level(logging.WARNING, logger="cpipe"), pytest.raises(DownloadError) as err:
+        fetch(url, tmp_path, progress=False)
+    assert str(err.value).startswith(f"{url}: cannot reach 127.0.0.1 (") and "refused" in str(err.value)
+    assert "retry" not in caplog.text
+
+
+def test_a_timeout_is_retried(server, tmp_path, caplog):
+    server.stalls = 1
+    with caplog.at_level(logging.WARNING, logger="cpipe"):
+        assert quick_fetch(server.url, tmp_path, timeout=0.2).read_bytes() == DATA
+    assert "retry 1/5" in caplog.text and len(server.ranges_seen) == 2
 
 
 def test_gives_up_after_retries_keeping_nothing_final(server, tmp_path):

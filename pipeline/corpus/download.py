@@ -123,7 +123,8 @@ def _download(url: str, part: Path, timeout: float, progress: bool) -> None:
             raise _Retryable(f"HTTP {e.code} {e.reason}") from e
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}") from e
     except urllib.error.URLError as e:
-        if isinstance(e.reason, socket.gaierror):  # no network, or no such host: retrying will not help
+        # No network, no such host, or nothing listening there: retrying will not help (a timeout may).
+        if isinstance(e.reason, (socket.gaierror, ConnectionRefusedError)):
             raise DownloadError(f"{url}: cannot reach {urllib.parse.urlsplit(address).hostname} ({e.reason})") from e
         raise _Retryable(f"{type(e).__name__}: {e}") from e
     except (OSError, http.client.HTTPException) as e:
