@@ -10,9 +10,11 @@ import time
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
+from pipeline import stopping
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
 from pipeline.preflight import configured
+from pipeline.ray_session import ray_shutdown
 from pipeline.registry import NAMES
 from storage import DatasetError
 
@@ -184,18 +186,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stopped() -> int:
+    """After SIGINT or SIGTERM: Ray shut down (the workers of a local instance with it), then one line saying
+    how to go on."""
+    from pipeline.train.resume import stopped_step
+
+    ray_shutdown()
+    step = stopped_step()
+    stopping.say("cpipe: " + ("stopped; rerun to resume" if step is None else
+                              f"stopped; training resumes from step {step}"))
+    return 128 + stopping.signum
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "submit":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command in ("run", "evaluate"):
+        stopping.install()
     try:
-        return args.fn(args, rest) if args.command == "submit" else args.fn(args)
-    except USER_ERRORS as e:
-        print(f"cpipe: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+        code = args.fn(args, rest) if args.command == "submit" else args.fn(args)
+    except BaseException as e:
+        if stopping.signum is not None:  # the interrupt, whatever Prefect or Ray made of it on its way up
+            return _stopped()
+        if isinstance(e, USER_ERRORS):
+            print(f"cpipe: error: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        raise
+    return _stopped() if stopping.signum is not None else code
 
 
 if __name__ == "__main__":

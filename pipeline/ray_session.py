@@ -1,8 +1,14 @@
-"""Connecting to Ray, for the stages that run on it and the tasks that start it for them."""
+"""Connecting to Ray, for the stages that run on it and the tasks that start it for them, and leaving it."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+
+# Ray Train's controller warns with a traceback whenever its resource request to Ray Data's autoscaling
+# coordinator takes over 5 s ("safe to ignore", Ray says), as it does on a loaded machine, in a run that succeeds.
+QUIETED = ("ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",)
 
 
 def ray_init(address: str | None, num_cpus: int | None) -> None:
@@ -21,4 +27,24 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         # instance: a bare ray.init() would join whatever `ray start` left on this machine.
         cluster = address or os.environ.get("RAY_ADDRESS")
         ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
-                 configure_logging=False)
+                 configure_logging=False,
+                 runtime_env=None if cluster else {"worker_process_setup_hook": _setup_worker})
+
+
+def _setup_worker() -> None:
+    """Runs in every worker process of a local instance we start, before its tasks and actors."""
+    import ray
+
+    for name in QUIETED:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # Ray Train's controller and state actors ask Ray's state API whether an actor lives, and without an
+    # address that API looks for "the" Ray instance on the host: with a second one running (another user's, a
+    # `ray start`), it fails ("Found multiple active Ray instances") or asks the other one. Ours is the answer.
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+
+
+def ray_shutdown() -> None:
+    """Stop this process's Ray (the local instance it started, with every worker) if it connected to one."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()

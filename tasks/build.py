@@ -18,6 +18,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import TaskRunContext
 from prefect.filesystems import RemoteFileSystem
 
+from pipeline import stopping
 from pipeline.config import RayConfig
 from pipeline.leaderboard.stage import publish
 from pipeline.ray_session import ray_init
@@ -93,6 +94,7 @@ def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: 
     """Run a stage as a task and log whether it was reused or built."""
     started = time.time()
     fp = _prepared(name, config, inputs, artifacts, ray)
+    stopping.reassert()  # the flow and Ray took SIGTERM over as they started
     return _logged(label or name, _task(label or name, artifacts)(name, config, inputs, artifacts, fp), started)
 
 
@@ -105,6 +107,7 @@ def run_all(jobs: dict[str, tuple[str, dict, dict[str, str]]], artifacts: str,
     for label, (name, config, inputs) in jobs.items():
         fp = _prepared(name, config, inputs, artifacts, ray)
         futures[label] = _task(label, artifacts).submit(name, config, inputs, artifacts, fp)
+    stopping.reassert()
     return {label: _logged(label, future.result(), started) for label, future in futures.items()}
 
 

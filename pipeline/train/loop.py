@@ -85,6 +85,8 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
         if bank is not None:
             bank.load_state_dict(saved["bank"])
         state = {"step": saved["step"], "metrics": saved["metrics"]}
+        if rank == 0:
+            print(f"resuming from step {saved['step']}", flush=True)
     model = prepare_model(model, ddp_options(cfg))
     # A copy of the (restored, placed) encoder, as MoCo initialises its key encoder; then its own state.
     key_encoder = MomentumEncoder(getattr(model, "module", model), cfg["momentum"]) if cfg["momentum"] else None

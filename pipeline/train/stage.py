@@ -24,7 +24,7 @@ from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load
 from pipeline.ray_session import ray_init
 from pipeline.stage import Stage, runtime
 from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.train import devset
+from pipeline.train import devset, resume
 from pipeline.train.batching import special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.curves import write_curves
@@ -107,10 +107,21 @@ def _load(checkpoint) -> dict:
         return load_state(d)
 
 
+def _trainer_class():
+    from ray.train.torch import TorchTrainer
+
+    class Trainer(TorchTrainer):
+        def _register_sigint_handler(self, controller) -> None:
+            """Ray Train's Ctrl-C handler replaces the process's own for good (it aborts the run and exits 0,
+            and stays installed after fit returns): the caller's handler stays (the CLI's shuts Ray down and
+            says where training resumes)."""
+
+    return Trainer
+
+
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray.data
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     cfg = {**runtime(config, RUNTIME), **config["train"]}  # the loop reads both
     pairs = inputs["pairs"]
@@ -139,7 +150,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     # every worker of a cluster can reach when it is an object store.
     runs = f"{dataset_parts(out.path)[0]}/_ray"
     runs_dir = fsspec.core.url_to_fs(runs)[1]
-    trainer = TorchTrainer(
+    trainer = _trainer_class()(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
                            "special": special_ids(tokenizer, cfg["max_length"]), "dev": dev},
@@ -156,7 +167,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     )
     log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
              cfg["precision"])
+    resume.started(f"{runs}/train-{out.fp}")
     result = trainer.fit()
+    resume.finished(f"{runs}/train-{out.fp}")  # not on an exception: a stopped run's step is read after it
     saved = _load(result.checkpoint)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
     encoder = SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"])

@@ -1,0 +1,34 @@
+"""Where a stopped training run resumes: the latest checkpoint Ray Train recorded for it, which a rerun (the same
+fingerprint, so the same run directory) starts from. Light, for the CLI's last line after a stop."""
+
+from __future__ import annotations
+
+import json
+
+import fsspec
+
+SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of a run's checkpoints, the one it resumes from
+# The run directories whose fit() this process started and has not seen return: a stop leaves its run here.
+_training: list[str] = []
+
+
+def started(run_dir: str) -> None:
+    _training.append(run_dir)
+
+
+def finished(run_dir: str) -> None:
+    _training.remove(run_dir)
+
+
+def stopped_step() -> int | None:
+    """The step the training this process was running resumes from; None when none was running, or it had
+    recorded no checkpoint yet."""
+    for run_dir in reversed(_training):
+        try:
+            with fsspec.open(f"{run_dir}/{SNAPSHOT}", "r") as f:
+                latest = json.load(f).get("latest_checkpoint_result") or {}
+        except (OSError, ValueError):
+            continue
+        if (step := (latest.get("metrics") or {}).get("step")) is not None:
+            return int(step)
+    return None
