@@ -7,6 +7,7 @@ import argparse
 import logging
 import sys
 import time
+from contextlib import nullcontext
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
@@ -203,20 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "submit":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command in ("run", "evaluate"):
-        stopping.install()
-    try:
-        code = args.fn(args, rest) if args.command == "submit" else args.fn(args)
-    except BaseException as e:
-        if stopping.signum is not None:  # the interrupt, whatever Prefect or Ray made of it on its way up
-            return _stopped()
-        if isinstance(e, USER_ERRORS):
-            print(f"cpipe: error: {e}", file=sys.stderr)
-            return 2
-        if isinstance(e, KeyboardInterrupt):
-            return 130
-        raise
-    return _stopped() if stopping.signum is not None else code
+    with stopping.stoppable() if args.command in ("run", "evaluate") else nullcontext():
+        try:
+            code = args.fn(args, rest) if args.command == "submit" else args.fn(args)
+        except BaseException as e:
+            if stopping.signum is not None:  # the interrupt, whatever Prefect or Ray made of it on its way up
+                return _stopped()
+            if isinstance(e, USER_ERRORS):
+                print(f"cpipe: error: {e}", file=sys.stderr)
+                return 2
+            if isinstance(e, KeyboardInterrupt):
+                return 130
+            raise
+        return _stopped() if stopping.signum is not None else code
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Stopping a run on SIGINT or SIGTERM, with nothing on the terminal after it but the caller's own last line.
 
-`install()` (the CLI) makes both signals unwind the run as Ctrl-C does, with KeyboardInterrupt: the exception
-Ray's blocking calls give up on (Prefect's SIGTERM handler raises one that they ignore until they return, and
-Ray's own is preceded by abseil's, which prints a stack dump and aborts 3 s later). Before it unwinds, stdout and
-stderr go to /dev/null: Prefect's crash reports, Ray's teardown and its workers' forwarded output are no news
-to the user, who stopped the run. Each Prefect flow and ray.init take SIGTERM over as they start; `reassert()`
-puts the handler back (the tasks, before each stage). A second signal ends the process at once.
+Inside `stoppable()` (the CLI's run) both signals unwind the run as Ctrl-C does, with KeyboardInterrupt: the
+exception Ray's blocking calls give up on (Prefect's SIGTERM handler raises one that they ignore until they
+return, and Ray's own is preceded by abseil's, which prints a stack dump and aborts 3 s later). Before it
+unwinds, stdout and stderr go to /dev/null: Prefect's crash reports, Ray's teardown and its workers' forwarded
+output are no news to the user, who stopped the run. Each Prefect flow and ray.init take SIGTERM over as they
+start; `reassert()` puts the handler back (the tasks, before each stage). A second signal ends the process at
+once.
 """
 
 from __future__ import annotations
@@ -16,40 +17,63 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_installed = False
 signum: int | None = None  # the signal that stopped the run
-_terminal: int | None = None  # the stderr the process started with, for the last line
+_active = False
+_saved: tuple[int, int] | None = None  # stdout and stderr as they were before the stop, for the last line
 
 
-def install() -> None:
-    global _installed
-    _installed = True
+@contextmanager
+def stoppable() -> Iterator[None]:
+    global _active, signum, _saved
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {s: signal.getsignal(s) for s in SIGNALS}
+    # Ctrl-C signals the terminal's whole process group: Prefect's server would stop at once, and the run,
+    # unwinding, would retry for minutes to tell it how it ended (Ray training on meanwhile). Blocked here,
+    # before the run starts a thread or a process, SIGINT stays blocked in all of them; one thread takes it
+    # and has the main thread's handler run, as if it had come there.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    done = threading.Event()
+    forwarder = threading.Thread(target=_forward_sigint, args=(done,), name="cpipe-sigint", daemon=True)
+    _active = True
     reassert()
-    if threading.current_thread() is threading.main_thread():
-        # Ctrl-C signals the terminal's whole process group: Prefect's server would stop at once, and the run,
-        # unwinding, would retry for minutes to tell it how it ended (Ray training on meanwhile). Blocked
-        # here, before any thread or process starts, SIGINT stays blocked in all of them; one thread takes it
-        # and has the main thread's handler run, as if it had come there.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        threading.Thread(target=_forward_sigint, name="cpipe-sigint", daemon=True).start()
-
-
-def _forward_sigint() -> None:
-    while True:
-        signal.sigwait({signal.SIGINT})
-        _thread.interrupt_main(signal.SIGINT)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        _active = False
+        done.set()
+        forwarder.join()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if _saved is not None:  # a caller in the same process (a test) gets its output back
+            for fd, saved in zip((1, 2), _saved):
+                os.dup2(saved, fd)
+                os.close(saved)
+            logging.disable(logging.NOTSET)
+        signum, _saved = None, None
 
 
 def reassert() -> None:
-    if _installed and signum is None and threading.current_thread() is threading.main_thread():
+    if _active and signum is None and threading.current_thread() is threading.main_thread():
         for s in SIGNALS:
             signal.signal(s, _stop)
 
 
+def _forward_sigint(done: threading.Event) -> None:
+    while not done.is_set():
+        if signal.sigtimedwait({signal.SIGINT}, 0.2) is not None:
+            _thread.interrupt_main(signal.SIGINT)
+
+
 def _stop(received: int, frame) -> None:
-    global signum, _terminal
+    global signum, _saved
     if signum is not None:
         os._exit(128 + signum)
     signum = received
@@ -58,14 +82,15 @@ def _stop(received: int, frame) -> None:
             stream.flush()
         except (OSError, RuntimeError):  # RuntimeError: the signal came in the middle of a write to it
             pass
-    _terminal = os.dup(2)
+    _saved = (os.dup(1), os.dup(2))
     logging.disable(logging.CRITICAL)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
+    os.close(devnull)
     raise KeyboardInterrupt
 
 
 def say(line: str) -> None:
-    """`line` on the terminal the process started with (its stderr)."""
-    os.write(_terminal if _terminal is not None else 2, f"{line}\n".encode())
+    """`line` on the stderr the run had before it was stopped."""
+    os.write(_saved[1] if _saved is not None else 2, f"{line}\n".encode())
