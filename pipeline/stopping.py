@@ -23,12 +23,13 @@ from contextlib import contextmanager
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 signum: int | None = None  # the signal that stopped the run
 _active = False
-_saved: tuple[int, int] | None = None  # stdout and stderr as they were before the stop, for the last line
+_terminal: int | None = None  # the stderr the run had before it was stopped, for the last line
 
 
 @contextmanager
 def stoppable() -> Iterator[None]:
-    global _active, signum, _saved
+    global _active, signum
+    signum = None
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -52,12 +53,7 @@ def stoppable() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for s, handler in handlers.items():
             signal.signal(s, handler)
-        if _saved is not None:  # a caller in the same process (a test) gets its output back
-            for fd, saved in zip((1, 2), _saved):
-                os.dup2(saved, fd)
-                os.close(saved)
-            logging.disable(logging.NOTSET)
-        signum, _saved = None, None
+        # After a stop the output stays with /dev/null: Prefect and Ray still log as the process exits.
 
 
 def reassert() -> None:
@@ -73,7 +69,7 @@ def _forward_sigint(done: threading.Event) -> None:
 
 
 def _stop(received: int, frame) -> None:
-    global signum, _saved
+    global signum, _terminal
     if signum is not None:
         os._exit(128 + signum)
     signum = received
@@ -82,7 +78,7 @@ def _stop(received: int, frame) -> None:
             stream.flush()
         except (OSError, RuntimeError):  # RuntimeError: the signal came in the middle of a write to it
             pass
-    _saved = (os.dup(1), os.dup(2))
+    _terminal = os.dup(2)
     logging.disable(logging.CRITICAL)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -93,4 +89,4 @@ def _stop(received: int, frame) -> None:
 
 def say(line: str) -> None:
     """`line` on the stderr the run had before it was stopped."""
-    os.write(_saved[1] if _saved is not None else 2, f"{line}\n".encode())
+    os.write(_terminal if _terminal is not None else 2, f"{line}\n".encode())
