@@ -11,7 +11,8 @@ comes from the same resamples of both (the items pair up by position, checked by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -24,6 +25,9 @@ from pipeline.leaderboard import bootstrap
 LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT = "lo", "hi", "diff", "diff lo", "diff hi", "significant"
 SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT)
 _MRPC_BOTH = "MRPC accuracy+F1"  # MRPC as DeCLUTR's transfer average counts it
+# (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
+Draw = Callable[[str, list[int], int], Iterator[list[np.ndarray]]]
+DRAW: Draw = partial(bootstrap.chunks, seed=bootstrap.SEED)
 
 
 class Spec(NamedTuple):
@@ -83,15 +87,22 @@ class _Strata(NamedTuple):
         return self.layout == other.layout and all(np.array_equal(a, b) for a, b in zip(self.golds, other.golds))
 
 
-def _strata(items: pd.DataFrame | None, task: str, protocol: str) -> _Strata | None:
-    if items is None:
-        return None
-    mine = items[(items["task"] == task) & (items["protocol"] == protocol)]
-    if mine.empty:
-        return None
-    groups = [g for _, g in mine.groupby("stratum", sort=False)]
-    return _Strata(tuple(g["stratum"].iloc[0] for g in groups), [g["prediction"].to_numpy() for g in groups],
-                   [g["gold"].to_numpy() for g in groups])
+Index = dict[str, dict[tuple[str, str], _Strata]]  # model -> (task, protocol) -> its items
+
+
+def index(items: dict[str, pd.DataFrame]) -> Index:
+    out: Index = {}
+    for model, frame in items.items():
+        mine = out.setdefault(model, {})
+        for (task, protocol, stratum), g in frame.groupby(["task", "protocol", "stratum"], sort=False):
+            strata = mine.setdefault((task, protocol), _Strata((), [], []))
+            mine[task, protocol] = _Strata((*strata.names, stratum), [*strata.predictions, g["prediction"].to_numpy()],
+                                           [*strata.golds, g["gold"].to_numpy()])
+    return out
+
+
+def _strata(items: Index, model: str, task: str, protocol: str) -> _Strata | None:
+    return items.get(model, {}).get((task, protocol))
 
 
 class _Scorer:
@@ -123,8 +134,8 @@ class _Scorer:
         return f1 if statistic == "f1" else (accuracy + f1) / 2
 
 
-def replicates(specs: dict[str, Spec], models: Sequence[str], items: dict[str, pd.DataFrame],
-               b: int = bootstrap.B, seed: int = bootstrap.SEED) -> dict[str, np.ndarray]:
+def replicates(specs: dict[str, Spec], models: Sequence[str], items: Index,
+               b: int = bootstrap.B, draw: Draw = DRAW) -> dict[str, np.ndarray]:
     """(rows, b) resampled scores x 100 of each column in `specs`, nan for a row without its items. One task's
     columns share its resamples; rows with the same items share the same draws."""
     out = {c: np.full((len(models), b), np.nan) for c in specs}
@@ -135,14 +146,14 @@ def replicates(specs: dict[str, Spec], models: Sequence[str], items: dict[str, p
         scorers: dict[tuple[int, str], _Scorer] = {}
         for r, model in enumerate(models):
             for protocol in dict.fromkeys(specs[c].protocol for c in columns):
-                strata = _strata(items.get(model), task, protocol)
+                strata = _strata(items, model, task, protocol)
                 if strata is not None:
                     scorers[r, protocol] = _Scorer(strata)
         for layout in dict.fromkeys(s.strata.layout for s in scorers.values()):
             mine = {key: s for key, s in scorers.items() if s.strata.layout == layout}
             sizes = [n for _, n in layout]
             start = 0
-            for block in bootstrap.chunks(task, sizes, b, seed):
+            for block in draw(task, sizes, b):
                 w = [bootstrap.counts(idx, n) for idx, n in zip(block, sizes)]
                 stop = start + len(block[0])
                 for column in columns:
@@ -154,28 +165,26 @@ def replicates(specs: dict[str, Spec], models: Sequence[str], items: dict[str, p
     return out
 
 
-def paired(specs: dict[str, Spec], models: Sequence[str], items: dict[str, pd.DataFrame], reference: str
-           ) -> dict[str, np.ndarray]:
+def paired(specs: dict[str, Spec], models: Sequence[str], items: Index, reference: str) -> dict[str, np.ndarray]:
     """Per column, which rows were scored on the very items the reference row was (same strata, same gold)."""
-    ref = items.get(reference)
     out = {}
     for column, s in specs.items():
-        theirs = _strata(ref, s.task, s.protocol)
-        out[column] = np.array([theirs is not None and (mine := _strata(items.get(m), s.task, s.protocol)) is not None
+        theirs = _strata(items, reference, s.task, s.protocol)
+        out[column] = np.array([theirs is not None and (mine := _strata(items, m, s.task, s.protocol)) is not None
                                 and mine.same_items(theirs) for m in models])
     return out
 
 
 def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None = None,
-                  b: int = bootstrap.B, seed: int = bootstrap.SEED) -> tuple[pd.DataFrame, Comparison]:
+                  b: int = bootstrap.B, draw: Draw = DRAW) -> tuple[pd.DataFrame, Comparison]:
     """`table` with `<column> lo` and `<column> hi` after each score column that some row has items for, and with
     `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` and `significant` (the difference's
-    interval excludes 0)."""
-    models = table["model"].tolist()
+    interval excludes 0). `draw` gives each task's resamples (a seam: tests pass their own indices)."""
+    models, items = table["model"].tolist(), index(items)
     direct = {c: s for c in table.columns if (s := spec(c)) is not None}
     parts = averages(table.columns)
     needed = {**direct, **{p: spec(p) for ps in parts.values() for p in ps if spec(p) is not None}}
-    reps = replicates(needed, models, items, b, seed)
+    reps = replicates(needed, models, items, b, draw)
     for name, ps in parts.items():
         reps[name] = np.mean([reps[p] if p in reps else np.full((len(models), b), np.nan) for p in ps], axis=0)
     pairable = paired(needed, models, items, compare_to) if compare_to is not None else {}
