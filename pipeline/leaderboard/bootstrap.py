@@ -56,37 +56,60 @@ class Ranker:
     def __init__(self, values: np.ndarray):
         self.order = np.argsort(values, kind="stable")
         ordered = values[self.order]
-        self.starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        group = np.cumsum(np.r_[True, ordered[1:] != ordered[:-1]]) - 1
+        new = np.r_[True, ordered[1:] != ordered[:-1]]
+        self.starts = np.flatnonzero(new)
+        self.ties = len(self.starts) < len(values)
         self.group = np.empty(len(values), dtype=np.intp)
-        self.group[self.order] = group  # each item's group of equal values
+        self.group[self.order] = np.cumsum(new) - 1  # each item's group of equal values
 
-    def ranks(self, w: np.ndarray) -> np.ndarray:
-        """(b, n) ranks: each item's average rank among the drawn items (1-based; any value for undrawn ones)."""
-        totals = np.add.reduceat(w[:, self.order], self.starts, axis=1)
-        before = np.cumsum(totals, axis=1) - totals
-        return (before + (totals + 1) / 2)[:, self.group]
+    def centred(self, w: np.ndarray) -> np.ndarray:
+        """(n, b): each item's average rank among the drawn items of each resample (a column of `w`, the (n, b)
+        draw counts) less the mean rank, (N + 1) / 2 for N drawn; any value for an undrawn item, whose weight is
+        0. A group of equal values whose running total of counts reaches T with G of its own holds the ranks
+        T - G + 1 .. T, which average T - (G - 1) / 2."""
+        totals = w[self.order]
+        if self.ties:
+            totals = np.add.reduceat(totals, self.starts, axis=0)
+        ranks = np.cumsum(totals, axis=0)
+        ranks -= (totals - 1) / 2 + (w.sum(axis=0) + 1) / 2
+        return ranks[self.group]
 
 
-def spearman(x: Ranker, y: Ranker, w: np.ndarray) -> np.ndarray:
-    """(b,) Spearman correlations of the resamples whose draw counts are the rows of `w`: the Pearson correlation
-    of average ranks, each item weighted by its count. The ranks of N drawn items average (N + 1) / 2 exactly."""
-    rx, ry = x.ranks(w), y.ranks(w)
-    centre = (w.sum(axis=1, keepdims=True) + 1) / 2
-    dx, dy = rx - centre, ry - centre
-    cov = (w * dx * dy).sum(axis=1)
+class Resample:
+    """A block of resamples' (b, n) draw counts, held as (n, b) floats: items by rows, so that reordering items
+    moves whole rows and running totals add whole rows. And what one variable's ranks make of them, computed
+    once however many rows of the table share the variable (the gold scores of a task)."""
+
+    def __init__(self, w: np.ndarray):
+        self.w = np.ascontiguousarray(w.T, dtype=np.float64)
+        self._ranked: dict[int, tuple[Ranker, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def ranked(self, r: Ranker) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(centred ranks d, weighted w * d, weighted sum of squares) of `r`'s variable."""
+        if id(r) not in self._ranked:
+            d = r.centred(self.w)
+            wd = self.w * d
+            self._ranked[id(r)] = (r, d, wd, np.einsum("ij,ij->j", wd, d))  # r kept: its id stays its own
+        return self._ranked[id(r)][1:]
+
+
+def spearman(x: Ranker, y: Ranker, w: Resample) -> np.ndarray:
+    """(b,) Spearman correlations of the resamples whose draw counts are `w`'s rows: the Pearson correlation of
+    average ranks, each item weighted by its count."""
+    dx, _, vx = w.ranked(x)
+    _, wdy, vy = w.ranked(y)
     with np.errstate(invalid="ignore", divide="ignore"):  # a constant resample: nan, as scipy gives
-        return cov / np.sqrt((w * dx * dx).sum(axis=1) * (w * dy * dy).sum(axis=1))
+        return np.einsum("ij,ij->j", wdy, dx) / np.sqrt(vx * vy)
 
 
-def accuracy(correct: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return (w @ correct.astype(np.float64)) / w.sum(axis=1)
+def accuracy(correct: np.ndarray, w: Resample) -> np.ndarray:
+    return (correct.astype(np.float64) @ w.w) / w.w.sum(axis=0)
 
 
-def f1(prediction: np.ndarray, gold: np.ndarray, w: np.ndarray) -> np.ndarray:
+def f1(prediction: np.ndarray, gold: np.ndarray, w: Resample) -> np.ndarray:
     """F1 of class 1 (MRPC's paraphrase), as scikit-learn's f1_score: 0 where nothing is predicted or true."""
-    tp = w @ ((prediction == 1) & (gold == 1)).astype(np.float64)
-    wrong = w @ (prediction != gold).astype(np.float64)
+    tp = ((prediction == 1) & (gold == 1)).astype(np.float64) @ w.w
+    wrong = (prediction != gold).astype(np.float64) @ w.w
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.nan_to_num(2 * tp / (2 * tp + wrong))
 

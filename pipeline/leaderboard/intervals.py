@@ -105,32 +105,38 @@ def _strata(items: Index, model: str, task: str, protocol: str) -> _Strata | Non
     return items.get(model, {}).get((task, protocol))
 
 
+class _Rankers:
+    """One Ranker per distinct array of values, so the rows that share a task's gold scores rank them once."""
+
+    def __init__(self):
+        self._made: dict[bytes, bootstrap.Ranker] = {}
+
+    def __call__(self, values: np.ndarray) -> bootstrap.Ranker:
+        key = values.tobytes()
+        if key not in self._made:
+            self._made[key] = bootstrap.Ranker(values)
+        return self._made[key]
+
+
 class _Scorer:
-    """One row's statistics of one task's items under one protocol, for blocks of draw counts per stratum."""
+    """One row's statistics of one task's items under one protocol, for a block of resamples: its draw counts per
+    stratum and pooled (bootstrap.Resample)."""
 
-    def __init__(self, strata: _Strata):
-        self.strata = strata
-        pooled_pred, pooled_gold = np.concatenate(strata.predictions), np.concatenate(strata.golds)
-        self.pooled = (bootstrap.Ranker(pooled_pred), bootstrap.Ranker(pooled_gold))
-        self.correct = [p == g for p, g in zip(strata.predictions, strata.golds)]
-        self.pooled_pred, self.pooled_gold = pooled_pred, pooled_gold
-        self._per_stratum = None
+    def __init__(self, strata: _Strata, rankers: _Rankers):
+        self.strata, self.rankers = strata, rankers
+        self.pooled_pred, self.pooled_gold = np.concatenate(strata.predictions), np.concatenate(strata.golds)
+        self.correct = [(p == g).astype(np.float64) for p, g in zip(strata.predictions, strata.golds)]
 
-    def per_stratum(self):
-        if self._per_stratum is None:
-            self._per_stratum = [(bootstrap.Ranker(p), bootstrap.Ranker(g))
-                                 for p, g in zip(self.strata.predictions, self.strata.golds)]
-        return self._per_stratum
-
-    def __call__(self, statistic: str, w: list[np.ndarray]) -> np.ndarray:
+    def __call__(self, statistic: str, strata: list[bootstrap.Resample], pooled: bootstrap.Resample) -> np.ndarray:
         if statistic == "spearman":
-            return bootstrap.spearman(*self.pooled, np.hstack(w))
+            return bootstrap.spearman(self.rankers(self.pooled_pred), self.rankers(self.pooled_gold), pooled)
         if statistic == "mean_spearman":
-            return np.mean([bootstrap.spearman(x, y, ws) for (x, y), ws in zip(self.per_stratum(), w)], axis=0)
-        accuracy = np.mean([bootstrap.accuracy(c, ws) for c, ws in zip(self.correct, w)], axis=0)
+            return np.mean([bootstrap.spearman(self.rankers(p), self.rankers(g), w)
+                            for p, g, w in zip(self.strata.predictions, self.strata.golds, strata)], axis=0)
+        accuracy = np.mean([bootstrap.accuracy(c, w) for c, w in zip(self.correct, strata)], axis=0)
         if statistic == "accuracy":
             return accuracy
-        f1 = bootstrap.f1(self.pooled_pred, self.pooled_gold, np.hstack(w))
+        f1 = bootstrap.f1(self.pooled_pred, self.pooled_gold, pooled)
         return f1 if statistic == "f1" else (accuracy + f1) / 2
 
 
@@ -143,24 +149,25 @@ def replicates(specs: dict[str, Spec], models: Sequence[str], items: Index,
     for column, s in specs.items():
         by_task.setdefault(s.task, []).append(column)
     for task, columns in by_task.items():
-        scorers: dict[tuple[int, str], _Scorer] = {}
+        rankers, scorers = _Rankers(), {}
         for r, model in enumerate(models):
             for protocol in dict.fromkeys(specs[c].protocol for c in columns):
                 strata = _strata(items, model, task, protocol)
                 if strata is not None:
-                    scorers[r, protocol] = _Scorer(strata)
+                    scorers[r, protocol] = _Scorer(strata, rankers)
         for layout in dict.fromkeys(s.strata.layout for s in scorers.values()):
             mine = {key: s for key, s in scorers.items() if s.strata.layout == layout}
             sizes = [n for _, n in layout]
             start = 0
             for block in draw(task, sizes, b):
                 w = [bootstrap.counts(idx, n) for idx, n in zip(block, sizes)]
+                strata, pooled = [bootstrap.Resample(x) for x in w], bootstrap.Resample(np.hstack(w))
                 stop = start + len(block[0])
                 for column in columns:
                     s = specs[column]
                     for (r, protocol), scorer in mine.items():
                         if protocol == s.protocol:
-                            out[column][r, start:stop] = 100 * scorer(s.statistic, w)
+                            out[column][r, start:stop] = 100 * scorer(s.statistic, strata, pooled)
                 start = stop
     return out
 
