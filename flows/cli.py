@@ -103,10 +103,8 @@ def cmd_evaluate(args) -> int:
     cfg = resolve(**options, first="evaluate")
     _quiet_user_errors()
     evaluate_flow(models=args.model, **options, resolved=cfg)
-    # This run's table (with its intervals and comparisons), then every model scored in these artifacts.
-    for name in ("leaderboard", CUMULATIVE):
-        with fsspec.open(f"{cfg.artifacts.rstrip('/')}/{name}.md", "r") as f:
-            print(f.read())
+    with fsspec.open(f"{cfg.artifacts.rstrip('/')}/{CUMULATIVE}.md", "r") as f:
+        print(f.read())
     return 0
 
 
