@@ -299,7 +299,7 @@ def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, titl
         "md": lambda f: Path(f).write_text(to_markdown(table, absent, title, rank_by, compare_to), encoding="utf-8"),
         "csv": lambda f: table.to_csv(f, index=False),
         "parquet": lambda f: table.to_parquet(f, index=False),
-        "png": lambda f: plot(table, title, f),
+        "png": lambda f: plot(table, title, f, compare_to),
     }
     paths = {fmt: f"{out_dir.rstrip('/')}/{name}.{fmt}" for fmt in writers}
     with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
@@ -309,9 +309,10 @@ def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, titl
     return paths
 
 
-def plot(table: pd.DataFrame, title: str, path: str) -> None:
-    """Grouped horizontal bars: each model's scores on the tasks of SimCSE's seven-task average (else on the STS
-    pair files), in the table's order (best on top)."""
+def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = None) -> None:
+    """One panel per task of SimCSE's seven-task average (else per STS pair file): each model's score as a dot
+    with its bootstrap interval as whiskers, in the table's order (best on top); the reference row's score as a
+    dashed line, and the dots that differ significantly from it filled (higher) or hollow (lower)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and workers
@@ -319,13 +320,31 @@ def plot(table: pd.DataFrame, title: str, path: str) -> None:
 
     columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [c for c in table.columns
                                                                              if is_pair_column(c)]
-    data = table.set_index("model")[columns].iloc[::-1]
-    fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * len(data) * max(1, len(columns)) / 2))
-    if columns:
-        data.plot.barh(ax=ax, width=0.8)
-        ax.legend(columns, fontsize="small", loc="lower right")
-    ax.set_xlabel("Spearman x 100 of cosine similarity on test (SimCSE's protocol)")
-    ax.set_title(title)
+    rows = table.iloc[::-1].reset_index(drop=True)
+    fig, axes = plt.subplots(1, max(1, len(columns)), sharey=True, squeeze=False,
+                             figsize=(1.2 + 2.2 * max(1, len(columns)), 1.2 + 0.3 * len(rows)))
+    for ax, column in zip(axes[0], columns):
+        y, x = np.arange(len(rows)), rows[column].to_numpy(dtype=float)
+        if f"{column} {LO}" in rows.columns:
+            lo, hi = rows[f"{column} {LO}"].to_numpy(dtype=float), rows[f"{column} {HI}"].to_numpy(dtype=float)
+            ax.errorbar(x, y, xerr=[x - lo, hi - x], fmt="none", ecolor="0.4", capsize=2, lw=1)
+        ax.plot(x, y, "o", color="C0", ms=5)
+        if compare_to is not None and compare_to in set(rows["model"]):
+            ax.axvline(x[rows.index[rows["model"] == compare_to][0]], color="C3", ls="--", lw=1)
+            flags = rows.get(f"{column} {SIGNIFICANT}")
+            if flags is not None:
+                marked = flags.fillna(False).astype(bool).to_numpy()
+                lower = marked & (rows[f"{column} {DIFF_LO}"].to_numpy(dtype=float) < 0)
+                ax.plot(x[marked & ~lower], y[marked & ~lower], "o", color="C2", ms=7)
+                ax.plot(x[lower], y[lower], "o", mfc="white", mec="C3", ms=7)
+        ax.set_title(column, fontsize="small")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(np.arange(len(rows)), rows["model"].astype(str), fontsize="small")
+    note = "" if compare_to is None else (f"; dashed: {compare_to}, green: significantly higher, hollow: "
+                                          "significantly lower")
+    whiskers = ", 95% bootstrap interval" if any(f"{c} {LO}" in rows.columns for c in columns) else ""
+    fig.supxlabel(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", fontsize="small")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
