@@ -202,6 +202,8 @@ def _load_manifest(path: str) -> dict:
     try:
         with fs.open(f"{p}/{MANIFEST}", "r") as f:
             return json.load(f)
+    except FileNotFoundError:
+        raise DamagedDataset(path, f"{MANIFEST} is missing") from None
     except ValueError:  # invalid JSON or UTF-8: a damaged file, not a bug
         raise DamagedDataset(path, f"{MANIFEST} is not valid JSON") from None
 

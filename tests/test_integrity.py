@@ -174,10 +174,13 @@ def test_a_manifest_without_parts_is_checked_by_shard_count_and_rows(tmp_path):
         read_table(path)
 
 
-def test_an_unreadable_manifest_is_damage(tmp_path):
+def test_an_unreadable_or_missing_manifest_is_damage(tmp_path):
     path = write(tmp_path)
     os.truncate(f"{path}/{MANIFEST}", 20)
     with pytest.raises(DamagedDataset, match=f"{MANIFEST} is not valid JSON"):
+        read_table(path)
+    os.remove(f"{path}/{MANIFEST}")
+    with pytest.raises(DamagedDataset, match=f"{MANIFEST} is missing"):
         read_table(path)
 
 
