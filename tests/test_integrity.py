@@ -235,3 +235,14 @@ def test_a_full_disk_while_writing_rows_is_one_line_and_leaves_no_temporary_dire
             monkeypatch.setattr(fsspec.implementations.local.LocalFileOpener, "write", no_space)
             out.write(pa.Table.from_pylist(rows(5), schema=SCHEMA))  # an Arrow table is written at once
     assert os.listdir(tmp_path / "numbers") == []
+
+
+def test_prefect_serves_no_cached_result_for_a_damaged_dataset(tmp_path):
+    """A cache hit would hand the damaged dataset on without run_stage's check: the key is withheld."""
+    from tasks.build import _cache_key
+
+    path = write(tmp_path)
+    params = {"name": "numbers", "fp": "f" * 16, "artifacts": str(tmp_path)}
+    assert _cache_key(None, params) is not None
+    truncate(path)
+    assert _cache_key(None, params) is None
