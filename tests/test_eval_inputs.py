@@ -24,7 +24,7 @@ from pipeline.evaluate.transfer_data import TransferDataError, find_transfer
 from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.model import locate
 from pipeline.train import devset
-from tests.conftest import SHARED, make_document, write_sts
+from tests.conftest import SHARED, make_document
 from tests.helpers import tiny_model
 from tests.test_import_graph import graph
 
