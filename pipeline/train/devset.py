@@ -6,7 +6,7 @@ The dev set is an STS-B-format file (SentEval's sts-dev.csv by default), read wi
 and scored with its cosine protocol (pipeline.evaluate.sts), the same sentences tokenised and pooled as the
 evaluation's encoder does (pipeline.model.exported). A test split is never a dev set: selecting on it would
 leak the test set into the scores the leaderboard reports (pipeline.train.splits.why_test_split: the config
-refuses one).
+refuses one by its name; refuse_test_copy, by its content).
 """
 
 from __future__ import annotations
