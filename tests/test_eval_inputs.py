@@ -24,7 +24,7 @@ from pipeline.evaluate.transfer_data import TransferDataError, find_transfer
 from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.model import locate
 from pipeline.train import devset
-from tests.conftest import SHARED, make_document
+from tests.conftest import SHARED, make_document, write_sts
 from tests.helpers import tiny_model
 from tests.test_import_graph import graph
 
@@ -100,6 +100,19 @@ def test_a_partial_sick_folder_names_the_missing_test_file(tmp_path):
     with pytest.raises(StsDataError, match=rf"^{sick}: a partial SICK folder \(SICK_train\.txt\): "
                                            r"missing SICK_test_annotated\.txt"):
         find_sts(tmp_path)
+
+
+@pytest.mark.parametrize("emptied", ["STS12-en-test/STS.input.MSRvid.txt", "STS12-en-test/STS.gs.MSRvid.txt",
+                                     "STSBenchmark/sts-dev.csv", "MR/rt-polarity.pos"])
+def test_an_empty_file_of_a_senteval_task_is_named_not_scored_as_no_pairs(tmp_path, emptied):
+    write_sts(tmp_path)
+    (tmp_path / "MR").mkdir()
+    for name in ("rt-polarity.neg", "rt-polarity.pos"):
+        (tmp_path / "MR" / name).write_text("a fine film\nanother one\n", encoding="latin-1")
+    (tmp_path / emptied).write_text("")
+    find = find_transfer if emptied.startswith("MR") else find_sts
+    with pytest.raises(InputError, match=rf"^{tmp_path / emptied}: empty file$"):
+        find(tmp_path)
 
 
 def stsb_lines(pairs) -> str:

@@ -60,8 +60,11 @@ def _task_dir(task: str) -> str:
 
 
 def _lines(path: Path, encodings: tuple[str, ...] = ("utf-8",)) -> list[str]:
-    """The file's lines, decoded with the first of `encodings` that fits the whole file."""
+    """The file's lines, decoded with the first of `encodings` that fits the whole file; an empty file is an error,
+    not a task of no pairs."""
     data = path.read_bytes()
+    if not data.strip():
+        raise EvalDataError(f"{path}: empty file")
     for encoding in encodings:
         try:
             text = data.decode(encoding)

@@ -87,6 +87,8 @@ def _examples(text: list[str], labels: list[int], pair: list[str] | None = None)
 
 def _decode(path: Path, encoding: str) -> str:
     data = path.read_bytes()
+    if not data.strip():
+        raise TransferDataError(f"{path}: empty file")  # not a task of no samples
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as err:
