@@ -11,12 +11,9 @@ module for `encode_whole` alone.
 
 from __future__ import annotations
 
-import json
-import os
-
 from tokenizers import AddedToken, Tokenizer
 
-from pipeline.errors import InputError
+from pipeline.model.locate import hf_dir, resolve
 from storage import local_copy
 
 SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
@@ -37,16 +34,9 @@ def encode_whole(backend: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 
 def base_path(base: str) -> str:
-    """Where a base model's Hugging Face files are: a sentence-transformers directory (it holds
-    modules.json) keeps them in its Transformer module's folder, the root itself or e.g. 0_Transformer."""
-    modules = os.path.join(base, "modules.json")
-    if not os.path.isfile(modules):
-        return base  # a hub name or a plain Hugging Face directory
-    with open(modules, encoding="utf-8") as f:
-        folders = [m["path"] for m in json.load(f) if m["type"].rsplit(".", 1)[-1] == "Transformer"]
-    if not folders:
-        raise InputError(f"{modules} lists no Transformer module to train")
-    return os.path.join(base, folders[0])
+    """Where a base model's Hugging Face files are (pipeline.model.locate): a hub name's snapshot in the hub's
+    cache, and in a sentence-transformers directory its Transformer module's folder."""
+    return hf_dir(resolve(base))
 
 
 def load_tokenizer(path: str):
