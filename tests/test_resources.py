@@ -1,20 +1,27 @@
-"""What Ray must hold for a run's training, and a batch its workers split evenly: refused before any work
-with one line saying what to set (a local Ray), or a warning (a cluster, which may grow)."""
+"""Resources: what Ray must hold for a run's training, and a batch its workers split evenly, refused before any
+work with one line saying what to set (a local Ray) or a warning (a cluster, which may grow); and a long
+document's memory, bounded by tokenising it a piece at a time."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.augment.objectives.declutr import whole_arrays
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
+from pipeline.filter.docstats import count_tokens, text_key
+from pipeline.stage import run_stage
+from pipeline.tokenizer import loading
 from pipeline.train import stage as train
 from pipeline.train.config import TrainConfig
 from pipeline.train.resources import check_before_ray, check_resources, cpu_shortfall, gpu_shortfall
-from pipeline.stage import run_stage
 from storage import DatasetWriter
+from tests.conftest import make_document
 
 MORE = "give Ray more CPUs (ray.num_cpus)"
 
@@ -113,3 +120,64 @@ def test_the_train_stage_refuses_workers_a_local_ray_cannot_hold(local_ray, tmp_
                                          r"Ray has 2: set train.num_workers<=1"):
         run_stage(train.STAGE, config, inputs, str(tmp_path))
     assert not list(tmp_path.glob("train/*/_SUCCESS"))
+
+
+# A long document: tokenised and whitespace-collapsed a bounded piece at a time, to the whole document's result.
+
+
+class Recording:
+    """A tokenizer backend that records the texts of every encode call."""
+
+    def __init__(self, backend):
+        self.backend, self.calls = backend, []
+
+    def no_truncation(self):
+        self.backend.no_truncation()
+
+    def no_padding(self):
+        self.backend.no_padding()
+
+    def encode_batch(self, texts, add_special_tokens):
+        self.calls.append(list(texts))
+        return self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    monkeypatch.setattr(loading, "PIECE_CHARS", 300)
+    return 300
+
+
+def long_document(seed: int = 0) -> str:
+    """Made-up sentences, with runs of spaces, tabs and newlines between the words."""
+    rng = np.random.default_rng(seed)
+    gaps = [" ", " ", " ", "  ", "   ", "\t", " \n ", "\n"]
+    return "  " + "".join(w + gaps[int(rng.integers(len(gaps)))] for w in make_document(rng, 2000).split(" "))
+
+
+def test_pieces_are_cut_before_a_words_space_or_at_the_limit():
+    assert loading.pieces("aa bb  cc dd", 5) == [(0, 2), (2, 6), (6, 9), (9, 12)]  # " bb " | " cc": the run's last
+    assert loading.pieces("abcdefgh ij", 4) == [(0, 4), (4, 8), (8, 11)]  # no space to cut before
+    assert loading.pieces("", 4) == [(0, 0)]
+
+
+def test_whitespace_is_collapsed_piece_by_piece_to_the_whole_documents(small_pieces):
+    for text in [long_document(1), f"{long_document(1)} {'x' * 700} {long_document(2)}",  # a word cut in three
+                 "x" * 1000, " " * 1000 + "a" + " " * 1000, "a" + "\n" * 700 + "b", ""]:
+        assert loading.collapse_whitespace(text) == " ".join(text.split())
+    text = long_document(2)
+    assert text_key(text) == hashlib.sha1(" ".join(text.lower().split()).encode()).digest()
+
+
+def test_a_long_document_is_tokenised_in_bounded_pieces_to_its_whole_ids(tokenizer, small_pieces):
+    """Every call sees at most about PIECE_CHARS characters, and the ids are the whole document's, so the
+    filter's count and DeCLUTR's spans are unchanged."""
+    backend = tokenizer.backend_tokenizer
+    texts = [long_document(0), "a short one.", long_document(3)]
+    whole = [backend.encode(t, add_special_tokens=False).ids for t in texts]
+    recording = Recording(backend)
+    assert loading.encode_whole(recording, texts) == whole
+    assert len(recording.calls) > 10 and all(sum(map(len, call)) < 2 * small_pieces for call in recording.calls)
+    assert count_tokens(Recording(backend), texts) == [len(ids) for ids in whole]
+    arrays = whole_arrays(Recording(backend), texts)
+    assert [a.dtype for a in arrays] == [np.int32] * 3 and [a.tolist() for a in arrays] == whole

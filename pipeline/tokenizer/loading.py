@@ -6,7 +6,7 @@ model's files said (published sentence-transformers models often truncate at 128
 switches both off again (`untruncated`), so documents are counted and cut by their true length.
 
 transformers is imported only where a function needs it: the filter's worker processes import this
-module for `encode_whole` alone.
+module for `encoded_pieces` alone.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def untruncated(backend: Tokenizer) -> Tokenizer:
 PIECE_CHARS = 1 << 20
 
 
-def pieces(text: str, size: int = PIECE_CHARS) -> list[tuple[int, int]]:
-    """(start, end) of consecutive pieces of `text`, each at most `size` characters, cut before a space that
-    starts a word (a run of spaces stays whole but its last, which the next word's pre-token takes); a run of
-    `size` characters without such a space is cut where it reaches that length."""
+def pieces(text: str, size: int) -> list[tuple[int, int]]:
+    """(start, end) of consecutive pieces of `text`, each at most `size` characters, each cut before a space
+    followed by a word (the space a byte-level or Metaspace pre-token starts with); where `size` characters hold
+    no such space, the cut falls at `size` (a word that long is split in two)."""
     bounds, start = [], 0
     while len(text) - start > size:
         cut = text.rfind(" ", start + 1, start + size)
@@ -57,7 +57,7 @@ def pieces(text: str, size: int = PIECE_CHARS) -> list[tuple[int, int]]:
 def collapse_whitespace(text: str) -> str:
     """" ".join(text.split()), a piece at a time: the list of a long document's words is never built whole."""
     parts: list[str] = []
-    for start, end in pieces(text):
+    for start, end in pieces(text, PIECE_CHARS):
         if not (part := " ".join(text[start:end].split())):
             continue
         # A piece cut inside a word (no space near) continues that word; one cut at whitespace starts a new one.
@@ -75,7 +75,7 @@ def encoded_pieces(backend: Tokenizer, texts: list[str]) -> Iterator[tuple[int, 
     owners: list[int] = []
     chars = 0
     for i, text in enumerate(texts):
-        for start, end in pieces(text):
+        for start, end in pieces(text, PIECE_CHARS):
             batch.append(text[start:end])
             owners.append(i)
             chars += end - start
