@@ -1,4 +1,5 @@
-"""Peak memory of the filter stage and the DeCLUTR and SimCSE augment stages on one long single-line document.
+"""Peak memory of the filter stage (with and without near-duplicates) and the DeCLUTR and SimCSE augment
+stages on one long single-line document.
 
 The document is the State of the Union addresses joined into one line, repeated to --mb megabytes (30: a
 crawled page gone wrong). Each stage runs in a fresh process, which reports its peak RSS (ru_maxrss) and its
@@ -37,8 +38,9 @@ def stage(case: str, work: str) -> None:
 
     paths = json.loads((Path(work) / "paths.json").read_text())
     before = rss_mb()
-    if case == "filter":
-        config = {**FilterConfig().model_dump(), "runtime": {}}  # the defaults: 2048 tokens, no language ID
+    if case.startswith("filter"):
+        # The defaults (2048 tokens, exact duplicates, no language ID), with MinHash near-duplicates or without.
+        config = {**FilterConfig(near_dedup=case == "filter-neardup").model_dump(), "runtime": {}}
         path = run_stage(filter.STAGE, config, {"corpus": paths["corpus"], "tokenizer": paths["tokenizer"]}, work)
     else:
         cfg = Config(runs={case: {"objective": case}})
@@ -85,11 +87,11 @@ def main() -> None:
         results = {"filter": measure("filter", work)}
         paths["filter"] = results["filter"]["path"]
         (Path(work) / "paths.json").write_text(json.dumps(paths))
-        results |= {case: measure(case, work) for case in ("declutr", "simcse")}
+        results |= {case: measure(case, work) for case in ("filter-neardup", "declutr", "simcse")}
         size = (Path(work) / "docs" / "long.txt").stat().st_size / MB
         print(f"one {size:.1f} MB single-line document")
         for case, r in results.items():
-            print(f"{case:<8} peak RSS {r['peak_mb']:8.0f} MB  ({r['peak_mb'] - r['before_mb']:6.0f} MB above the "
+            print(f"{case:<15} peak RSS {r['peak_mb']:8.0f} MB  ({r['peak_mb'] - r['before_mb']:6.0f} MB above the "
                   f"{r['before_mb']:.0f} MB before the stage)")
     finally:
         shutil.rmtree(work)

@@ -15,6 +15,7 @@ from pipeline.augment.objectives.declutr import whole_arrays
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.filter.docstats import count_tokens, text_key
+from pipeline.filter.neardup import NearDuplicates, minhash, shingle_hashes
 from pipeline.stage import run_stage
 from pipeline.tokenizer import loading
 from pipeline.train import stage as train
@@ -181,3 +182,15 @@ def test_a_long_document_is_tokenised_in_bounded_pieces_to_its_whole_ids(tokeniz
     assert count_tokens(Recording(backend), texts) == [len(ids) for ids in whole]
     arrays = whole_arrays(Recording(backend), texts)
     assert [a.dtype for a in arrays] == [np.int32] * 3 and [a.tolist() for a in arrays] == whole
+
+
+def test_a_long_documents_minhash_signature_is_its_whole_shingles(small_pieces):
+    """Near-duplicate shingles are hashed a block of words at a time, across the blocks' seams."""
+    nd = NearDuplicates()
+    for text in [f"{long_document(4)} {'x' * 700} {long_document(5)}", "Two words" + " " * 900, "x" * 1000]:
+        words = text.lower().split()
+        shingles = [" ".join(words[i : i + 5]) for i in range(len(words) - 4)] or [" ".join(words)]
+        hashes = np.array([int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
+                           for s in shingles], dtype=np.uint64)
+        assert nd.signature(text).tolist() == minhash(hashes, nd.a, nd.b).tolist()
+        assert all(len(block) <= small_pieces for block in shingle_hashes(text, 5))  # a piece's words' shingles
