@@ -77,7 +77,7 @@ def main() -> None:
         (Path(work) / "docs" / "long.txt").write_text((line + " ") * int(args.mb * MB // len(line) + 1),
                                                       encoding="utf-8")
         docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[f"{work}/docs"]))), {}, work)
-        # The default profile's tokenizer, trained on the addresses (not on the long line: its training is not
+        # The tokenizer section's default (BPE, 8192), trained on the addresses (not on the long line: its training is not
         # what is measured).
         sotu = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))),
                          {}, f"{work}/sotu")
