@@ -92,7 +92,8 @@ def test_a_local_ray_refuses_and_a_cluster_warns_once(caplog):
     assert len(warnings) == 1 and "Ray has 2: set train.num_workers<=1, or add nodes to the cluster" in warnings[0]
 
 
-def test_preflight_checks_every_run_against_the_local_ray_it_will_start():
+def test_preflight_checks_every_run_against_the_local_ray_it_will_start(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # which would mean a cluster
     cfg = load_config(None, ["ray.num_cpus=2", "runs.contrastive-only.num_workers=2"])
     runs = {name: r.model_dump() for name, r in cfg.run_configs().items()}
     with pytest.raises(InputError, match=r"^runs.contrastive-only: train.num_workers=2 needs 3 CPUs"):
