@@ -32,10 +32,8 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from pipeline.config import Config
-from pipeline.evaluate import encoders as encoders
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
-from pipeline.errors import InputError
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders
 from pipeline.evaluate.analysis import score_analysis
@@ -49,7 +47,6 @@ from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset
 from pipeline.train.config import TrainConfig
-from storage import read_manifest
 from storage import DatasetWriter, dataset_parts, read_manifest
 
 SCHEMA = pa.schema([
