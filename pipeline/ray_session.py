@@ -22,3 +22,12 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         cluster = address or os.environ.get("RAY_ADDRESS")
         ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
                  configure_logging=False)
+
+
+def started_here() -> bool:
+    """Whether this process's Ray is a local instance it started (whose CPUs are all it will have), not a
+    cluster it connected to (which an autoscaler may grow). Ray says so only on its private node object."""
+    import ray._private.worker
+
+    node = ray._private.worker._global_node
+    return node is not None and node.is_head()

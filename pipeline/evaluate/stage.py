@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -33,10 +32,8 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from pipeline.config import Config
-from pipeline.evaluate import encoders as encoders
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
-from pipeline.errors import InputError
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders
 from pipeline.evaluate import items as test_items
@@ -46,11 +43,11 @@ from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot
+from pipeline.model.locate import is_hub_name, resolve
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset
 from pipeline.train.config import TrainConfig
-from storage import read_manifest
 from storage import DatasetWriter, dataset_parts, read_manifest
 
 SCHEMA = pa.schema([
@@ -76,7 +73,6 @@ log = logging.getLogger("cpipe")
 RUNTIME = {"backend": "serial", "workers": 1}
 SETTINGS = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
 UNTRAINED = "untrained"
-HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
 class Row(NamedTuple):
@@ -142,25 +138,25 @@ def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> d
     return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)", "recipe": recipe, "corpus": corpus}
 
 
-def _hub_name(path: str) -> bool:
-    """"org/name" or "name" that is no local path: a model on the Hugging Face hub."""
-    return not path.startswith((".", "~")) and bool(HUB_NAME.match(path)) and not os.path.exists(path)
-
-
 def model_row(name: str, path: str, pooling: str | None = None) -> Row:
     """Any Hugging Face or sentence-transformers model: a local directory, or a hub name."""
     spec = {"kind": "model", "path": path, "pooling": pooling,
-            "snapshot": [path] if _hub_name(path) else snapshot(path)}
+            "snapshot": [path] if is_hub_name(path) else snapshot(path)}
     return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
 
 
 def user_models(models: list[str]) -> dict[str, str]:
     """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
-    directory's name, or by its hub name."""
+    directory's name, or by its hub name. Before any work, each is a model directory, or a hub model downloaded
+    into the hub's cache (pipeline.model.locate)."""
     for m in models:
-        if not _hub_name(m) and not os.path.exists(m):
-            raise InputError(f"--model {m}: no such directory (nor a hub name such as org/name)")
-    named = [(m, m) if _hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
+        if "://" in m:
+            raise InputError(f"--model {m}: a local directory or a hub name (org/name), not a URL")
+        try:
+            resolve(m)
+        except InputError as e:
+            raise InputError(f"--model {e}" if str(e).startswith(m) else f"--model {m}: {e}") from None
+    named = [(m, m) if is_hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
     names = [name for name, _ in named]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories")

@@ -22,7 +22,7 @@ from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, t
 from pipeline.model.card import update_cards
 from pipeline.stage import Stage
 from pipeline.train import stage as train
-from storage import DatasetWriter, put_file, read_manifest, read_table
+from storage import DatasetWriter, dataset_path, leased, put_file, read_manifest, read_table
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
 # 4: bootstrap intervals on every score column, and the paired difference to evaluate.compare_to's row.
@@ -100,20 +100,22 @@ def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFr
 
 def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
     """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (each file
-    replaced whole)."""
+    replaced whole). Runs sharing the artifacts publish one at a time: the cumulative leaderboard is read,
+    merged and rewritten under a lease, so no run's rows are lost to another's rewrite."""
     table = _read_parquet(f"{path}/leaderboard.parquet")
     manifest = read_manifest(path)
     absent, rank_by, compare_to = manifest["absent_tasks"], manifest.get("rank_by"), manifest.get("compare_to")
-    write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by, compare_to=compare_to)
     store = f"{artifacts.rstrip('/')}/{CUMULATIVE_SCORES}"
     fs, p = fsspec.core.url_to_fs(store)
-    merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
-    everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
-    write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
-                      rank_by=rank_column(everything, manifest.get("rank_by_setting")))
-    with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
-        merged.to_parquet(f"{tmp}/{SCORES}", index=False)
-        put_file(f"{tmp}/{SCORES}", store)
+    with leased(dataset_path(artifacts, STAGE.name, CUMULATIVE)):
+        write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by, compare_to=compare_to)
+        merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
+        everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
+        write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
+                          rank_by=rank_column(everything, manifest.get("rank_by_setting")))
+        with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
+            merged.to_parquet(f"{tmp}/{SCORES}", index=False)
+            put_file(f"{tmp}/{SCORES}", store)
     return table, to_markdown(table, absent, title=TITLE, rank_by=rank_by, compare_to=compare_to)
 
 

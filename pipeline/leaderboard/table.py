@@ -187,6 +187,11 @@ def _cell(column: str, value) -> str:
         return f"{value:.3f}"
     if isinstance(value, (float, np.floating)):
         return f"{value:.2f}"
+    return _escaped(value)
+
+
+def _escaped(value) -> str:
+    """A pipe would end the Markdown cell: a model or STS pair file may be named with one."""
     return str(value).replace("|", "\\|")
 
 
@@ -282,7 +287,7 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
     columns = [c for c in table.columns if c not in derived]
     text = ("model", "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",
-             "| " + " | ".join(columns) + " |",
+             "| " + " | ".join(map(_escaped, columns)) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
     for record in table.to_dict("records"):
         lines.append("| " + " | ".join(_score_cell(c, record) for c in columns) + " |")
