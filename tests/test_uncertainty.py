@@ -327,3 +327,24 @@ def test_the_initial_row_is_named_for_the_base_model():
     name, about = initial_row(Config(model={"base": "sentence-transformers/all-MiniLM-L6-v2"}))
     assert name == "all-MiniLM-L6-v2" and "untrained" not in about["objective"] and "none" not in about["objective"]
     assert board.config(Config(model={"base": "sentence-transformers/all-MiniLM-L6-v2"}))["compare_to_default"] == name
+
+
+@pytest.mark.prefect  # cpipe evaluate runs its flow on a temporary Prefect server: about a minute
+def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
+    """Two model directories scored by the command line, the second compared with the first by name."""
+    from tests.conftest import cpipe
+    from tests.helpers import tiny_model
+
+    for name, pooling in (("A", "mean"), ("B", "cls")):
+        shutil.move(tiny_model(tmp_path / f"export-{name}", pooling) / "sentence-transformers", tmp_path / name)
+    artifacts = tmp_path / "artifacts"
+    result = cpipe("evaluate", "--model", str(tmp_path / "A"), "--model", str(tmp_path / "B"), "--eval-data",
+                   str(tiny_sts), "--artifacts", str(artifacts), "--set", "evaluate.compare_to=A")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    table = pd.read_csv(artifacts / "leaderboard.csv").set_index("model")
+    assert table.loc["A", "STSB cosine lo"] <= table.loc["A", "STSB cosine"] <= table.loc["A", "STSB cosine hi"]
+    assert pd.isna(table.loc["A", "STSB cosine diff"])
+    assert table.loc["B", "STSB cosine diff"] == pytest.approx(table.loc["B", "STSB cosine"]
+                                                               - table.loc["A", "STSB cosine"], abs=0.011)
+    assert table.loc["B", "STSB cosine diff lo"] <= table.loc["B", "STSB cosine diff hi"]
+    assert "reference row A" in (artifacts / "leaderboard.md").read_text()
