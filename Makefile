@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.gradcache_memory --threads 1
 	$(BIN)/python -m bench.encode_throughput --threads 1
 	$(BIN)/python -m bench.evaluate_parallel --repeats 3 --kfold 5
+	$(BIN)/python -m bench.long_document_memory
 
 clean:
 	rm -rf $(VENV) artifacts

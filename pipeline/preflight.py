@@ -10,12 +10,11 @@ import os
 from pipeline import registry
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError
-from pipeline.model.locate import why_not_a_model
 from storage import check_writable
 
-# Stages whose check is run here: their modules import nothing heavy.
-CHECKED = ("corpus",)
-READS_BASE = ("tokenizer", "init")  # the stages that load model.base
+# Stages whose check is run here: their modules import nothing heavy. The tokenizer's checks model.base (a
+# directory holding a model, or a hub name, downloaded into the hub's cache).
+CHECKED = ("corpus", "tokenizer")
 
 
 def configured(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
@@ -29,8 +28,6 @@ def configured(config: str | None = None, corpus: str | list[str] | None = None,
     cfg = load_config(config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None,
                                             "evaluate.data": eval_data})
     reached = registry.NAMES[registry.NAMES.index(first):registry.NAMES.index(until or registry.NAMES[-1]) + 1]
-    if cfg.model.base and set(READS_BASE) & set(reached) and (why := why_not_a_model(cfg.model.base)):
-        raise ConfigError(f"model.base: {why}")
     if "evaluate" in reached:
         _local_files_exist(cfg.evaluate.data)
     check_writable(cfg.artifacts)

@@ -48,3 +48,12 @@ def ray_shutdown() -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+
+
+def started_here() -> bool:
+    """Whether this process's Ray is a local instance it started (whose CPUs are all it will have), not a
+    cluster it connected to (which an autoscaler may grow). Ray says so only on its private node object."""
+    import ray._private.worker
+
+    node = ray._private.worker._global_node
+    return node is not None and node.is_head()

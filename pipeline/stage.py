@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 import pyarrow as pa
 
 from pipeline.errors import InputError
-from storage import DatasetWriter, complete, dataset_parts, dataset_path, fingerprint, leased, remove_temporaries
+from storage import (DamagedDataset, DatasetWriter, complete, dataset_parts, dataset_path, discard, fingerprint, leased,
+                     remove_temporaries, verify)
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -116,12 +117,15 @@ def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], arti
     has it, is the stage's fingerprint.
 
     Runs sharing an artifacts directory build each dataset once: the builder holds the dataset's lease,
-    and another run that needs it waits, then reuses it."""
+    and another run that needs it waits, then reuses it. A finished dataset whose shards fail their check
+    (`storage.verify`) is not reused but rebuilt."""
     fp = fp or stage.fingerprint(config, inputs)
     path = dataset_path(artifacts, stage.name, fp)
     if complete(path):
-        log.info("%s: reusing %s", stage.name, path)
-        return path
+        if (damage := _damage(path)) is None:
+            log.info("%s: reusing %s", stage.name, path)
+            return path
+        log.warning("%s: %s; rebuilding it", stage.name, damage)
 
     def waiting(holder: dict) -> None:
         log.info("%s: waiting for pid %s on %s, which is building %s", stage.name, holder.get("pid"),
@@ -129,8 +133,10 @@ def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], arti
 
     with leased(path, waiting):
         if complete(path):
-            log.info("%s: reusing %s, built meanwhile by another run", stage.name, path)
-            return path
+            if _damage(path) is None:
+                log.info("%s: reusing %s, built meanwhile by another run", stage.name, path)
+                return path
+            discard(path)
         # Holding the lease, no live writer of this dataset exists: any temporary directory is a killed run's.
         if removed := remove_temporaries(artifacts, stage.name, fp):
             log.info("%s: removed %d temporary director%s left by killed runs", stage.name, removed,
@@ -142,3 +148,12 @@ def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], arti
             stage.run(config, inputs, out)
     log.info("%s: wrote %s", stage.name, path)
     return path
+
+
+def _damage(path: str) -> str | None:
+    """What is wrong with a finished dataset, in one line, or None when it is intact."""
+    try:
+        verify(path)
+    except DamagedDataset as e:
+        return str(e)
+    return None

@@ -2,6 +2,7 @@
 
 from storage.lease import leased
 from storage.dataset import (
+    DamagedDataset,
     DatasetError,
     DatasetWriter,
     arrow_filesystem,
@@ -9,7 +10,9 @@ from storage.dataset import (
     complete,
     dataset_parts,
     dataset_path,
+    discard,
     fingerprint,
+    intact,
     is_local,
     list_datasets,
     local_copy,
@@ -20,9 +23,11 @@ from storage.dataset import (
     remove_temporaries,
     iter_batches,
     shards,
+    verify,
 )
 
 __all__ = [
+    "DamagedDataset",
     "DatasetError",
     "DatasetWriter",
     "arrow_filesystem",
@@ -30,7 +35,9 @@ __all__ = [
     "complete",
     "dataset_parts",
     "dataset_path",
+    "discard",
     "fingerprint",
+    "intact",
     "is_local",
     "list_datasets",
     "local_copy",
@@ -42,4 +49,5 @@ __all__ = [
     "leased",
     "iter_batches",
     "shards",
+    "verify",
 ]

@@ -4,11 +4,15 @@ A dataset is `<artifacts>/<stage>/<fingerprint>/` holding `part-*.parquet`
 (or any files a stage writes, such as a model directory), `_manifest.json`
 and `_SUCCESS`. Writers work in a hidden temporary sibling directory, write the
 manifest and then `_SUCCESS`, and rename the directory into place, so readers
-that check `_SUCCESS` never see a half-written dataset.
+that check `_SUCCESS` never see a half-written dataset. The manifest records each
+Parquet shard's rows, bytes and CRC-32, and every reader checks them (`verify`), so
+a shard deleted or damaged after the fact stops the reader with one line rather
+than changing what it reads.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -17,8 +21,9 @@ import sys
 import tempfile
 import time
 import uuid
+import zlib
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import metadata
 from typing import Any, Iterator
 
@@ -30,10 +35,20 @@ SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"
 TMP_PREFIX = ".tmp-"
 WORK_DIR = "_work"  # under the artifacts root, beside the stages
+PART_PREFIX = "part-"
+CHUNK = 8 * 2**20  # bytes read at a time to checksum a shard
 
 
 class DatasetError(Exception):
     """A dataset is missing, incomplete or malformed; the message names the path."""
+
+
+class DamagedDataset(DatasetError):
+    """A finished dataset whose shards are not the ones its manifest records."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"dataset damaged: {path}: {what}")
+        self.path, self.what = path, what
 
 
 def fingerprint(stage: str, version: str, config: Any, inputs: dict[str, str]) -> str:
@@ -63,6 +78,11 @@ def _fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 def _on_disk(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, fsspec.implementations.local.LocalFileSystem)
+
+
+def _url(fs: fsspec.AbstractFileSystem, p: str) -> str:
+    """A path on `fs` as the rest of this module takes it: a local path as it is, else a URL naming `fs`."""
+    return p if _on_disk(fs) else fs.unstrip_protocol(p)
 
 
 def is_local(path: str) -> bool:
@@ -174,19 +194,121 @@ def _require_complete(path: str) -> None:
 
 def read_manifest(path: str) -> dict:
     _require_complete(path)
+    return _load_manifest(path)
+
+
+def _load_manifest(path: str) -> dict:
     fs, p = _fs(path)
-    with fs.open(f"{p}/{MANIFEST}", "r") as f:
-        return json.load(f)
+    try:
+        with fs.open(f"{p}/{MANIFEST}", "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise DamagedDataset(path, f"{MANIFEST} is missing") from None
+    except ValueError:  # invalid JSON or UTF-8: a damaged file, not a bug
+        raise DamagedDataset(path, f"{MANIFEST} is not valid JSON") from None
+
+
+def _part_files(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, dict]:
+    """file name -> fsspec info of each shard in a dataset directory."""
+    infos = (info for info in fs.ls(p, detail=True) if info["type"] == "file")
+    return {info["name"].rsplit("/", 1)[-1]: info for info in infos
+            if info["name"].rsplit("/", 1)[-1].startswith(PART_PREFIX)}
 
 
 def shards(path: str) -> list[str]:
+    """The shard files of a finished dataset, checked against its manifest (`verify`)."""
+    verify(path)
     fs, p = _fs(path)
-    return sorted(f for f in fs.ls(p, detail=False) if f.rsplit("/", 1)[-1].startswith("part-"))
+    return sorted(info["name"] for info in _part_files(fs, p).values())
+
+
+# (file URL, size, modification stamp) -> CRC-32, or -> rows: each shard is read once per process to check it.
+_crc32s: dict[tuple, int] = {}
+_rows: dict[tuple, int] = {}
+
+
+def _identity(fs: fsspec.AbstractFileSystem, info: dict) -> tuple:
+    stamp = next((info[k] for k in ("mtime", "LastModified", "ETag", "created") if info.get(k) is not None), None)
+    return fs.unstrip_protocol(info["name"]), info["size"], str(stamp)
+
+
+def _crc32(fs: fsspec.AbstractFileSystem, info: dict) -> int:
+    key = _identity(fs, info)
+    if key not in _crc32s:
+        crc = 0
+        with fs.open(info["name"], "rb") as f:
+            while chunk := f.read(CHUNK):
+                crc = zlib.crc32(chunk, crc)
+        _crc32s[key] = crc
+    return _crc32s[key]
+
+
+def _parquet_rows(fs: fsspec.AbstractFileSystem, info: dict, path: str) -> int:
+    key = _identity(fs, info)
+    if key not in _rows:
+        try:
+            with fs.open(info["name"], "rb") as f:
+                _rows[key] = pq.ParquetFile(f).metadata.num_rows
+        except (pa.ArrowException, OSError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise DamagedDataset(path, f"{info['name'].rsplit('/', 1)[-1]} is not a readable Parquet file "
+                                       f"({reason})") from None
+    return _rows[key]
+
+
+def verify(path: str) -> None:
+    """Check a finished dataset's shards against its manifest, or raise DamagedDataset naming the file: every
+    shard it records is there and no other, each of its recorded size and CRC-32, and the rows add up to the
+    manifest's. A manifest written before shards were recorded ("parts") is checked by shard count and rows
+    (read from each shard's footer). Each file is read once per process while its size and time stay."""
+    manifest = read_manifest(path)
+    fs, p = _fs(path)
+    found = _part_files(fs, p)
+    parts = manifest.get("parts")
+    if parts is None:
+        parts = [{"file": f"{PART_PREFIX}{i:05d}.parquet"} for i in range(manifest.get("shards") or 0)]
+    recorded = [part["file"] for part in parts]
+    if missing := [f for f in recorded if f not in found]:
+        raise DamagedDataset(path, f"{missing[0]} is missing ({len(recorded) - len(missing)} of the manifest's "
+                                   f"{len(recorded)} shards are there)")
+    if unknown := sorted(set(found) - set(recorded)):
+        raise DamagedDataset(path, f"{unknown[0]} is not a shard its manifest records")
+    rows = 0
+    for part in parts:
+        info = found[part["file"]]
+        if "bytes" not in part:
+            rows += _parquet_rows(fs, info, path)
+            continue
+        if info["size"] != part["bytes"]:
+            raise DamagedDataset(path, f"{part['file']} holds {info['size']} bytes, its manifest records "
+                                       f"{part['bytes']}")
+        if _crc32(fs, info) != part["crc32"]:
+            raise DamagedDataset(path, f"{part['file']} does not match its manifest's checksum")
+        rows += part["rows"]
+    if manifest.get("rows") is not None and rows != manifest["rows"]:
+        raise DamagedDataset(path, f"its shards hold {rows} rows, its manifest records {manifest['rows']}")
+
+
+def intact(path: str) -> bool:
+    """Whether `path` is a finished dataset that passes `verify`: one a run may reuse."""
+    if not complete(path):
+        return False
+    try:
+        verify(path)
+    except DamagedDataset:
+        return False
+    return True
+
+
+def discard(path: str) -> None:
+    """Remove a finished dataset, its `_SUCCESS` first, so that no reader takes what is left for finished."""
+    fs, p = _fs(path)
+    fs.rm_file(f"{p}/{SUCCESS}")
+    remove(path)
 
 
 def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
     """All shards of a finished dataset as one table (every dataset has at least one shard)."""
-    _require_complete(path)
     fs, _ = _fs(path)
     tables = []
     for part in shards(path):
@@ -199,7 +321,6 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
 
 def iter_batches(path: str, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
     """Stream a finished dataset shard by shard, so memory stays flat."""
-    _require_complete(path)
     fs, _ = _fs(path)
     for part in shards(path):
         with fs.open(part, "rb") as f:
@@ -216,10 +337,10 @@ def list_datasets(artifacts: str) -> list[dict]:
         path = success.rsplit("/", 1)[0]
         if path.rsplit("/", 1)[-1].startswith(TMP_PREFIX):
             continue
-        with fs.open(f"{path}/{MANIFEST}", "r") as f:
-            manifest = json.load(f)
+        manifest = _load_manifest(_url(fs, path))
         found.append({"stage": manifest["stage"], "fingerprint": manifest["fingerprint"],
-                      "rows": manifest.get("rows"), "created": manifest.get("created"), "path": path})
+                      "rows": manifest.get("rows"), "created": manifest.get("created"), "path": path,
+                      "url": _url(fs, path)})
     return found
 
 
@@ -230,6 +351,34 @@ def code_version() -> str:
         return "unknown"
 
 
+class _Summed:
+    """A file being written, with the CRC-32 and size of what went through it: a shard's checksum costs no
+    second read."""
+
+    def __init__(self, f):
+        self._f, self.crc32, self.bytes = f, 0, 0
+
+    def write(self, data) -> int:
+        self.crc32 = zlib.crc32(data, self.crc32)
+        self.bytes += len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+    def __enter__(self) -> "_Summed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+
+def _no_space(e: BaseException, path: str) -> None:
+    """A full disk is the user's to fix: one line naming the dataset, not the writer's traceback."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        raise DatasetError(f"no space left on device writing {path}") from None
+
+
 class DatasetWriter:
     """Writes one stage's output atomically; use as a context manager.
 
@@ -237,7 +386,7 @@ class DatasetWriter:
     bounded by a row group whatever the dataset's size; a shard is closed at
     `rows_per_shard` rows or `shard_bytes` bytes. On a clean exit the manifest
     and `_SUCCESS` are written and the temporary directory is renamed to the
-    final path; on an exception it is removed.
+    final path; on an exception, the disk filling included, it is removed.
     """
 
     ROW_GROUP_ROWS = 4096
@@ -260,6 +409,7 @@ class DatasetWriter:
         self._pending: list[dict] = []
         self._pending_bytes = 0
         self._shards = 0
+        self._parts: list[dict] = []  # per closed shard: file, rows, bytes, crc32
         self._file = self._writer = None
         self._shard_rows = 0
         self._started = time.time()
@@ -323,17 +473,22 @@ class DatasetWriter:
             room = self.rows_per_shard - self._shard_rows
             head, table = table.slice(0, room), table.slice(room)
             if self._writer is None:
-                self._file = self.fs.open(f"{self.tmp}/part-{self._shards:05d}.parquet", "wb")
+                self._file = _Summed(self.fs.open(f"{self.tmp}/{self._part_name()}", "wb"))
                 self._writer = pq.ParquetWriter(self._file, head.schema)
             self._writer.write_table(head, row_group_size=self.ROW_GROUP_ROWS)
             self._shard_rows += head.num_rows
             if self._shard_rows >= self.rows_per_shard or self._file.tell() >= self.shard_bytes:
                 self._close_shard()
 
+    def _part_name(self) -> str:
+        return f"{PART_PREFIX}{self._shards:05d}.parquet"
+
     def _close_shard(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._file.close()
+            self._parts.append({"file": self._part_name(), "rows": self._shard_rows, "bytes": self._file.bytes,
+                                "crc32": self._file.crc32})
             self._shards += 1
             self._file = self._writer = None
             self._shard_rows = 0
@@ -344,26 +499,38 @@ class DatasetWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            self._finish(exc_type)
+            if exc is not None:
+                self._abandon()
+                _no_space(exc, self.path)
+                return
+            try:
+                self._finish()
+            except BaseException as e:
+                self._abandon()
+                _no_space(e, self.path)
+                raise
         finally:
             for d in (self._upload, None if self._local else self._work):
                 if d:
                     shutil.rmtree(d, ignore_errors=True)
 
-    def _finish(self, exc_type) -> None:
-        if exc_type is not None:
-            if self._writer is not None:
+    def _abandon(self) -> None:
+        """Remove the temporary directory; an open shard is only closed, and may fail to (a full disk)."""
+        if self._writer is not None:
+            with suppress(Exception):
                 self._file.close()
-            remove(self._url(self.tmp))
-            return
+        remove(self._url(self.tmp))
+
+    def _finish(self) -> None:
         if self._upload:
             self.fs.put(f"{self._upload}/", f"{self.tmp}/", recursive=True)
         if self._pending:
             self._append(self._convert_pending())
         self._close_shard()
         if self.schema is not None and self._shards == 0:
-            with self.fs.open(f"{self.tmp}/part-00000.parquet", "wb") as f:
+            with _Summed(self.fs.open(f"{self.tmp}/{self._part_name()}", "wb")) as f:
                 pq.write_table(self.schema.empty_table(), f)
+            self._parts.append({"file": self._part_name(), "rows": 0, "bytes": f.bytes, "crc32": f.crc32})
             self._shards = 1
         files = self.fs.find(self.tmp, detail=True)
         manifest = {
@@ -375,6 +542,7 @@ class DatasetWriter:
             "schema": [{"name": f.name, "type": str(f.type)} for f in self.schema] if self.schema else None,
             "rows": self.rows if self.schema is not None else None,
             "shards": self._shards,
+            "parts": self._parts,
             "bytes": sum(info["size"] for info in files.values()),
             "counts": dict(self.counts),
             "created": time.time(),

@@ -1,4 +1,7 @@
-"""What `cpipe inspect` prints: one dataset in detail, or every dataset under an artifacts directory."""
+"""What `cpipe inspect` prints: one dataset in detail, or every dataset under an artifacts directory.
+
+Either way each dataset's shards are checked against its manifest (`storage.verify`): a damaged one is
+reported in one line naming the file, and inspect fails."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from storage.dataset import MANIFEST, DatasetError, list_datasets, read_manifest, shards
+from storage.dataset import MANIFEST, DamagedDataset, DatasetError, list_datasets, read_manifest, shards, verify
 
 
 def _age(created: float | None) -> str:
@@ -29,7 +32,7 @@ def show(path: str, rows: int = 5, console: Console | None = None) -> None:
     if fs.exists(f"{p}/{MANIFEST}"):
         manifest = read_manifest(path)
         console.print_json(json.dumps(manifest, default=str))
-        parts = shards(path)
+        parts = shards(path)  # raises DamagedDataset, after the manifest that says what should be there
         if not parts:
             console.print(f"{path}: no Parquet shards (a {manifest['stage']} stage writes files)")
             console.print(sorted(f.rsplit("/", 1)[-1] for f in fs.ls(p, detail=False)))
@@ -46,10 +49,21 @@ def show(path: str, rows: int = 5, console: Console | None = None) -> None:
     datasets = list_datasets(path)
     if not datasets:
         raise DatasetError(f"{path}: no finished stage datasets here")
-    table = Table("stage", "fingerprint", "rows", "age", "path", title=f"datasets under {path}")
+    table = Table("stage", "fingerprint", "rows", "age", "state", "path", title=f"datasets under {path}")
+    damaged = []
     for d in datasets:
-        table.add_row(d["stage"], d["fingerprint"], "" if d["rows"] is None else str(d["rows"]), _age(d["created"]), d["path"])
+        try:
+            verify(d["url"])
+            state = "ok"
+        except DamagedDataset as e:
+            damaged.append(e)
+            state = "damaged"
+        table.add_row(d["stage"], d["fingerprint"], "" if d["rows"] is None else str(d["rows"]), _age(d["created"]),
+                      state, d["path"])
     console.print(table)
+    if damaged:
+        more = f" (and {len(damaged) - 1} more marked damaged above)" if len(damaged) > 1 else ""
+        raise DamagedDataset(damaged[0].path, f"{damaged[0].what}{more}")
 
 
 def _short(value, width: int = 60) -> str:

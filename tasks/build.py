@@ -1,8 +1,8 @@
 """One Prefect task runs any stage; its cache key is the stage's fingerprint (and artifacts directory).
 
-The key is offered only while the dataset it names is finished on disk, so a
-deleted or half-written artifact is rebuilt rather than served from Prefect's
-cache. Tasks pass paths, never data.
+The key is offered only while the dataset it names is finished and intact on
+disk, so a deleted, half-written or damaged artifact is rebuilt rather than
+served from Prefect's cache. Tasks pass paths, never data.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pipeline.leaderboard.stage import publish
 from pipeline.ray_session import ray_init
 from pipeline.registry import stage as registered
 from pipeline.stage import run_stage
-from storage import complete, dataset_path, is_local, read_manifest
+from storage import dataset_path, intact, is_local, read_manifest
 
 RESULTS = "_prefect"
 
@@ -44,7 +44,7 @@ _show_pipeline_logs()  # under remote artifacts: Prefect's results of the stage 
 
 def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
     name, fp, artifacts = params["name"], params["fp"], params["artifacts"]
-    if not complete(dataset_path(artifacts, name, fp)):
+    if not intact(dataset_path(artifacts, name, fp)):
         return None
     # The same fingerprint under another artifacts directory is another dataset (another path).
     where = hashlib.sha256(artifacts.encode()).hexdigest()[:8]
@@ -73,7 +73,7 @@ def _prepared(name: str, config: dict, inputs: dict[str, str], artifacts: str, r
     built yet and its config runs on Ray (the stage decides), so a rerun that reuses everything needs no Ray."""
     stage = registered(name)
     fp = stage.fingerprint(config, inputs)
-    if stage.needs_ray(config) and not complete(dataset_path(artifacts, stage.name, fp)):
+    if stage.needs_ray(config) and not intact(dataset_path(artifacts, stage.name, fp)):
         start_ray(ray.address if ray else None, ray.num_cpus if ray else None)
     return fp
 

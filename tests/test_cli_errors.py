@@ -49,8 +49,8 @@ def test_set_values_that_are_not_yaml_name_the_key():
 
 
 @pytest.mark.parametrize("files, problem", [
-    ({}, "not a model directory (no config.json)"),
-    ({"config.json": "{}"}, "no weights"),
+    ({}, "not a model directory (no config.json in"),
+    ({"config.json": "{}"}, "no weights file in"),
 ])
 def test_model_base_is_checked_before_any_work(tmp_path, tiny_corpus, files, problem):
     base = tmp_path / "base"

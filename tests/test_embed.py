@@ -143,6 +143,9 @@ def test_parquet_without_a_string_text_column_or_with_nulls(model_dir, tmp_path)
 
 def test_not_a_model_directory(tmp_path):
     write_input(tmp_path / "in.txt", ["a"])
+    with pytest.raises(InputError, match=f"{tmp_path}/nomodel: no such directory"):
+        embed(tmp_path / "nomodel", tmp_path / "in.txt", tmp_path / "out.parquet")
+    (tmp_path / "nomodel").mkdir()
     with pytest.raises(InputError, match=f"{tmp_path}/nomodel: not a model directory"):
         embed(tmp_path / "nomodel", tmp_path / "in.txt", tmp_path / "out.parquet")
 

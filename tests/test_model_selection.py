@@ -129,7 +129,7 @@ def test_eval_every_without_a_dev_set_is_an_error_naming_what_was_looked_for(tmp
         resolve(until="train", overrides=["train.eval_every=5"], **args)
     with pytest.raises(ConfigError, match=r"train\.dev_set: .*missing-dev\.csv is not a file"):
         resolve(until="train", overrides=["train.eval_every=5", f"train.dev_set={tmp_path}/missing-dev.csv"], **args)
-    (eval_data / "STSBenchmark" / "sts-dev.csv").write_text("g\tx\t2012\t0\t1.0\ta\tb\n")
+    (eval_data / "STSBenchmark" / "sts-dev.csv").write_text("g\tx\t2012\t0\t1.0\tc\td\n")
     resolve(eval_data=str(eval_data), overrides=["train.eval_every=5"], **args)  # found under evaluate.data
 
 

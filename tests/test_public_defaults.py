@@ -151,7 +151,7 @@ def test_pair_files_sit_beside_senteval_tasks_and_other_tables_are_left_alone(tm
     for task in ("STS12-en-test", "STSBenchmark"):
         (data / "senteval" / task).symlink_to(Path(tiny_sts) / task)
     write_pairs(data / "mine.csv")
-    (data / "other.tsv").write_text("Quality\t#1 String\t#2 String\n1\ta\tb\n")  # MRPC-like: not STS pairs
+    (data / "msr-para-test.tsv").write_text("Quality\t#1 String\t#2 String\n1\ta\tb\n")  # MRPC's: not STS pairs
     subsets, absent = find_sts(data)
     assert {s.task for s in subsets} == {"STS12", "STSB", "mine"}
     assert "STS12" not in absent

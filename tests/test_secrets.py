@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 

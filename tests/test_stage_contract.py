@@ -19,7 +19,7 @@ from pipeline.init import stage as init
 from pipeline.stage import Stage, run_stage, runtime
 from pipeline.train import stage as train
 from storage import read_manifest, read_table
-from tests.conftest import write_corpus
+from tests.conftest import write_corpus, write_sts
 
 
 def test_every_registered_stage_declares_the_contract():
@@ -90,9 +90,11 @@ def test_logging_and_checkpointing_leave_the_train_fingerprint_but_the_learning_
     assert _train_fingerprint("num_workers=2") != base  # the workers split each batch
 
 
-def test_checkpoint_every_is_fingerprinted_when_checkpoints_are_scored_for_selection(tiny_sts):
-    selected = _train_fingerprint("eval_every=5", "checkpoint_every=7", eval_data=str(tiny_sts))
-    assert selected != _train_fingerprint("eval_every=5", eval_data=str(tiny_sts))
+def test_checkpoint_every_is_fingerprinted_when_checkpoints_are_scored_for_selection(tiny_sts, tmp_path):
+    # tiny_sts's STS-B dev is a copy of its test split: a dev set of other pairs
+    dev = f"dev_set={write_sts(tmp_path, seed=2) / 'STSBenchmark' / 'sts-dev.csv'}"
+    selected = _train_fingerprint("eval_every=5", "checkpoint_every=7", dev, eval_data=str(tiny_sts))
+    assert selected != _train_fingerprint("eval_every=5", dev, eval_data=str(tiny_sts))
 
 
 def test_runtime_reads_defaults_and_refuses_unknown_keys():

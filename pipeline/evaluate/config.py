@@ -39,6 +39,10 @@ class EvaluateConfig(Strict):
         "the leaderboard column models are ranked by, e.g. 'avg STS (SimCSE 7)', 'avg STS (SentEval)', "
         "'avg transfer (SentEval)' or 'STSB cosine'; null: the first of those averages that some model has, "
         "else the first score column with a value"))
+    compare_to: str | None = Field(None, description=(
+        "the leaderboard row every other row is compared with (a paired bootstrap over the same test items; "
+        "cells whose difference is significant are marked); null: the encoder the runs start from (the "
+        "untrained row, or the base model's row with model.base), when the leaderboard has it"))
     untrained: bool = True
     fasttext: FastTextBaseline = Field(default_factory=FastTextBaseline)
     baselines: Baselines = Field(default_factory=Baselines)

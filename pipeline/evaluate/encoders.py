@@ -9,7 +9,7 @@ import numpy as np
 from pipeline.augment.objectives.common import sentences
 from pipeline.augment.segment import MIN_SENTENCE_CHARS
 from pipeline.baselines import postprocess
-from pipeline.baselines.fasttext.bow import MODEL_FILE, FastTextEncoder
+from pipeline.baselines.fasttext.bow import FastTextEncoder
 from pipeline.baselines.fasttext.stage import MODEL_FILE
 from pipeline.baselines.infersent.model import InferSentEncoder
 from pipeline.baselines.vectors import RandomEncoder, WordVectorEncoder

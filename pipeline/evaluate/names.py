@@ -15,6 +15,11 @@ RELATEDNESS_TASKS = ("STSB", SICK_TASK)
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "SICKE")
 # STS pair files: the formats they may come in.
 PAIR_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+# SentEval's own tables that end in a pair file's suffix (STS-B's, and MRPC's as split by brmson): directly in
+# an evaluation directory they are their tasks' data, and every other file with such a suffix is a pair file.
+STSB_FILES = {split: f"sts-{split}.csv" for split in ("test", "dev", "train")}
+MRPC_TABLES = ("msr-para-train.tsv", "msr-para-val.tsv", "msr-para-test.tsv")
+SENTEVAL_TABLES = (*STSB_FILES.values(), *MRPC_TABLES)
 
 
 def pair_format(path: Path) -> str | None:

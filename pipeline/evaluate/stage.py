@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -33,23 +32,22 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from pipeline.config import Config
-from pipeline.evaluate import encoders as encoders
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
-from pipeline.errors import InputError
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders
+from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import score_sts
 from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot
+from pipeline.model.locate import is_hub_name, resolve
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset
 from pipeline.train.config import TrainConfig
-from storage import read_manifest
 from storage import DatasetWriter, dataset_parts, read_manifest
 
 SCHEMA = pa.schema([
@@ -74,7 +72,7 @@ log = logging.getLogger("cpipe")
 # How a config without a runtime (one written by hand) is scored.
 RUNTIME = {"backend": "serial", "workers": 1}
 SETTINGS = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
-HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+UNTRAINED = "untrained"
 
 
 class Row(NamedTuple):
@@ -140,25 +138,25 @@ def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> d
     return {"objective": r.pairs if r.contrastive else f"mlm ({r.pairs} anchors)", "recipe": recipe, "corpus": corpus}
 
 
-def _hub_name(path: str) -> bool:
-    """"org/name" or "name" that is no local path: a model on the Hugging Face hub."""
-    return not path.startswith((".", "~")) and bool(HUB_NAME.match(path)) and not os.path.exists(path)
-
-
 def model_row(name: str, path: str, pooling: str | None = None) -> Row:
     """Any Hugging Face or sentence-transformers model: a local directory, or a hub name."""
     spec = {"kind": "model", "path": path, "pooling": pooling,
-            "snapshot": [path] if _hub_name(path) else snapshot(path)}
+            "snapshot": [path] if is_hub_name(path) else snapshot(path)}
     return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
 
 
 def user_models(models: list[str]) -> dict[str, str]:
     """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
-    directory's name, or by its hub name."""
+    directory's name, or by its hub name. Before any work, each is a model directory, or a hub model downloaded
+    into the hub's cache (pipeline.model.locate)."""
     for m in models:
-        if not _hub_name(m) and not os.path.exists(m):
-            raise InputError(f"--model {m}: no such directory (nor a hub name such as org/name)")
-    named = [(m, m) if _hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
+        if "://" in m:
+            raise InputError(f"--model {m}: a local directory or a hub name (org/name), not a URL")
+        try:
+            resolve(m)
+        except InputError as e:
+            raise InputError(f"--model {e}" if str(e).startswith(m) else f"--model {m}: {e}") from None
+    named = [(m, m) if is_hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
     names = [name for name, _ in named]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories")
@@ -178,7 +176,8 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
             for name, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     if ev.untrained:
-        rows.append(Row("untrained", {"kind": "untrained"}, {"model": done["init"]}, {"objective": "none (initial weights)"}))
+        name, about = initial_row(cfg)
+        rows.append(Row(name, {"kind": "untrained"}, {"model": done["init"]}, about))
     if ev.fasttext.enabled:
         rows.append(Row("fasttext-bow", {"kind": "fasttext"}, {"model": done["baseline"]},
                         {"objective": "fastText skipgram", "corpus": _corpus(done),
@@ -195,11 +194,22 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
                         {}, {"objective": "pretrained word vectors"}))
     rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
     by_name = {r.name: r for r in rows}
+    if ev.untrained:  # a config names the initial encoder "untrained" whatever its row is called
+        by_name.setdefault(UNTRAINED, by_name[initial_row(cfg)[0]])
     for pp in base.postprocess:
         r = by_name[pp.model]
-        rows.append(Row(f"{pp.model}+{pp.kind}", {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
+        rows.append(Row(f"{r.name}+{pp.kind}", {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
                         {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
     return rows
+
+
+def initial_row(cfg: Config) -> tuple[str, dict]:
+    """The name and description of the encoder the runs start from: "untrained" when built from scratch, the base
+    model's own name (and "pretrained") when model.base is set, since a pretrained model is no untrained one."""
+    if cfg.model.base is None:
+        return UNTRAINED, {"objective": "none (initial weights)"}
+    return Path(cfg.model.base.rstrip("/")).name, {"objective": "pretrained (model.base, before training)",
+                                                   "recipe": f"model.base {cfg.model.base}"}
 
 
 def _corpus(done: dict[str, str]) -> str:
@@ -234,16 +244,19 @@ class Unit:
 
 class Scored(NamedTuple):
     rows: list[dict]
+    items: list[test_items.Items]
     dimensions: set[int]
     parameters: int
     where: dict
 
 
 class Embed:
-    """What a unit scores with: called, the encoder's sentence embeddings; `tokens`, its token representations."""
+    """What a unit scores with: called, the encoder's sentence embeddings; `tokens`, its token representations;
+    `items`, where its scorer leaves the per-item test outputs (pipeline.evaluate.items)."""
 
     def __init__(self, encoder, batch_size: int):
         self.encoder, self.batch_size, self.dimensions = encoder, batch_size, set()
+        self.items: list[test_items.Items] = []
 
     def __call__(self, sentences: list[str]):
         vectors = self.encoder.encode(sentences, batch_size=self.batch_size)
@@ -262,7 +275,15 @@ def score_unit(unit: Unit) -> Scored:
     rows = unit.score(embed)
     where = {"unit": unit.name, "pid": os.getpid(), "ray_task": _ray_task(),
              "seconds": round(time.monotonic() - started, 3)}
-    return Scored(rows, embed.dimensions, encoder.parameters, where)
+    return Scored(rows, embed.items, embed.dimensions, encoder.parameters, where)
+
+
+def _sts(embed: Embed, subsets: list, seed: int) -> list[dict]:
+    return score_sts(embed, subsets, seed=seed, items=embed.items)
+
+
+def _transfer(embed: Embed, tasks: list, seed: int, k: int, protocol: str) -> list[dict]:
+    return score_transfer(embed, tasks, seed=seed, k=k, protocol=protocol, items=embed.items)
 
 
 def _analysis(embed: Embed, subsets: list, seed: int) -> list[dict]:
@@ -283,10 +304,10 @@ def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
     def unit(name: str, score: Callable) -> Unit:
         return Unit(name, score, encoder, config["batch_size"])
 
-    sts = [unit(f"sts/{task}", partial(score_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
+    sts = [unit(f"sts/{task}", partial(_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
            for task in dict.fromkeys(s.task for s in subsets)]
     # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
-    classify = [unit(f"transfer/{t.name}", partial(score_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
+    classify = [unit(f"transfer/{t.name}", partial(_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
                                                    protocol=config["transfer_protocol"]))
                 for t in transfer]
     analysis = [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
@@ -322,6 +343,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
              "dimension": dimension, "model_fingerprint": fingerprint, "data_hash": config["data_hash"],
              **{k: config["about"].get(k) for k in ("objective", "recipe", "corpus")}}
     out.write([{**row, **model} for row in rows])
+    test_items.write([it for s in scored for it in s.items], out.local_dir)
     out.extra["absent_tasks"] = absent + absent_transfer
     out.extra["units"] = [s.where for s in scored]
     log.info("evaluate: %s on %d STS subsets and %d transfer tasks in %d units (%s, %d workers; absent: %s)",
@@ -332,6 +354,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
 # 4: transfer tasks by SentEval's PyTorch classifier (transfer_protocol), on samples read and ordered as SentEval's;
 # STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
-STAGE = Stage(name="evaluate", version="5", flow="evaluate", section="evaluate", config=config, inputs=inputs,
+# 6: the test items' predictions and gold scores or labels beside the scores (items.parquet), for the bootstrap;
+# the initial encoder's row is named for its base model when there is one.
+STAGE = Stage(name="evaluate", version="6", flow="evaluate", section="evaluate", config=config, inputs=inputs,
               instances=instances, run=run, schema=SCHEMA, runtime=RUNTIME, check=check, needs_ray=needs_ray,
               side_by_side=side_by_side)

@@ -28,8 +28,9 @@ import numpy as np
 from scipy import stats
 
 from pipeline.evaluate import relatedness
+from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.names import RELATEDNESS_TASKS, STS_TASKS
-from pipeline.evaluate.sts_data import SCORED_SPLITS, SPLITS, StsSubset
+from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset
 
 # SentEval's default params.batch_size: how many pairs its batcher embeds at a time.
 BATCH_SIZE = 128
@@ -74,12 +75,15 @@ def _cosines(u: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.nan_to_num(np.array([np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) for a, b in zip(u, v)]))
 
 
-def _cosine(pairs: list[tuple[StsSubset, tuple]]) -> list[dict]:
+def _cosine(pairs: list[tuple[StsSubset, tuple]], items: list[Items] | None) -> list[dict]:
     rows: list[dict] = []
     groups: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     for s, (u, v, gold) in pairs:
         sims = _cosines(u, v)
-        if s.task not in STS_TASKS or s.task in RELATEDNESS_TASKS:  # one subset a split: its correlation is the task's
+        whole = s.task not in STS_TASKS or s.task in RELATEDNESS_TASKS  # one subset a split: its correlation is the task's
+        if items is not None and s.split == LEADERBOARD_SPLIT:
+            items.append(Items(s.task, "cosine", WHOLE if whole else s.name, sims, gold))
+        if whole:
             rows += _rows(s.task, "all", s.split, "cosine", sims, gold, len(gold))
             continue
         rows += _rows(s.task, s.name, s.split, "subset", sims, gold, len(gold))
@@ -98,11 +102,13 @@ def _cosine(pairs: list[tuple[StsSubset, tuple]]) -> list[dict]:
     return rows
 
 
-def _regressor(task: str, splits: dict[str, tuple], seed: int) -> list[dict]:
+def _regressor(task: str, splits: dict[str, tuple], seed: int, items: list[Items] | None) -> list[dict]:
     """SentEval's relatedness rows: test Spearman and Pearson, and the dev Pearson the model was selected on."""
     data = {split: (relatedness.pair_features(u, v), gold) for split, (u, v, gold) in splits.items()}
     dev_pearson, predicted = relatedness.fit_predict(*data["train"], *data["dev"], data["test"][0], seed=seed)
     test_gold = data["test"][1]
+    if items is not None:
+        items.append(Items(task, relatedness.PROTOCOL, WHOLE, predicted, test_gold))
     common = {"task": task, "subset": "all", "protocol": relatedness.PROTOCOL}
     return [
         {**common, "split": "test", "metric": "spearman", "value": float(stats.spearmanr(predicted, test_gold).statistic),
@@ -114,14 +120,14 @@ def _regressor(task: str, splits: dict[str, tuple], seed: int) -> list[dict]:
 
 
 def score_sts(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset],
-              seed: int = relatedness.SEED) -> list[dict]:
+              seed: int = relatedness.SEED, items: list[Items] | None = None) -> list[dict]:
     """Score rows (task, subset, split, metric, protocol, value, n): cosine similarity of `encode` on the test and
     dev splits, and SentEval's regressor (seeded with `seed`) for STS-B and SICK-R when they have train, dev and
-    test."""
+    test. Given `items`, appends each test split's per-pair predictions and gold scores (pipeline.evaluate.items)."""
     regressed = {task for task in RELATEDNESS_TASKS
                  if set(SPLITS) <= {s.split for s in subsets if s.task == task}}
     pairs = [(s, _pairs(encode, s)) for s in subsets if s.split in SCORED_SPLITS or s.task in regressed]
-    rows = _cosine([(s, p) for s, p in pairs if s.split in SCORED_SPLITS])
+    rows = _cosine([(s, p) for s, p in pairs if s.split in SCORED_SPLITS], items)
     for task in sorted(regressed, key=RELATEDNESS_TASKS.index):
-        rows += _regressor(task, {s.split: p for s, p in pairs if s.task == task}, seed)
+        rows += _regressor(task, {s.split: p for s, p in pairs if s.task == task}, seed, items)
     return rows

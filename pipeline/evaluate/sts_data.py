@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.evaluate.names import PAIR_SUFFIXES, SICK_TASK, STS_TASKS, pair_format
+from pipeline.evaluate.names import PAIR_SUFFIXES, SENTEVAL_TABLES, SICK_TASK, STS_TASKS, STSB_FILES, pair_format
 from pipeline.jsonlines import json_objects
 
 LEADERBOARD_SPLIT = "test"
@@ -60,8 +60,11 @@ def _task_dir(task: str) -> str:
 
 
 def _lines(path: Path, encodings: tuple[str, ...] = ("utf-8",)) -> list[str]:
-    """The file's lines, decoded with the first of `encodings` that fits the whole file."""
+    """The file's lines, decoded with the first of `encodings` that fits the whole file; an empty file is an error,
+    not a task of no pairs."""
     data = path.read_bytes()
+    if not data.strip():
+        raise EvalDataError(f"{path}: empty file")
     for encoding in encodings:
         try:
             text = data.decode(encoding)
@@ -155,11 +158,11 @@ def _read_sick(path: Path, split: str) -> StsSubset:
 
 def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
     if task == "STSB":
-        test = task_dir / "sts-test.csv"
+        test = task_dir / STSB_FILES["test"]
         if not test.is_file():
-            raise StsDataError(f"{task_dir} has no sts-test.csv")
-        return [read_stsb_split(task_dir / f"sts-{split}.csv", split)
-                for split in SPLITS if (task_dir / f"sts-{split}.csv").is_file()]
+            raise StsDataError(f"{task_dir} has no {STSB_FILES['test']}")
+        return [read_stsb_split(task_dir / STSB_FILES[split], split)
+                for split in SPLITS if (task_dir / STSB_FILES[split]).is_file()]
     inputs = sorted(task_dir.glob("STS.input.*.txt"))
     if not inputs:
         raise StsDataError(f"{task_dir} has no STS.input.*.txt files")
@@ -234,31 +237,13 @@ def read_pair_file(path: str | Path) -> StsSubset:
     return StsSubset(task, task, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
 
 
-def _has_pair_columns(path: Path, fmt: str) -> bool:
-    """Whether a file in an evaluation directory is an STS pair file, judged by its columns; other tables there
-    (MRPC's TSVs, say) are other tasks' data."""
-    try:
-        if fmt == ".parquet":
-            names = pq.read_schema(path).names
-        else:
-            with _text(path) as f:
-                first = next((line for line in f if line.strip()), "")
-            if fmt == ".jsonl":
-                record = json.loads(first)
-                names = list(record) if isinstance(record, dict) else []
-            else:
-                names = next(csv.reader([first], delimiter="\t" if fmt == ".tsv" else ","), [])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, ValueError, csv.Error):
-        return False
-    return all(c in names for c in PAIR_COLUMNS)
-
-
 def find_pairs(data: Path) -> list[StsSubset]:
-    """STS pair files: `data` itself when it is a file, else the files directly in the directory with
-    sentence1, sentence2 and score columns (SentEval's tasks sit in subdirectories)."""
+    """STS pair files: `data` itself when it is a file, else every file directly in the directory with a pair
+    file's suffix, SentEval's own tables aside (SentEval's tasks sit in subdirectories). Each is read as if it
+    were passed alone, so a file that does not parse stops the run naming it, never drops out of the scores."""
     if data.is_file():
         return [read_pair_file(data)]
-    files = [p for p in sorted(data.iterdir()) if p.is_file() and (fmt := pair_format(p)) and _has_pair_columns(p, fmt)]
+    files = [p for p in sorted(data.iterdir()) if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES]
     subsets, seen = [], {}
     for path in files:
         task = pair_task(path)
@@ -295,6 +280,9 @@ def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
             absent.append(task)
     sick_test = find_file(data_dir, SICK_TEST)
     if sick_test is None:
+        if found := [p for name in SICK_FILES.values() if (p := find_file(data_dir, name)) is not None]:
+            raise StsDataError(f"{found[0].parent}: a partial SICK folder ({', '.join(p.name for p in found)}): "
+                               f"missing {SICK_TEST}")
         absent.append(SICK_TASK)
     else:
         subsets.extend(_read_sick(sick_test.with_name(SICK_FILES[split]), split)

@@ -43,6 +43,7 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
+from pipeline.evaluate.items import WHOLE, Items, fold
 from pipeline.evaluate.logreg import PAPERS, Fit, Settings, fit_many
 from pipeline.evaluate.transfer_data import TRANSFER_TASKS, Examples, TransferTask
 
@@ -54,6 +55,8 @@ _KFOLD_GRID = tuple(2.0 ** t for t in range(-1, 6))
 _L2_GRID = tuple(10.0 ** t for t in range(-5, -1))
 log = logging.getLogger("cpipe")
 Predict = Callable[[np.ndarray], np.ndarray]
+# Each outer fold's test predictions and labels.
+Folds = list[tuple[np.ndarray, np.ndarray]]
 
 
 def _pick(grid, scores) -> tuple[float, float]:
@@ -80,18 +83,21 @@ class _Sklearn:
     def _accuracy(self, c, x_train, y_train, x_test, y_test) -> float:
         return float(self._classifier(c).fit(x_train, y_train).score(x_test, y_test))
 
+    def _predict(self, c, x_train, y_train, x_test) -> np.ndarray:
+        return self._classifier(c).fit(x_train, y_train).predict(x_test)
+
     def _cross_validate(self, grid, x, y) -> tuple[float, float]:
         folds = _folds(y, self.k, self.seed)
         return _pick(grid, [float(np.mean([self._accuracy(c, x[tr], y[tr], x[te], y[te]) for tr, te in folds]))
                             for c in grid])
 
-    def inner_kfold(self, x, y, nclasses: int) -> tuple[float, float]:
+    def inner_kfold(self, x, y, nclasses: int) -> tuple[float, Folds]:
         dev, test = [], []
         for tr, te in _folds(y, self.k, self.seed):
             c, score = self._cross_validate(_INNER_GRID, x[tr], y[tr])
             dev.append(score)
-            test.append(self._accuracy(c, x[tr], y[tr], x[te], y[te]))
-        return float(np.mean(dev)), float(np.mean(test))
+            test.append((self._predict(c, x[tr], y[tr], x[te]), y[te]))
+        return float(np.mean(dev)), test
 
     def kfold(self, x, y, nclasses: int) -> tuple[float, float, Predict]:
         c, dev = self._cross_validate(_KFOLD_GRID, x, y)
@@ -119,15 +125,15 @@ class _SentEval:
         best = int(np.argmax([round(100 * s, 2) for s in scores]))
         return best, float(scores[best])
 
-    def inner_kfold(self, x, y, nclasses: int) -> tuple[float, float]:
+    def inner_kfold(self, x, y, nclasses: int) -> tuple[float, Folds]:
         outer = _folds(y, self.k, self.seed)
         inner = [[Fit(tr[a], tr[b], _L2_GRID) for a, b in _folds(y[tr], self.k, self.seed)] for tr, _ in outer]
         fitted = self._fit(x, y, [f for fits in inner for f in fits], nclasses)
         picks = [self._pick_cv(fitted[i * self.k:(i + 1) * self.k]) for i in range(len(outer))]
         finals = self._fit(x, y, [Fit(tr, None, (_L2_GRID[best],)) for (tr, _), (best, _) in zip(outer, picks)],
                            nclasses)
-        test = [final.accuracy(x[te], y[te], 0) for final, (_, te) in zip(finals, outer)]
-        return float(np.mean([score for _, score in picks])), float(np.mean(test))
+        test = [(final.predict(x[te], 0), y[te]) for final, (_, te) in zip(finals, outer)]
+        return float(np.mean([score for _, score in picks])), test
 
     def kfold(self, x, y, nclasses: int) -> tuple[float, float, Predict]:
         rows = np.arange(len(y))
@@ -170,15 +176,24 @@ def _row(task: str, split: str, metric: str, protocol: str, value: float, n: int
             "value": float(value), "n": int(n)}
 
 
-def _score_task(task: TransferTask, x: dict[str, np.ndarray], protocol: str, classifiers) -> list[dict]:
+def _score_task(task: TransferTask, x: dict[str, np.ndarray], protocol: str, classifiers,
+                items: list[Items] | None) -> list[dict]:
     y = {name: ex.labels for name, ex in task.splits.items()}
     nclasses = len(task.classes)
 
     def row(split: str, metric: str, value: float, n: int) -> dict:
         return _row(task.name, split, metric, protocol, value, n)
 
+    def keep(stratum: str, predicted: np.ndarray, labels: np.ndarray) -> None:
+        if items is not None:
+            items.append(Items(task.name, protocol, stratum, predicted, labels))
+
     if set(y) == {"all"}:
-        dev, test = classifiers.inner_kfold(x["all"], y["all"], nclasses)
+        dev, folds = classifiers.inner_kfold(x["all"], y["all"], nclasses)
+        for i, (predicted, labels) in enumerate(folds):
+            keep(fold(i), predicted, labels)
+        # SentEval's test accuracy: the mean of the outer folds' accuracies.
+        test = float(np.mean([np.mean(predicted == labels) for predicted, labels in folds]))
         log.info("transfer: %s (%s) dev accuracy %.4f, test %.4f", task.name, protocol, dev, test)
         return [row("dev", "accuracy", dev, len(y["all"])), row("test", "accuracy", test, len(y["all"]))]
     if "dev" in y:
@@ -189,6 +204,7 @@ def _score_task(task: TransferTask, x: dict[str, np.ndarray], protocol: str, cla
         n_dev = len(y["train"])
     log.info("transfer: %s (%s) penalty %g dev accuracy %.4f", task.name, protocol, penalty, dev)
     predicted = predict(x["test"])
+    keep(WHOLE, predicted, y["test"])
     accuracy = float(np.mean(predicted == y["test"]))
     n_test = len(y["test"])
     rows = [row("dev", "accuracy", dev, n_dev), row("test", "accuracy", accuracy, n_test)]
@@ -199,7 +215,8 @@ def _score_task(task: TransferTask, x: dict[str, np.ndarray], protocol: str, cla
 
 
 def score_transfer(encode: Callable[[list[str]], np.ndarray], tasks: list[TransferTask], seed: int = SEED,
-                   k: int = 10, protocol: str = "senteval", settings: Settings = PAPERS) -> list[dict]:
+                   k: int = 10, protocol: str = "senteval", settings: Settings = PAPERS,
+                   items: list[Items] | None = None) -> list[dict]:
     """Score rows (task, subset="all", split, metric, protocol, value, n) for each task.
 
     `protocol` is "senteval" (SentEval's PyTorch classifier, with `settings`)
@@ -208,7 +225,9 @@ def score_transfer(encode: Callable[[list[str]], np.ndarray], tasks: list[Transf
     reports; split "dev" is the accuracy the penalty was picked on (inner or
     train cross-validation, or the dev set). For cross-validated tasks n is the
     whole task, otherwise the size of the split. MRPC adds "f1" (paraphrase as
-    the positive class) and "accuracy_f1_mean".
+    the positive class) and "accuracy_f1_mean". Given `items`, appends each
+    task's test predictions and labels, per outer fold for the cross-validated
+    tasks (pipeline.evaluate.items).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"transfer protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
@@ -219,7 +238,7 @@ def score_transfer(encode: Callable[[list[str]], np.ndarray], tasks: list[Transf
         # Hundreds of small fits: a multi-threaded BLAS only adds overhead, and on
         # a busy 2-core machine it made one fit 50 times slower than one thread.
         with threadpool_limits(limits=1):
-            rows += _score_task(task, x, protocol, classifiers)
+            rows += _score_task(task, x, protocol, classifiers, items)
     return rows
 
 

@@ -33,11 +33,13 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.evaluate.names import TRANSFER_TASKS
-from pipeline.evaluate.sts_data import SICK_FILES, SICK_TEST, EvalDataError, find_file, sick_rows
+from pipeline.evaluate.names import MRPC_TABLES, TRANSFER_TASKS
+from pipeline.evaluate.sts_data import SICK_FILES, EvalDataError, find_file, sick_rows
 
 _TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
 _SICK_CLASSES = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT")
+_SST_SPLITS = ("train", "dev", "test")
+_TREC_FILES = ("train_5500.label", "TREC_10.label")
 
 
 class TransferDataError(EvalDataError):
@@ -49,6 +51,9 @@ class Examples:
     text: list[str]
     pair: list[str] | None  # the second sentence, for sentence-pair tasks (MRPC, SICK-E)
     labels: np.ndarray
+
+
+Loader = Callable[[Path], dict[str, Examples]]
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,8 @@ def _examples(text: list[str], labels: list[int], pair: list[str] | None = None)
 
 def _decode(path: Path, encoding: str) -> str:
     data = path.read_bytes()
+    if not data.strip():
+        raise TransferDataError(f"{path}: empty file")  # not a task of no samples
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as err:
@@ -98,14 +105,14 @@ def _sentences(path: Path) -> list[str]:
     return [_text(line) for line in _decode(path, "latin-1").splitlines()]
 
 
-def _binary(neg: str, pos: str) -> Callable[[Path], dict[str, Examples]]:
+def _binary(neg: str, pos: str) -> Loader:
     def load(directory: Path) -> dict[str, Examples]:
         negatives, positives = _sentences(directory / neg), _sentences(directory / pos)
         return {"all": _examples(negatives + positives, [0] * len(negatives) + [1] * len(positives))}
     return load
 
 
-def _sst2(files: dict[str, str], label_first: bool) -> Callable[[Path], dict[str, Examples]]:
+def _sst2(files: dict[str, str], label_first: bool) -> Loader:
     """harvardnlp's stsa.binary.* hold "<label> <sentence>"; SentEval's sentiment-* "<sentence>\\t<label>"."""
     def load(directory: Path) -> dict[str, Examples]:
         splits = {}
@@ -122,7 +129,7 @@ def _sst2(files: dict[str, str], label_first: bool) -> Callable[[Path], dict[str
 
 def _trec(directory: Path) -> dict[str, Examples]:
     splits = {}
-    for split, name in (("train", "train_5500.label"), ("test", "TREC_10.label")):
+    for split, name in zip(("train", "test"), _TREC_FILES):
         path, text, labels = directory / name, [], []
         for lineno, line in enumerate(_lines(path, "latin-1"), start=1):
             # "LOC:city What county is ..." -- the coarse class is scored, as SentEval does.
@@ -152,7 +159,7 @@ def _pairs(rows: list[tuple[str, str, int]]) -> Examples:
     return _examples([r[0] for r in rows], [r[2] for r in rows], [r[1] for r in rows])
 
 
-def _mrpc(train: tuple[str, ...], test: str) -> Callable[[Path], dict[str, Examples]]:
+def _mrpc(train: tuple[str, ...], test: str) -> Loader:
     """SentEval cross-validates on MSR's 4076 training pairs; msr-para-* moved 500 of them to a val file."""
     def load(directory: Path) -> dict[str, Examples]:
         # Concatenated before SentEval's sort, so that msr-para-val's pairs fall among the others' as in one file.
@@ -174,21 +181,38 @@ def _sick_e(directory: Path) -> dict[str, Examples]:
 
 
 _BINARY = ("neg", "pos")
-# Per task: (classes, [(a file that marks the task's directory, loader of that directory), ...]).
-_LAYOUTS: dict[str, tuple[tuple[str, ...], list[tuple[str, Callable[[Path], dict[str, Examples]]]]]] = {
-    "MR": (_BINARY, [("rt-polarity.pos", _binary("rt-polarity.neg", "rt-polarity.pos"))]),
-    "CR": (_BINARY, [("custrev.pos", _binary("custrev.neg", "custrev.pos"))]),
-    "SUBJ": (("subjective", "objective"), [("subj.objective", _binary("subj.subjective", "subj.objective"))]),
-    "MPQA": (_BINARY, [("mpqa.pos", _binary("mpqa.neg", "mpqa.pos"))]),
+# Per task: (classes, [(the files of one layout, loader of the directory holding them), ...]). A task is present
+# when any of a layout's files is, and then every one of them must be there.
+_LAYOUTS: dict[str, tuple[tuple[str, ...], list[tuple[tuple[str, ...], Loader]]]] = {
+    "MR": (_BINARY, [(("rt-polarity.neg", "rt-polarity.pos"), _binary("rt-polarity.neg", "rt-polarity.pos"))]),
+    "CR": (_BINARY, [(("custrev.neg", "custrev.pos"), _binary("custrev.neg", "custrev.pos"))]),
+    "SUBJ": (("subjective", "objective"),
+             [(("subj.subjective", "subj.objective"), _binary("subj.subjective", "subj.objective"))]),
+    "MPQA": (_BINARY, [(("mpqa.neg", "mpqa.pos"), _binary("mpqa.neg", "mpqa.pos"))]),
     "SST2": (_BINARY, [
-        ("stsa.binary.test", _sst2({s: f"stsa.binary.{s}" for s in ("train", "dev", "test")}, label_first=True)),
-        ("sentiment-test", _sst2({s: f"sentiment-{s}" for s in ("train", "dev", "test")}, label_first=False))]),
-    "TREC": (_TREC_CLASSES, [("TREC_10.label", _trec)]),
+        (tuple(f"stsa.binary.{s}" for s in _SST_SPLITS),
+         _sst2({s: f"stsa.binary.{s}" for s in _SST_SPLITS}, label_first=True)),
+        (tuple(f"sentiment-{s}" for s in _SST_SPLITS),
+         _sst2({s: f"sentiment-{s}" for s in _SST_SPLITS}, label_first=False))]),
+    "TREC": (_TREC_CLASSES, [(_TREC_FILES, _trec)]),
     "MRPC": (("different", "paraphrase"), [
-        ("msr-para-test.tsv", _mrpc(("msr-para-train.tsv", "msr-para-val.tsv"), "msr-para-test.tsv")),
-        ("msr_paraphrase_test.txt", _mrpc(("msr_paraphrase_train.txt",), "msr_paraphrase_test.txt"))]),
-    "SICKE": (_SICK_CLASSES, [(SICK_TEST, _sick_e)]),
+        (MRPC_TABLES, _mrpc(MRPC_TABLES[:2], MRPC_TABLES[2])),
+        (("msr_paraphrase_train.txt", "msr_paraphrase_test.txt"),
+         _mrpc(("msr_paraphrase_train.txt",), "msr_paraphrase_test.txt"))]),
+    "SICKE": (_SICK_CLASSES, [(tuple(SICK_FILES.values()), _sick_e)]),
 }
+
+
+def _present(data_dir: Path, name: str, files: tuple[str, ...]) -> Path | None:
+    """The directory holding the layout's files, None when none is below data_dir; a partial set is an error."""
+    found = [p for f in files if (p := find_file(data_dir, f)) is not None]
+    if not found:
+        return None
+    directory = found[0].parent
+    if missing := [f for f in files if not (directory / f).is_file()]:
+        raise TransferDataError(f"{name} in {directory}: missing {', '.join(str(directory / f) for f in missing)} "
+                                f"(a partial {name} folder)")
+    return directory
 
 
 def find_transfer(data_dir: str | Path) -> tuple[list[TransferTask], list[str]]:
@@ -201,14 +225,10 @@ def find_transfer(data_dir: str | Path) -> tuple[list[TransferTask], list[str]]:
     tasks, absent = [], []
     for name in TRANSFER_TASKS:
         classes, layouts = _LAYOUTS[name]
-        for marker, load in layouts:
-            found = find_file(data_dir, marker)
-            if found is not None:
-                directory = found.parent
-                try:
-                    tasks.append(TransferTask(name, directory, classes, load(directory)))
-                except FileNotFoundError as err:
-                    raise TransferDataError(f"{name} in {directory}: missing {err.filename}") from None
+        for files, load in layouts:
+            directory = _present(data_dir, name, files)
+            if directory is not None:
+                tasks.append(TransferTask(name, directory, classes, load(directory)))
                 break
         else:
             absent.append(name)

@@ -14,17 +14,21 @@ from tokenizers import Tokenizer
 
 from pipeline.filter.langid import LanguageIdentifier
 from pipeline.filter.neardup import NearDuplicates
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 
 
 def text_key(text: str) -> bytes:
     """Exact-duplicate key: case and whitespace differences do not make a new document."""
-    return hashlib.sha1(" ".join(text.lower().split()).encode()).digest()
+    return hashlib.sha1(collapse_whitespace(text.lower()).encode()).digest()
 
 
 def count_tokens(backend: Tokenizer, texts: list[str]) -> list[int]:
-    """Whole documents' token counts without special tokens: never cut at the tokenizer's truncation."""
-    return [len(ids) for ids in encode_whole(backend, texts)]
+    """Whole documents' token counts without special tokens: never cut at the tokenizer's truncation, and
+    counted piece by piece, so a long document's ids are never all held at once."""
+    counts = [0] * len(texts)
+    for i, ids in encoded_pieces(backend, texts):
+        counts[i] += len(ids)
+    return counts
 
 
 @lru_cache(maxsize=2)

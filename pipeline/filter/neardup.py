@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Iterator
 
 import numpy as np
+
+from pipeline.tokenizer import loading
 
 MERSENNE = (1 << 61) - 1
 _P = np.uint64(MERSENNE)
@@ -20,13 +23,37 @@ _LOW29 = np.uint64((1 << 29) - 1)
 _CHUNK = 512
 
 
-def shingle_hashes(text: str, ngram: int) -> np.ndarray:
-    """Stable 64-bit hashes (blake2b; Python's hash() is salted per process) of the text's word n-grams."""
-    words = text.lower().split()
-    if len(words) < ngram:
-        shingles = [" ".join(words)]
-    else:
-        shingles = [" ".join(words[i : i + ngram]) for i in range(len(words) - ngram + 1)]
+def words(text: str) -> Iterator[list[str]]:
+    """The text's lowercase words, a block at a time: one per piece of pipeline.tokenizer.loading.pieces, a word
+    that a piece's cut split joined again, so a long document's words are never all listed at once."""
+    held: list[str] = []  # the words of the piece before, whose last may go on in the next
+    for start, end in loading.pieces(text, loading.PIECE_CHARS):
+        block = text[start:end].lower().split()
+        if held and block and not (text[start].isspace() or text[start - 1].isspace()):
+            block[0] = held.pop() + block[0]
+        if held:
+            yield held
+        held = block
+    if held:
+        yield held
+
+
+def shingle_hashes(text: str, ngram: int) -> Iterator[np.ndarray]:
+    """Stable 64-bit hashes (blake2b; Python's hash() is salted per process) of the text's word n-grams, a block
+    of words at a time; a text of fewer than `ngram` words is one shingle, its words."""
+    tail: list[str] = []  # the last ngram - 1 words seen, which begin the next block's first shingles
+    hashed = False
+    for block in words(text):
+        window = tail + block
+        if len(window) >= ngram:
+            yield _hashes([" ".join(window[i : i + ngram]) for i in range(len(window) - ngram + 1)])
+            hashed = True
+        tail = window[len(window) - ngram + 1:] if ngram > 1 else []
+    if not hashed:
+        yield _hashes([" ".join(tail)])
+
+
+def _hashes(shingles: list[str]) -> np.ndarray:
     digests = b"".join(hashlib.blake2b(s.encode(), digest_size=8).digest() for s in shingles)
     return np.frombuffer(digests, dtype="<u8")
 
@@ -103,7 +130,7 @@ class NearDuplicates:
         self.buckets: list[dict[bytes, int]] = [{} for _ in range(self.bands)]
 
     def signature(self, text: str) -> np.ndarray:
-        return minhash(shingle_hashes(text, self.ngram), self.a, self.b)
+        return np.minimum.reduce([minhash(hashes, self.a, self.b) for hashes in shingle_hashes(text, self.ngram)])
 
     def seen(self, signature: np.ndarray) -> bool:
         """True if a kept document is a near-duplicate of the one with this signature (computed here or on a

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from pipeline.config import Config
+from pipeline.model.locate import check_base
 from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
@@ -40,4 +41,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     out.extra["parameters"] = n_params
 
 
-STAGE = Stage(name="init", version="3", flow="train", section="model", config=config, inputs=inputs, run=run)
+def check(cfg: Config) -> None:
+    check_base(cfg.model.base)
+
+
+STAGE = Stage(name="init", version="3", flow="train", section="model", config=config, inputs=inputs, run=run,
+              check=check)

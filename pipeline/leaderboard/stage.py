@@ -16,14 +16,17 @@ import fsspec
 import pandas as pd
 
 from pipeline.config import Config
+from pipeline.evaluate import items as test_items
+from pipeline.evaluate.stage import initial_row
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 from pipeline.model.card import update_cards
 from pipeline.stage import Stage
 from pipeline.train import stage as train
-from storage import DatasetWriter, put_file, read_manifest, read_table
+from storage import DatasetWriter, dataset_path, leased, put_file, read_manifest, read_table
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
-VERSION = "3"
+# 4: bootstrap intervals on every score column, and the paired difference to evaluate.compare_to's row.
+VERSION = "4"
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
 CUMULATIVE = "leaderboard-all"
@@ -38,7 +41,28 @@ def load_scores(paths: list[str]) -> pd.DataFrame:
 
 
 def config(cfg: Config, key: None = None) -> dict:
-    return {"rank_by": cfg.evaluate.rank_by}
+    """compare_to: the row named by evaluate.compare_to, else the encoder the runs start from (used when the
+    leaderboard has it)."""
+    default = initial_row(cfg)[0] if cfg.evaluate.untrained else None
+    return {"rank_by": cfg.evaluate.rank_by, "compare_to": cfg.evaluate.compare_to, "compare_to_default": default}
+
+
+def load_items(paths: list[str]) -> dict[str, pd.DataFrame]:
+    """{model: its test items} of the evaluate datasets that kept them (pipeline.evaluate.items)."""
+    out = {}
+    for path in paths:
+        kept = test_items.read(path)
+        if kept is not None:
+            [model] = pd.unique(read_table(path, columns=["model"]).column("model").to_pandas())
+            out[model] = kept
+    return out
+
+
+def reference(config: dict, models) -> str | None:
+    """The row differences are taken to: evaluate.compare_to's (an error when the table lacks it), else the
+    default row when the table has it."""
+    default = config.get("compare_to_default")
+    return config.get("compare_to") or (default if default in set(models) else None)
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
@@ -48,15 +72,17 @@ def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     """`config["rank_by"]`: the column to rank by (evaluate.rank_by), or None for the default rule."""
-    scores = load_scores([inputs[k] for k in sorted(inputs)])
-    table = leaderboard(scores, rank_by=config.get("rank_by"))
+    paths = [inputs[k] for k in sorted(inputs)]
+    scores = load_scores(paths)
+    compare_to = reference(config, scores["model"])
+    table = leaderboard(scores, rank_by=config.get("rank_by"), items=load_items(paths), compare_to=compare_to)
     rank_by = rank_column(table, config.get("rank_by"))
     absent = absent_tasks(scores)
-    write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by)
+    write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by, compare_to=compare_to)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
     update_cards(inputs, table, train.STAGE.name)  # each trained model's README.md now states its scores
     out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
-                      "rank_by_setting": config.get("rank_by")})
+                      "rank_by_setting": config.get("rank_by"), "compare_to": compare_to})
 
 
 def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
@@ -74,21 +100,23 @@ def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFr
 
 def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
     """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (each file
-    replaced whole)."""
+    replaced whole). Runs sharing the artifacts publish one at a time: the cumulative leaderboard is read,
+    merged and rewritten under a lease, so no run's rows are lost to another's rewrite."""
     table = _read_parquet(f"{path}/leaderboard.parquet")
     manifest = read_manifest(path)
-    absent, rank_by = manifest["absent_tasks"], manifest.get("rank_by")
-    write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by)
+    absent, rank_by, compare_to = manifest["absent_tasks"], manifest.get("rank_by"), manifest.get("compare_to")
     store = f"{artifacts.rstrip('/')}/{CUMULATIVE_SCORES}"
     fs, p = fsspec.core.url_to_fs(store)
-    merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
-    everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
-    write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
-                      rank_by=rank_column(everything, manifest.get("rank_by_setting")))
-    with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
-        merged.to_parquet(f"{tmp}/{SCORES}", index=False)
-        put_file(f"{tmp}/{SCORES}", store)
-    return table, to_markdown(table, absent, title=TITLE, rank_by=rank_by)
+    with leased(dataset_path(artifacts, STAGE.name, CUMULATIVE)):
+        write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by, compare_to=compare_to)
+        merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
+        everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
+        write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
+                          rank_by=rank_column(everything, manifest.get("rank_by_setting")))
+        with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
+            merged.to_parquet(f"{tmp}/{SCORES}", index=False)
+            put_file(f"{tmp}/{SCORES}", store)
+    return table, to_markdown(table, absent, title=TITLE, rank_by=rank_by, compare_to=compare_to)
 
 
 def _read_parquet(path: str) -> pd.DataFrame:

@@ -31,6 +31,8 @@ from pipeline.evaluate.names import (AVERAGES, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SE
                                      SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
                                      TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
+from pipeline.leaderboard import bootstrap
+from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SIGNIFICANT, SUFFIXES, add_intervals
 from pipeline.train.devset import SELECTED
 from storage import put_file
 
@@ -147,10 +149,14 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
     return next((c for c in candidates if table[c].notna().any()), None)
 
 
-def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, rank_by: str | None = None
-                ) -> pd.DataFrame:
+def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, rank_by: str | None = None,
+                items: dict[str, pd.DataFrame] | None = None, compare_to: str | None = None) -> pd.DataFrame:
     """One row per model: what it is, `<TASK> <protocol>` similarity scores (Spearman x 100) and their averages,
-    transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column()."""
+    transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column().
+
+    Given the models' test items ({model: pipeline.evaluate.items frame}), each score column is followed by its
+    bootstrap interval, and given `compare_to` (a row's model) by the row's paired difference to that row
+    (pipeline.leaderboard.intervals)."""
     models = pd.unique(scores["model"])
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
@@ -160,6 +166,11 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
         table["recipe"] = scores.groupby("model", sort=False)["recipe"].first().reindex(models).to_numpy()
     numeric = [c for c in table.columns if c not in (*meta, "model", "recipe", *ANALYSIS)]
     table[numeric] = table[numeric].astype(float).round(2)
+    if compare_to is not None and compare_to not in set(table["model"]):
+        raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this leaderboard "
+                          f"(rows: {', '.join(map(str, table['model']))})")
+    if items is not None:
+        table = add_intervals(table, items, compare_to)[0]
     column = rank_column(table, rank_by)
     if column is None:
         return table
@@ -176,10 +187,53 @@ def _cell(column: str, value) -> str:
         return f"{value:.3f}"
     if isinstance(value, (float, np.floating)):
         return f"{value:.2f}"
+    return _escaped(value)
+
+
+def _escaped(value) -> str:
+    """A pipe would end the Markdown cell: a model or STS pair file may be named with one."""
     return str(value).replace("|", "\\|")
 
 
-def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None) -> list[str]:
+def _derived(columns) -> set[str]:
+    """The interval and comparison columns that follow a score column (shown inside its Markdown cell)."""
+    present = set(columns)
+    return {c for c in present for s in SUFFIXES if c.endswith(f" {s}") and c[:-len(s) - 1] in present}
+
+
+def _score_cell(column: str, record: dict) -> str:
+    """"score [lo, hi]", then ▲ or ▼ where the difference to the reference row is significant."""
+    text = _cell(column, record[column])
+    lo, hi = record.get(f"{column} {LO}"), record.get(f"{column} {HI}")
+    if text == MISSING or lo is None or pd.isna(lo):
+        return text
+    flag, mark = record.get(f"{column} {SIGNIFICANT}"), ""
+    if flag is not None and not pd.isna(flag) and flag:
+        mark = " ▲" if record[f"{column} {DIFF_LO}"] > 0 else " ▼"
+    return f"{text} [{lo:.2f}, {hi:.2f}]{mark}"
+
+
+def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
+    if not any(c.endswith(f" {LO}") for c in _derived(table.columns)):
+        return []
+    notes = [f"[lo, hi]: a 95% percentile bootstrap interval over the test items ({bootstrap.B} resamples, seed "
+             f"{bootstrap.SEED}): STS pairs resampled within each STS12-16 subset, transfer test predictions within "
+             "each cross-validation fold, and each score recomputed as its column's protocol does; an average's "
+             "tasks resampled together and the average recomputed. Each interval is one model's, from one "
+             "evaluation of one trained model: it covers the choice of test items, not the training seed."]
+    significant = [c for c in _derived(table.columns) if c.endswith(f" {SIGNIFICANT}")]
+    if compare_to is not None and significant:
+        flags = table[significant]
+        n, marked = int(flags.notna().sum().sum()), int(flags.fillna(False).astype(bool).sum().sum())
+        notes.append(f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), the 95% interval "
+                     f"of the paired bootstrap difference (the same resamples for both rows; columns \"diff\", "
+                     f"\"diff lo\", \"diff hi\" in the CSV) excluding 0. This table makes {n} such comparisons "
+                     f"and marks {marked}; at 95% each, about {n / 20:.1f} would be marked by chance alone.")
+    return notes
+
+
+def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_to: str | None = None
+           ) -> list[str]:
     columns = set(table.columns)
     notes = []
     if absent:
@@ -219,33 +273,38 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None) -> list[
         notes.append(f"A recipe that says \"{SELECTED} N\" is a dev-selected run (train.eval_every, as SimCSE's "
                      "load_best_model_at_end): its model is the checkpoint of step N, the best by Spearman of cosine "
                      "on the dev set (STS-B dev unless train.dev_set names another), not the last.")
+    notes += _interval_notes(table, compare_to)
     if rank_by:
         notes.append(f"Ranked by {rank_by}.")
     return notes
 
 
-def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None) -> str:
-    """GitHub-flavoured Markdown: missing scores as "—", then notes on every column's protocol."""
-    columns = list(table.columns)
+def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None,
+                compare_to: str | None = None) -> str:
+    """GitHub-flavoured Markdown: missing scores as "—", intervals inside their score's cell, then notes on every
+    column's protocol."""
+    derived = _derived(table.columns)
+    columns = [c for c in table.columns if c not in derived]
     text = ("model", "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",
-             "| " + " | ".join(columns) + " |",
+             "| " + " | ".join(map(_escaped, columns)) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
     for record in table.to_dict("records"):
-        lines.append("| " + " | ".join(_cell(c, record[c]) for c in columns) + " |")
+        lines.append("| " + " | ".join(_score_cell(c, record) for c in columns) + " |")
     # Blank lines between notes, or Markdown renders them as one paragraph.
-    return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by)) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by, compare_to)) + "\n"
 
 
 def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
-                      name: str = "leaderboard", rank_by: str | None = None) -> dict[str, str]:
+                      name: str = "leaderboard", rank_by: str | None = None, compare_to: str | None = None
+                      ) -> dict[str, str]:
     """Write <name>.md/.csv/.parquet/.png into out_dir (any fsspec URL), each file replaced whole;
     return their paths by format."""
     writers: dict[str, Callable[[str], object]] = {
-        "md": lambda f: Path(f).write_text(to_markdown(table, absent, title, rank_by), encoding="utf-8"),
+        "md": lambda f: Path(f).write_text(to_markdown(table, absent, title, rank_by, compare_to), encoding="utf-8"),
         "csv": lambda f: table.to_csv(f, index=False),
         "parquet": lambda f: table.to_parquet(f, index=False),
-        "png": lambda f: plot(table, title, f),
+        "png": lambda f: plot(table, title, f, compare_to),
     }
     paths = {fmt: f"{out_dir.rstrip('/')}/{name}.{fmt}" for fmt in writers}
     with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
@@ -255,9 +314,10 @@ def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, titl
     return paths
 
 
-def plot(table: pd.DataFrame, title: str, path: str) -> None:
-    """Grouped horizontal bars: each model's scores on the tasks of SimCSE's seven-task average (else on the STS
-    pair files), in the table's order (best on top)."""
+def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = None) -> None:
+    """One panel per task of SimCSE's seven-task average (else per STS pair file): each model's score as a dot
+    with its bootstrap interval as whiskers, in the table's order (best on top); the reference row's score as a
+    dashed line, and the dots that differ significantly from it filled (higher) or hollow (lower)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and workers
@@ -265,13 +325,31 @@ def plot(table: pd.DataFrame, title: str, path: str) -> None:
 
     columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [c for c in table.columns
                                                                              if is_pair_column(c)]
-    data = table.set_index("model")[columns].iloc[::-1]
-    fig, ax = plt.subplots(figsize=(8, 1 + 0.35 * len(data) * max(1, len(columns)) / 2))
-    if columns:
-        data.plot.barh(ax=ax, width=0.8)
-        ax.legend(columns, fontsize="small", loc="lower right")
-    ax.set_xlabel("Spearman x 100 of cosine similarity on test (SimCSE's protocol)")
-    ax.set_title(title)
+    rows = table.iloc[::-1].reset_index(drop=True)
+    fig, axes = plt.subplots(1, max(1, len(columns)), sharey=True, squeeze=False,
+                             figsize=(1.2 + 2.2 * max(1, len(columns)), 1.2 + 0.3 * len(rows)))
+    for ax, column in zip(axes[0], columns):
+        y, x = np.arange(len(rows)), rows[column].to_numpy(dtype=float)
+        if f"{column} {LO}" in rows.columns:
+            lo, hi = rows[f"{column} {LO}"].to_numpy(dtype=float), rows[f"{column} {HI}"].to_numpy(dtype=float)
+            ax.errorbar(x, y, xerr=[x - lo, hi - x], fmt="none", ecolor="0.4", capsize=2, lw=1)
+        ax.plot(x, y, "o", color="C0", ms=5)
+        if compare_to is not None and compare_to in set(rows["model"]):
+            ax.axvline(x[rows.index[rows["model"] == compare_to][0]], color="C3", ls="--", lw=1)
+            flags = rows.get(f"{column} {SIGNIFICANT}")
+            if flags is not None:
+                marked = flags.fillna(False).astype(bool).to_numpy()
+                lower = marked & (rows[f"{column} {DIFF_LO}"].to_numpy(dtype=float) < 0)
+                ax.plot(x[marked & ~lower], y[marked & ~lower], "o", color="C2", ms=7)
+                ax.plot(x[lower], y[lower], "o", mfc="white", mec="C3", ms=7)
+        ax.set_title(column, fontsize="small")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(np.arange(len(rows)), rows["model"].astype(str), fontsize="small")
+    note = "" if compare_to is None else (f"; dashed: {compare_to}, green: significantly higher, hollow: "
+                                          "significantly lower")
+    whiskers = ", 95% bootstrap interval" if any(f"{c} {LO}" in rows.columns for c in columns) else ""
+    fig.supxlabel(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", fontsize="small")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)

@@ -10,7 +10,8 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
-from pipeline.model.transformer import HF_DIR, ST_DIR, pool, quiet_transformers
+from pipeline.model.locate import hf_dir, resolve, why_not_a_model
+from pipeline.model.transformer import ST_DIR, pool, quiet_transformers
 from storage import local_copy
 
 
@@ -59,17 +60,18 @@ def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int,
 
 
 class Encoder:
-    """Any Hugging Face encoder directory (ours under `hf/`, or a plain model dir).
+    """Any Hugging Face encoder directory (ours under `hf/`, or a plain model dir), or hub name
+    (pipeline.model.locate).
 
     `pooling` defaults to what the export declares, else mean: pass "cls" for
     a plain model whose [CLS] state is the sentence embedding.
     """
 
     def __init__(self, path: str, max_length: int = 128, device: str | None = None, pooling: str | None = None):
-        with local_copy(path) as local:  # a model on any fsspec URL is read whole into memory
-            hf = f"{local}/{HF_DIR}" if os.path.isdir(f"{local}/{HF_DIR}") else local
-            if not os.path.isfile(f"{hf}/config.json"):
-                raise InputError(f"{path}: not a model directory (no config.json in {hf})")
+        with local_copy(resolve(path)) as local:  # a model on any fsspec URL is read whole into memory
+            if why := why_not_a_model(local):
+                raise InputError(why if local == path else f"{path}: {why}")
+            hf = hf_dir(local)
             self.tokenizer = AutoTokenizer.from_pretrained(hf)
             # Its load report lists an MLM export's unused LM head and the pooler no pooling here reads, as
             # faults; a missing weight of the encoder itself is one, and is said here instead.

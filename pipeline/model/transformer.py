@@ -12,13 +12,14 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 from transformers.utils import logging as hf_logging
 
 from pipeline.errors import InputError
+from pipeline.model.locate import HF_DIR
 from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.tokenizer.loading import base_path
 from storage import local_copy
 
 log = logging.getLogger("cpipe")
 
-HF_DIR, ST_DIR = "hf", "sentence-transformers"
+ST_DIR = "sentence-transformers"
 # torch.compile's backend for SpanEncoder(compile=True); tests on CPU swap in "aot_eager", which traces the
 # same graphs, forward and backward, but skips inductor's C++ code generation (minutes on a small CPU).
 COMPILE_BACKEND = "inductor"

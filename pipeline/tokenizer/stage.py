@@ -12,6 +12,7 @@ from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
 from pipeline.config import Config
+from pipeline.model.locate import check_base
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import SPECIAL, add_deletion_token, base_path, untruncated
 from storage import DatasetWriter, iter_batches
@@ -55,4 +56,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     out.extra["vocab_size"] = len(tok)
 
 
-STAGE = Stage(name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run)
+def check(cfg: Config) -> None:
+    check_base(cfg.model.base)
+
+
+STAGE = Stage(name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run,
+              check=check)

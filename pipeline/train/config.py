@@ -32,6 +32,19 @@ OBJECTIVE_DEFAULTS = {
 }
 
 
+def uneven_batch(batch_size: int, num_workers: int) -> str:
+    """Why batch_size cannot be split among num_workers, and the nearest values that can: each worker takes
+    batch_size / num_workers rows a step, so a remainder would be dropped from every step, unsaid."""
+    lower, upper = batch_size // num_workers * num_workers, -(-batch_size // num_workers) * num_workers
+    batches = " or ".join(str(b) for b in (lower, upper) if b >= 2)
+    divisors = [w for w in range(1, batch_size + 1) if batch_size % w == 0]
+    workers = " or ".join(str(w) for w in sorted({max((w for w in divisors if w < num_workers), default=1),
+                                                  min((w for w in divisors if w > num_workers), default=batch_size)}))
+    return (f"batch_size {batch_size} is not a multiple of num_workers {num_workers}: each worker would take "
+            f"{batch_size // num_workers} pairs, {lower} a step in all; set batch_size to {batches}, "
+            f"or num_workers to {workers}")
+
+
 class TrainConfig(Strict):
     """One run's training. loss, projection, pooling, mlm and temperature left null take the objective's
     paper's values (OBJECTIVE_DEFAULTS); a value set here, or in a run, wins."""
@@ -124,6 +137,8 @@ class TrainConfig(Strict):
         for name, value in OBJECTIVE_DEFAULTS[self.objective].items():
             if getattr(self, name) is None:
                 self.__dict__[name] = value
+        if self.batch_size % self.num_workers:
+            raise ValueError(uneven_batch(self.batch_size, self.num_workers))
         if not (self.contrastive or self.mlm):
             raise ValueError("at least one of contrastive and mlm must be true")
         if self.momentum is not None and not self.contrastive:

@@ -6,7 +6,7 @@ The dev set is an STS-B-format file (SentEval's sts-dev.csv by default), read wi
 and scored with its cosine protocol (pipeline.evaluate.sts), the same sentences tokenised and pooled as the
 evaluation's encoder does (pipeline.model.exported). A test split is never a dev set: selecting on it would
 leak the test set into the scores the leaderboard reports (pipeline.train.splits.why_test_split: the config
-refuses one).
+refuses one by its name; refuse_test_copy, by its content).
 """
 
 from __future__ import annotations
@@ -16,24 +16,56 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import StsSubset, data_hash, find_file, read_stsb_split
+from pipeline.evaluate.sts_data import EvalDataError, StsSubset, data_hash, find_file, find_sts, read_stsb_split
 
 DEFAULT_DEV = "sts-dev.csv"
+# The share of a dev set's pairs that one test file may hold before the dev set counts as a copy of it.
+SHARED_LIMIT = 0.5
 SELECTED = "selected at step"  # the leaderboard's recipe column says so of a dev-selected run
 
 
 def find_dev(dev_set: str | None, eval_data: str | None) -> Path:
-    """The dev file a run selects on: `dev_set`, else sts-dev.csv under the evaluation data."""
+    """The dev file a run selects on: `dev_set`, else sts-dev.csv under the evaluation data; never a copy of a
+    test split the evaluation scores."""
     if dev_set is not None:
         if not Path(dev_set).is_file():
             raise ConfigError(f"train.dev_set: {dev_set} is not a file")
-        return Path(dev_set)
-    found = find_file(Path(eval_data), DEFAULT_DEV) if eval_data and Path(eval_data).is_dir() else None
+        found = Path(dev_set)
+    else:
+        found = find_file(Path(eval_data), DEFAULT_DEV) if eval_data and Path(eval_data).is_dir() else None
     if found is None:
         where = f"under evaluate.data ({eval_data})" if eval_data else "(evaluate.data is not set)"
         raise ConfigError(f"train.eval_every needs a dev set: set train.dev_set, or put {DEFAULT_DEV} "
                           f"(STS-B dev, SentEval's layout) {where}; looked for {DEFAULT_DEV} {where}")
+    refuse_test_copy(found, eval_data)
     return found
+
+
+def _pair(a: str, b: str) -> frozenset[str]:
+    """A pair as a test file may hold it: either order, whitespace runs as one space."""
+    return frozenset((" ".join(a.split()), " ".join(b.split())))
+
+
+def refuse_test_copy(path: Path, eval_data: str | None) -> None:
+    """A test split renamed passes the check by name (pipeline.train.splits), so the dev pairs are compared
+    with every test file the evaluation scores. STS-B's dev shares some pairs with STS12's test files (it was
+    drawn from the same SemEval data): 9.0% with MSRvid's, 8.1% with MSRpar's, 0.2% with STS-B's test (1500
+    pairs), far below SHARED_LIMIT. Evaluation data that does not parse is the evaluate stage's to refuse (a run
+    that stops before it, --until train, needs no test files), and holds no test file to compare with here."""
+    if not (isinstance(eval_data, str) and Path(eval_data).exists()):
+        return
+    try:
+        scored = find_sts(eval_data)[0]
+    except EvalDataError:
+        return
+    dev = read_dev(path)
+    pairs = [_pair(a, b) for a, b in zip(dev.sent1, dev.sent2)]
+    for test in (s for s in scored if s.split == "test" and pairs):
+        held = {_pair(a, b) for a, b in zip(test.sent1, test.sent2)}
+        shared = sum(p in held for p in pairs) / len(pairs)
+        if shared >= SHARED_LIMIT:
+            raise ConfigError(f"dev set {path}: {shared:.0%} of its {len(pairs)} pairs are in the test split "
+                              f"{test.task} {test.name} of {eval_data}; a test split is never a dev set")
 
 
 def read_dev(path: str | Path) -> StsSubset:

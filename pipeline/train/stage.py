@@ -11,6 +11,8 @@ checkpoints besides the latest, and the best one is exported, with its curves an
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 import fsspec
 import pyarrow as pa
@@ -21,7 +23,7 @@ from pipeline.errors import InputError
 from pipeline.evaluate.sts_data import data_hash
 from pipeline.model.card import train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
-from pipeline.ray_session import ray_init
+from pipeline.ray_session import ray_init, started_here
 from pipeline.stage import Stage, runtime
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import devset, resume
@@ -30,6 +32,7 @@ from pipeline.train.config import TrainConfig
 from pipeline.train.curves import write_curves
 from pipeline.train.devset import best, read_dev
 from pipeline.train.loop import load_state, train_loop
+from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove, shards
 
@@ -73,10 +76,15 @@ def needs_ray(config: dict) -> bool:
 
 
 def check(cfg: Config) -> None:
-    """Before any work: every dev-selected run's dev set is found (not when its training starts)."""
-    for r in cfg.run_configs().values():
+    """Before any work: every dev-selected run's dev set is found (not when its training starts), and the local
+    Ray the run will start can hold every run's workers (a cluster's resources are seen only once connected)."""
+    runs = cfg.run_configs()
+    for r in runs.values():
         if r.eval_every is not None:
             devset.find_dev(r.dev_set, cfg.evaluate.data)
+    ray = sys.modules.get("ray")  # already up in this process: the stage sees what it is
+    if not (cfg.ray.address or os.environ.get("RAY_ADDRESS") or (ray and ray.is_initialized())):
+        check_before_ray({name: r.model_dump() for name, r in runs.items()}, cfg.ray.num_cpus, os.cpu_count() or 1)
 
 
 def dev_set(config: dict) -> dict | None:
@@ -133,9 +141,10 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
                          f"(batch_size {cfg['batch_size']} x grad_accumulation {cfg['grad_accumulation']})")
     if not cfg["use_gpu"]:
         make_scaler(cfg["precision"], "cpu")  # a precision the CPU cannot run fails here, before Ray starts
+    ray_init(None, None)  # a no-op when the caller already connected to Ray
+    check_resources(cfg, ray.cluster_resources(), started_here())
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     dev = dev_set(config)
-    ray_init(None, None)  # a no-op when the caller already connected to Ray
     data_context = ray.data.DataContext.get_current()
     data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
     data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead

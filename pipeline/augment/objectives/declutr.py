@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from pipeline.augment.objectives.common import epoch_seed, pair
 from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 from storage import read_table
 
 NAME = "declutr"
@@ -26,13 +26,22 @@ SETTINGS = ("num_anchors", "num_positives", "min_length", "max_length", "collaps
 log = logging.getLogger("cpipe")
 
 
+def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
+    """Every document's token ids as int32, its pieces' joined: spans may fall anywhere in a document, so all of
+    it is kept, at 4 bytes a token."""
+    pieces: list[list[np.ndarray]] = [[] for _ in texts]
+    for i, ids in encoded_pieces(backend, texts):
+        pieces[i].append(np.asarray(ids, dtype=np.int32))
+    return [np.concatenate(p) if p else np.zeros(0, np.int32) for p in pieces]
+
+
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     docs = read_table(inputs["documents"], columns=["doc_id", "text"])
     doc_ids = docs.column("doc_id").to_pylist()
     texts = docs.column("text").to_pylist()
     if config["collapse_whitespace"]:
-        texts = [" ".join(t.split()) for t in texts]
-    token_ids = [np.asarray(ids, dtype=np.int32) for ids in encode_whole(tok.backend_tokenizer, texts)]
+        texts = [collapse_whitespace(t) for t in texts]
+    token_ids = whole_arrays(tok.backend_tokenizer, texts)
     needed = min_document_tokens(config["num_anchors"], config["max_length"])
     eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
     out.count("too_short", len(doc_ids) - len(eligible))

@@ -1,0 +1,231 @@
+"""Bootstrap intervals on a leaderboard's score columns, and each row's paired difference to a reference row.
+
+Every score column is recomputed from the models' test items (pipeline.evaluate.items) on B resamples of
+those items (pipeline.leaderboard.bootstrap): STS12-16 senteval as the mean of the per-subset Spearman, simcse
+as one Spearman over the subsets, STS-B/SICK-R and the pair files as one Spearman, transfer accuracies as the
+mean over the cross-validation folds (one fold for the tasks with a test split), MRPC F1 as F1. An average's
+resample is the average of its columns on the same resample, so its tasks' items are resampled jointly.
+The interval is the 2.5th to 97.5th percentile of the resampled scores. A row's difference to the reference
+comes from the same resamples of both (the items pair up by position, checked by their gold scores or labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from pipeline.evaluate.names import (AVG_PAIRS, RELATEDNESS_TASKS, STS_AVERAGES, STS_YEARS, TRANSFER_PROTOCOLS,
+                                     TRANSFER_TASKS, avg_transfer, is_pair_column)
+from pipeline.leaderboard import bootstrap
+
+LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT = "lo", "hi", "diff", "diff lo", "diff hi", "significant"
+SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT)
+_MRPC_BOTH = "MRPC accuracy+F1"  # MRPC as DeCLUTR's transfer average counts it
+# (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
+Draw = Callable[[str, list[int], int], Iterator[list[np.ndarray]]]
+DRAW: Draw = partial(bootstrap.chunks, seed=bootstrap.SEED)
+
+
+class Spec(NamedTuple):
+    """How a column is recomputed: from which task's items under which protocol, by which statistic."""
+
+    task: str
+    protocol: str
+    statistic: str  # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1"
+
+
+class Comparison(NamedTuple):
+    reference: str | None
+    comparisons: int  # cells with a difference interval, the reference row's own left out
+    significant: int
+
+
+def spec(column: str) -> Spec | None:
+    task, _, protocol = column.rpartition(" ")
+    if task in STS_YEARS and protocol in ("senteval", "simcse"):
+        return Spec(task, "cosine", "mean_spearman" if protocol == "senteval" else "spearman")
+    if task in RELATEDNESS_TASKS and protocol in ("cosine", "senteval"):
+        return Spec(task, protocol, "spearman")
+    if is_pair_column(column):
+        return Spec(task, protocol, "spearman")
+    if task in TRANSFER_TASKS and protocol in TRANSFER_PROTOCOLS:
+        return Spec(task, protocol, "accuracy")
+    if task == "MRPC F1" and protocol in TRANSFER_PROTOCOLS:
+        return Spec("MRPC", protocol, "f1")
+    if task == _MRPC_BOTH:
+        return Spec("MRPC", protocol, "accuracy_f1")
+    return None
+
+
+def averages(columns: Sequence[str]) -> dict[str, list[str]]:
+    """Each average column of the table and the columns it averages (MRPC by its accuracy and F1 together)."""
+    present = set(columns)
+    out = {name: parts for name, parts in STS_AVERAGES.items() if name in present}
+    if AVG_PAIRS in present:
+        out[AVG_PAIRS] = [c for c in columns if is_pair_column(c)]
+    for protocol in TRANSFER_PROTOCOLS:
+        if avg_transfer(protocol) in present:
+            out[avg_transfer(protocol)] = [f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
+                                           for t in TRANSFER_TASKS if f"{t} {protocol}" in present]
+    return out
+
+
+class _Strata(NamedTuple):
+    names: tuple[str, ...]
+    predictions: list[np.ndarray]
+    golds: list[np.ndarray]
+
+    @property
+    def layout(self) -> tuple:
+        return tuple((name, len(g)) for name, g in zip(self.names, self.golds))
+
+    def same_items(self, other: "_Strata") -> bool:
+        return self.layout == other.layout and all(np.array_equal(a, b) for a, b in zip(self.golds, other.golds))
+
+
+Index = dict[str, dict[tuple[str, str], _Strata]]  # model -> (task, protocol) -> its items
+
+
+def index(items: dict[str, pd.DataFrame]) -> Index:
+    out: Index = {}
+    for model, frame in items.items():
+        mine = out.setdefault(model, {})
+        for (task, protocol, stratum), g in frame.groupby(["task", "protocol", "stratum"], sort=False):
+            strata = mine.setdefault((task, protocol), _Strata((), [], []))
+            mine[task, protocol] = _Strata((*strata.names, stratum), [*strata.predictions, g["prediction"].to_numpy()],
+                                           [*strata.golds, g["gold"].to_numpy()])
+    return out
+
+
+def _strata(items: Index, model: str, task: str, protocol: str) -> _Strata | None:
+    return items.get(model, {}).get((task, protocol))
+
+
+class _Rankers:
+    """One Ranker per distinct array of values, so the rows that share a task's gold scores rank them once."""
+
+    def __init__(self):
+        self._made: dict[bytes, bootstrap.Ranker] = {}
+
+    def __call__(self, values: np.ndarray) -> bootstrap.Ranker:
+        key = values.tobytes()
+        if key not in self._made:
+            self._made[key] = bootstrap.Ranker(values)
+        return self._made[key]
+
+
+class _Scorer:
+    """One row's statistics of one task's items under one protocol, for a block of resamples: its draw counts per
+    stratum and pooled (bootstrap.Resample)."""
+
+    def __init__(self, strata: _Strata, rankers: _Rankers):
+        self.strata, self.rankers = strata, rankers
+        self.pooled_pred, self.pooled_gold = np.concatenate(strata.predictions), np.concatenate(strata.golds)
+        self.correct = [(p == g).astype(np.float64) for p, g in zip(strata.predictions, strata.golds)]
+
+    def __call__(self, statistic: str, strata: list[bootstrap.Resample], pooled: bootstrap.Resample) -> np.ndarray:
+        if statistic == "spearman":
+            return bootstrap.spearman(self.rankers(self.pooled_pred), self.rankers(self.pooled_gold), pooled)
+        if statistic == "mean_spearman":
+            return np.mean([bootstrap.spearman(self.rankers(p), self.rankers(g), w)
+                            for p, g, w in zip(self.strata.predictions, self.strata.golds, strata)], axis=0)
+        accuracy = np.mean([bootstrap.accuracy(c, w) for c, w in zip(self.correct, strata)], axis=0)
+        if statistic == "accuracy":
+            return accuracy
+        f1 = bootstrap.f1(self.pooled_pred, self.pooled_gold, pooled)
+        return f1 if statistic == "f1" else (accuracy + f1) / 2
+
+
+def replicates(specs: dict[str, Spec], models: Sequence[str], items: Index,
+               b: int = bootstrap.B, draw: Draw = DRAW) -> dict[str, np.ndarray]:
+    """(rows, b) resampled scores x 100 of each column in `specs`, nan for a row without its items. One task's
+    columns share its resamples; rows with the same items share the same draws."""
+    out = {c: np.full((len(models), b), np.nan) for c in specs}
+    by_task: dict[str, list[str]] = {}
+    for column, s in specs.items():
+        by_task.setdefault(s.task, []).append(column)
+    for task, columns in by_task.items():
+        rankers, scorers = _Rankers(), {}
+        for r, model in enumerate(models):
+            for protocol in dict.fromkeys(specs[c].protocol for c in columns):
+                strata = _strata(items, model, task, protocol)
+                if strata is not None:
+                    scorers[r, protocol] = _Scorer(strata, rankers)
+        for layout in dict.fromkeys(s.strata.layout for s in scorers.values()):
+            mine = {key: s for key, s in scorers.items() if s.strata.layout == layout}
+            sizes = [n for _, n in layout]
+            start = 0
+            for block in draw(task, sizes, b):
+                w = [bootstrap.counts(idx, n) for idx, n in zip(block, sizes)]
+                strata, pooled = [bootstrap.Resample(x) for x in w], bootstrap.Resample(np.hstack(w))
+                stop = start + len(block[0])
+                for column in columns:
+                    s = specs[column]
+                    for (r, protocol), scorer in mine.items():
+                        if protocol == s.protocol:
+                            out[column][r, start:stop] = 100 * scorer(s.statistic, strata, pooled)
+                start = stop
+    return out
+
+
+def paired(specs: dict[str, Spec], models: Sequence[str], items: Index, reference: str) -> dict[str, np.ndarray]:
+    """Per column, which rows were scored on the very items the reference row was (same strata, same gold)."""
+    out = {}
+    for column, s in specs.items():
+        theirs = _strata(items, reference, s.task, s.protocol)
+        out[column] = np.array([theirs is not None and (mine := _strata(items, m, s.task, s.protocol)) is not None
+                                and mine.same_items(theirs) for m in models])
+    return out
+
+
+def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None = None,
+                  b: int = bootstrap.B, draw: Draw = DRAW) -> tuple[pd.DataFrame, Comparison]:
+    """`table` with `<column> lo` and `<column> hi` after each score column that some row has items for, and with
+    `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` and `significant` (the difference's
+    interval excludes 0). `draw` gives each task's resamples (a seam: tests pass their own indices)."""
+    models, items = table["model"].tolist(), index(items)
+    direct = {c: s for c in table.columns if (s := spec(c)) is not None}
+    parts = averages(table.columns)
+    needed = {**direct, **{p: spec(p) for ps in parts.values() for p in ps if spec(p) is not None}}
+    reps = replicates(needed, models, items, b, draw)
+    for name, ps in parts.items():
+        reps[name] = np.mean([reps[p] if p in reps else np.full((len(models), b), np.nan) for p in ps], axis=0)
+    pairable = paired(needed, models, items, compare_to) if compare_to is not None else {}
+    for name, ps in parts.items():
+        pairable[name] = np.all([pairable.get(p, np.zeros(len(models), bool)) for p in ps], axis=0) \
+            if compare_to is not None else None
+    ref = models.index(compare_to) if compare_to is not None else None
+    extra: dict[str, dict[str, object]] = {}
+    comparisons = significant = 0
+    for column in [c for c in table.columns if c in direct or c in parts]:
+        rep = reps[column]
+        has = ~np.isnan(rep).all(axis=1)
+        if not has.any():
+            continue
+        lo, hi = np.full(len(models), np.nan), np.full(len(models), np.nan)
+        lo[has], hi[has] = bootstrap.interval(rep[has])
+        cols = {LO: np.round(lo, 2), HI: np.round(hi, 2)}
+        if ref is not None:
+            ok = pairable[column] & has & has[ref]
+            ok[ref] = False
+            diff_lo, diff_hi = np.full(len(models), np.nan), np.full(len(models), np.nan)
+            if ok.any():
+                diff_lo[ok], diff_hi[ok] = bootstrap.interval(rep[ok] - rep[ref])
+            values = table[column].to_numpy(dtype=float)
+            cols[DIFF] = np.where(ok, np.round(values - values[ref], 2), np.nan)
+            cols[DIFF_LO], cols[DIFF_HI] = np.round(diff_lo, 2), np.round(diff_hi, 2)
+            sig = (diff_lo > 0) | (diff_hi < 0)
+            cols[SIGNIFICANT] = pd.array([bool(x) if o else None for x, o in zip(sig, ok)], dtype="boolean")
+            comparisons += int(ok.sum())
+            significant += int((sig & ok).sum())
+        extra[column] = cols
+    order = []
+    for column in table.columns:
+        order.append(table[column])
+        for suffix, values in extra.get(column, {}).items():
+            order.append(pd.Series(values, index=table.index, name=f"{column} {suffix}"))
+    return pd.concat(order, axis=1), Comparison(compare_to, comparisons, significant)
