@@ -6,9 +6,14 @@ import logging
 import os
 import sys
 
-# Ray Train's controller warns with a traceback whenever its resource request to Ray Data's autoscaling
-# coordinator takes over 5 s ("safe to ignore", Ray says), as it does on a loaded machine, in a run that succeeds.
-QUIETED = ("ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",)
+# Warnings of Ray's that are no news to the user, quieted in the workers of a local instance we start:
+QUIETED = (
+    # Ray Train's controller, with a traceback, whenever its resource request to Ray Data's autoscaling
+    # coordinator takes over 5 s ("safe to ignore", Ray says), as on a loaded machine, in a run that succeeds;
+    "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
+    # Ray Data, that progress bars are off (the train stage turns them off: steps are logged instead).
+    "ray.data._internal.progress",
+)
 
 
 def ray_init(address: str | None, num_cpus: int | None) -> None:
