@@ -423,3 +423,16 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
                                                                - table.loc["A", "STSB cosine"], abs=0.011)
     assert table.loc["B", "STSB cosine diff lo"] <= table.loc["B", "STSB cosine diff hi"]
     assert "reference row A" in (artifacts / "leaderboard.md").read_text()
+    # What it prints at the end, the cumulative table, has the same intervals and marks.
+    printed = result.stdout[result.stdout.index("# Leaderboard: every run"):]
+    assert "reference row A (evaluate.compare_to)" in printed
+    header, _, *body = [line for line in printed.splitlines() if line.startswith("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    rows = {cells["model"]: cells for cells in (dict(zip(names, (c.strip() for c in line.strip("|").split("|"))))
+                                                for line in body)}
+    for model in ("A", "B"):
+        lo, hi = table.loc[model, "STSB cosine lo"], table.loc[model, "STSB cosine hi"]
+        assert rows[model]["STSB cosine"].startswith(f"{table.loc[model, 'STSB cosine']:.2f} [{lo:.2f}, {hi:.2f}]")
+    everything = pd.read_csv(artifacts / "leaderboard-all.csv").set_index("model")
+    columns = [c for c in table.columns if c.startswith("STSB cosine")]
+    pd.testing.assert_frame_equal(everything.loc[["A", "B"], columns], table.loc[["A", "B"], columns])
