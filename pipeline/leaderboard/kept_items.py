@@ -38,6 +38,7 @@ def _rows(scores: pd.DataFrame) -> dict[Key, list[str]]:
 
 def _stored(directory: str) -> set[str]:
     fs, p = fsspec.core.url_to_fs(directory)
+    fs.invalidate_cache(p)  # an object store's listing, cached in this process, misses what another run wrote since
     return {f.rstrip("/").rsplit("/", 1)[-1] for f in fs.ls(p, detail=False)} if fs.exists(p) else set()
 
 
