@@ -404,6 +404,21 @@ def test_a_rescored_model_replaces_its_kept_items_and_a_namesake_keeps_its_own(t
     assert f"reference row {new} (evaluate.compare_to)" in (tmp_path / f"{board.CUMULATIVE}.md").read_text()
 
 
+def test_rows_sharing_a_fingerprint_keep_their_own_items(tmp_path):
+    """A post-processed model shares its encoder's fingerprint: both rows keep the intervals the run gave them."""
+    scores, items = hand_built()
+    art = str(tmp_path)
+    ref_rows, better_rows = scores[scores["model"] == "ref"], scores[scores["model"] == "better"]
+    _publish(art, _evaluated(art, "ref", ref_rows, items["ref"], "0" * 16, "e0"),
+             _evaluated(art, "ref+whitening", better_rows, items["better"], "0" * 16, "e1"))
+    run = pd.read_parquet(tmp_path / "leaderboard.parquet").set_index("model")
+    table = _publish(art, _evaluated(art, "other", better_rows, items["better"], "1" * 16, "e2"))
+    assert _kept_files(art) == ["d.0000000000000000.parquet", "d.1111111111111111.parquet"]
+    columns = [c for c in run.columns if c.endswith((" lo", " hi"))]
+    assert len(columns) == 24 and run.loc["ref+whitening", columns].notna().all()
+    pd.testing.assert_frame_equal(table.loc[["ref", "ref+whitening"], columns], run.loc[["ref", "ref+whitening"], columns])
+
+
 @pytest.mark.prefect  # cpipe evaluate runs its flow on a temporary Prefect server: about a minute
 def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
     """Two model directories scored by the command line, the second compared with the first by name."""

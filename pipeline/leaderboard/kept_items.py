@@ -30,8 +30,8 @@ def _file(key: Key) -> str:
 def _rows(scores: pd.DataFrame) -> dict[Key, list[str]]:
     """(data hash, model fingerprint) -> the names of its rows."""
     out: dict[Key, list[str]] = {}
-    for data_hash, fingerprint, model in scores[["data_hash", "model_fingerprint", MODEL]].drop_duplicates().itertuples(
-            index=False):
+    rows = scores[["data_hash", "model_fingerprint", MODEL]].drop_duplicates()
+    for data_hash, fingerprint, model in rows.itertuples(index=False):
         out.setdefault((data_hash, fingerprint), []).append(model)
     return out
 
