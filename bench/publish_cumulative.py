@@ -86,7 +86,8 @@ def main() -> None:
         leaderboard(merged, items=kept, compare_to="model-0")
         full, full_cpu = time.perf_counter() - started, time.process_time() - cpu
         print(f"of which, for the {len(kept)} rows: reading the kept items {read:.2f} s, the table without intervals "
-              f"{plain:.2f} s ({plain_cpu:.2f} CPU s), with intervals and differences {full:.2f} s ({full_cpu:.2f} CPU s)")
+              f"{plain:.2f} s ({plain_cpu:.2f} CPU s), with intervals and differences {full:.2f} s "
+              f"({full_cpu:.2f} CPU s)")
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ def scores_dataset(artifacts: str, model: str) -> str:
     fp = (model * 8)[:16]
     with DatasetWriter(artifacts, "evaluate", fp, config={"model": model, "spec": {"kind": "user"}}, inputs={}) as out:
         out.write(pa.Table.from_pylist(rows))
-        test_items.write([test_items.Items("STSB", p, "all", np.array(predicted[p]), np.array(gold)) for p in predicted],
-                         out.local_dir)
+        test_items.write([test_items.Items("STSB", p, "all", np.array(predicted[p]), np.array(gold))
+                          for p in predicted], out.local_dir)
     return dataset_path(artifacts, "evaluate", fp)
 
 

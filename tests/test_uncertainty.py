@@ -363,7 +363,8 @@ def test_the_cumulative_leaderboard_has_intervals_and_differences_of_models_publ
         _publish(art, _evaluated(art, model, scores[scores["model"] == model], items[model], f"{i}" * 16, f"e{i}"))
     table = pd.read_parquet(tmp_path / f"{board.CUMULATIVE}.parquet").set_index("model")
     resamples = {t: bootstrap.indices(t, [len(g) for g in strata.values()]) for t, strata in GOLD.items()}
-    draws = [{t: {s: list(resamples[t][k][i]) for k, s in enumerate(GOLD[t])} for t in GOLD} for i in range(bootstrap.B)]
+    draws = [{t: {s: list(resamples[t][k][i]) for k, s in enumerate(GOLD[t])} for t in GOLD}
+             for i in range(bootstrap.B)]
     loop = {m: [loop_statistics(m, d) for d in draws] for m in PREDICTED}
     for column in loop["ref"][0]:
         for model in PREDICTED:
@@ -416,7 +417,8 @@ def test_rows_sharing_a_fingerprint_keep_their_own_items(tmp_path):
     assert _kept_files(art) == ["d.0000000000000000.parquet", "d.1111111111111111.parquet"]
     columns = [c for c in run.columns if c.endswith((" lo", " hi"))]
     assert len(columns) == 24 and run.loc["ref+whitening", columns].notna().all()
-    pd.testing.assert_frame_equal(table.loc[["ref", "ref+whitening"], columns], run.loc[["ref", "ref+whitening"], columns])
+    rows = ["ref", "ref+whitening"]
+    pd.testing.assert_frame_equal(table.loc[rows, columns], run.loc[rows, columns])
 
 
 @pytest.mark.prefect  # cpipe evaluate runs its flow on a temporary Prefect server: about a minute
