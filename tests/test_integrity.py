@@ -9,12 +9,15 @@ import os
 import zlib
 
 import fsspec.implementations.local
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from scipy import stats
 
 from flows.cli import main
+from pipeline.evaluate import items as test_items
 from pipeline.leaderboard import stage as leaderboard
 from pipeline.stage import Stage, run_stage
 from storage import DamagedDataset, DatasetError, DatasetWriter, dataset_path, intact, iter_batches, read_table, shards
@@ -24,13 +27,18 @@ MODELS = ("ma", "mb", "mc", "md")
 
 
 def scores_dataset(artifacts: str, model: str) -> str:
-    """An evaluate dataset holding one model's STS-B scores, as the evaluate stage writes them."""
+    """An evaluate dataset holding one model's STS-B scores and their test items, as the evaluate stage writes
+    them."""
+    gold = [float(i) for i in range(10)]
+    predicted = {p: [g + (i * MODELS.index(model) % 7) for i, g in enumerate(gold)] for p in ("cosine", "senteval")}
     rows = [{"model": model, "kind": "trained", "task": "STSB", "subset": "all", "split": "test", "metric": "spearman",
-             "protocol": protocol, "value": value, "n": 10, "model_fingerprint": model * 8, "data_hash": "d"}
-            for protocol, value in (("cosine", 0.5), ("senteval", 0.4))]
+             "protocol": p, "value": stats.spearmanr(predicted[p], gold).statistic, "n": 10,
+             "model_fingerprint": model * 8, "data_hash": "d"} for p in predicted]
     fp = (model * 8)[:16]
     with DatasetWriter(artifacts, "evaluate", fp, config={"model": model, "spec": {"kind": "user"}}, inputs={}) as out:
         out.write(pa.Table.from_pylist(rows))
+        test_items.write([test_items.Items("STSB", p, "all", np.array(predicted[p]), np.array(gold))
+                          for p in predicted], out.local_dir)
     return dataset_path(artifacts, "evaluate", fp)
 
 
@@ -54,6 +62,11 @@ def test_concurrent_publishing_from_several_processes_keeps_every_row(tmp_path):
     assert [p.exitcode for p in procs] == [0] * len(procs)
     assert sorted(pd.read_parquet(tmp_path / f"{leaderboard.CUMULATIVE}.parquet")["model"]) == list(MODELS)
     assert sorted(pd.read_parquet(tmp_path / leaderboard.CUMULATIVE_SCORES)["model"].unique()) == list(MODELS)
+    # Every model's test items kept, one file each, and every row with its intervals.
+    assert sorted(p.name for p in (tmp_path / leaderboard.CUMULATIVE_ITEMS).iterdir()) == \
+        [f"d.{m * 8}.parquet" for m in MODELS]
+    table = pd.read_parquet(tmp_path / f"{leaderboard.CUMULATIVE}.parquet")
+    assert table[["STSB cosine lo", "STSB senteval hi"]].notna().all().all()
     assert not list(tmp_path.glob("*/.lease-*"))
 
 

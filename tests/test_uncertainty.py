@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
@@ -30,7 +31,7 @@ from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.intervals import add_intervals
 from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage
-from storage import read_table
+from storage import DatasetWriter, dataset_path, read_table
 from tests.conftest import WORDS
 
 # --- a plain-Python paired bootstrap ----------------------------------------------------------------------------
@@ -329,6 +330,97 @@ def test_the_initial_row_is_named_for_the_base_model():
     assert board.config(Config(model={"base": "sentence-transformers/all-MiniLM-L6-v2"}))["compare_to_default"] == name
 
 
+# --- the cumulative leaderboard across runs -------------------------------------------------------------------
+
+
+def _evaluated(art: str, name: str, rows: pd.DataFrame, items: pd.DataFrame | None, fingerprint: str, fp: str) -> str:
+    """An evaluate dataset as the stage writes it: one model's score rows, and its test items when given."""
+    rows = rows.assign(model=name, kind="user", model_fingerprint=fingerprint, data_hash="d")
+    with DatasetWriter(art, "evaluate", fp, config={"model": name, "spec": {"kind": "user"}}, inputs={}) as out:
+        out.write(pa.Table.from_pandas(rows, preserve_index=False))
+        if items is not None:
+            items.to_parquet(f"{out.local_dir}/{test_items.ITEMS}", index=False)
+    return dataset_path(art, "evaluate", fp)
+
+
+def _publish(art: str, *evaluated: str) -> pd.DataFrame:
+    """One run's leaderboard over `evaluated`, published; the cumulative table (reference by default: "ref")."""
+    config = {"rank_by": None, "compare_to": None, "compare_to_default": "ref"}
+    board.publish(run_stage(board.STAGE, config, {f"scores-{i}": p for i, p in enumerate(evaluated)}, art), art)
+    return pd.read_parquet(f"{art}/{board.CUMULATIVE}.parquet").set_index("model")
+
+
+def _kept_files(art: str) -> list[str]:
+    return sorted(p.name for p in Path(art, board.CUMULATIVE_ITEMS).iterdir())
+
+
+def test_the_cumulative_leaderboard_has_intervals_and_differences_of_models_published_apart(tmp_path):
+    """Two runs, one model each: leaderboard-all has both rows' intervals and the second's paired difference to the
+    first (the default reference), those of the plain loop on the leaderboard's own resamples."""
+    scores, items = hand_built()
+    art = str(tmp_path)
+    for i, model in enumerate(PREDICTED):
+        _publish(art, _evaluated(art, model, scores[scores["model"] == model], items[model], f"{i}" * 16, f"e{i}"))
+    table = pd.read_parquet(tmp_path / f"{board.CUMULATIVE}.parquet").set_index("model")
+    resamples = {t: bootstrap.indices(t, [len(g) for g in strata.values()]) for t, strata in GOLD.items()}
+    draws = [{t: {s: list(resamples[t][k][i]) for k, s in enumerate(GOLD[t])} for t in GOLD}
+             for i in range(bootstrap.B)]
+    loop = {m: [loop_statistics(m, d) for d in draws] for m in PREDICTED}
+    for column in loop["ref"][0]:
+        for model in PREDICTED:
+            values = [r[column] for r in loop[model]]
+            assert table.loc[model, f"{column} lo"] == pytest.approx(percentile(values, 2.5), abs=0.0051)
+            assert table.loc[model, f"{column} hi"] == pytest.approx(percentile(values, 97.5), abs=0.0051)
+        diffs = [x[column] - y[column] for x, y in zip(loop["better"], loop["ref"])]
+        assert table.loc["better", f"{column} diff lo"] == pytest.approx(percentile(diffs, 2.5), abs=0.0051)
+        assert table.loc["better", f"{column} diff hi"] == pytest.approx(percentile(diffs, 97.5), abs=0.0051)
+        assert pd.isna(table.loc["ref", f"{column} diff"])
+    md = (tmp_path / f"{board.CUMULATIVE}.md").read_text()
+    assert "reference row ref (evaluate.compare_to)" in md and "95% percentile bootstrap interval" in md
+    assert _kept_files(art) == ["d.0000000000000000.parquet", "d.1111111111111111.parquet"]
+
+
+def test_a_rescored_model_replaces_its_kept_items_and_a_namesake_keeps_its_own(tmp_path):
+    scores, items = hand_built()
+    art = str(tmp_path)
+    ref_rows = scores[scores["model"] == "ref"]
+    _publish(art, _evaluated(art, "ref", ref_rows, items["ref"], "0" * 16, "e0"))
+    _publish(art, _evaluated(art, "better", scores[scores["model"] == "better"], items["better"], "1" * 16, "e1"))
+    # better re-scored (the same fingerprint, on the same data) predicting what ref predicts: its row is ref's.
+    table = _publish(art, _evaluated(art, "better", ref_rows, items["ref"], "1" * 16, "e2"))
+    columns = [c for c in table.columns if c.endswith(" diff lo")]
+    assert len(columns) == 6 and (table.loc["better", columns] == 0).all()
+    assert (table.loc["better", [c.replace("diff lo", "hi") for c in columns]].to_numpy()
+            == table.loc["ref", [c.replace("diff lo", "hi") for c in columns]].to_numpy()).all()
+    # Re-scored by an evaluation that kept no items: no interval, and no file left.
+    table = _publish(art, _evaluated(art, "better", ref_rows, None, "1" * 16, "e3"))
+    assert pd.isna(table.loc["better", "STS12 simcse lo"]) and pd.notna(table.loc["ref", "STS12 simcse lo"])
+    assert _kept_files(art) == ["d.0000000000000000.parquet"]
+    # Another model named ref: each ref row is named by its fingerprint and keeps its own items; this run's ref is
+    # the reference.
+    table = _publish(art, _evaluated(art, "ref", scores[scores["model"] == "better"], items["better"], "2" * 16, "e4"))
+    old, new = "ref @00000000", "ref @22222222"
+    assert table.loc[new, "STS12 simcse lo"] != table.loc[old, "STS12 simcse lo"]
+    assert pd.isna(table.loc[new, "STS12 simcse diff"]) and pd.notna(table.loc[old, "STS12 simcse diff lo"])
+    assert f"reference row {new} (evaluate.compare_to)" in (tmp_path / f"{board.CUMULATIVE}.md").read_text()
+
+
+def test_rows_sharing_a_fingerprint_keep_their_own_items(tmp_path):
+    """A post-processed model shares its encoder's fingerprint: both rows keep the intervals the run gave them."""
+    scores, items = hand_built()
+    art = str(tmp_path)
+    ref_rows, better_rows = scores[scores["model"] == "ref"], scores[scores["model"] == "better"]
+    _publish(art, _evaluated(art, "ref", ref_rows, items["ref"], "0" * 16, "e0"),
+             _evaluated(art, "ref+whitening", better_rows, items["better"], "0" * 16, "e1"))
+    run = pd.read_parquet(tmp_path / "leaderboard.parquet").set_index("model")
+    table = _publish(art, _evaluated(art, "other", better_rows, items["better"], "1" * 16, "e2"))
+    assert _kept_files(art) == ["d.0000000000000000.parquet", "d.1111111111111111.parquet"]
+    columns = [c for c in run.columns if c.endswith((" lo", " hi"))]
+    assert len(columns) == 24 and run.loc["ref+whitening", columns].notna().all()
+    rows = ["ref", "ref+whitening"]
+    pd.testing.assert_frame_equal(table.loc[rows, columns], run.loc[rows, columns])
+
+
 @pytest.mark.prefect  # cpipe evaluate runs its flow on a temporary Prefect server: about a minute
 def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
     """Two model directories scored by the command line, the second compared with the first by name."""
@@ -348,3 +440,16 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
                                                                - table.loc["A", "STSB cosine"], abs=0.011)
     assert table.loc["B", "STSB cosine diff lo"] <= table.loc["B", "STSB cosine diff hi"]
     assert "reference row A" in (artifacts / "leaderboard.md").read_text()
+    # What it prints at the end, the cumulative table, has the same intervals and marks.
+    printed = result.stdout[result.stdout.index("# Leaderboard: every run"):]
+    assert "reference row A (evaluate.compare_to)" in printed
+    header, _, *body = [line for line in printed.splitlines() if line.startswith("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    rows = {cells["model"]: cells for cells in (dict(zip(names, (c.strip() for c in line.strip("|").split("|"))))
+                                                for line in body)}
+    for model in ("A", "B"):
+        lo, hi = table.loc[model, "STSB cosine lo"], table.loc[model, "STSB cosine hi"]
+        assert rows[model]["STSB cosine"].startswith(f"{table.loc[model, 'STSB cosine']:.2f} [{lo:.2f}, {hi:.2f}]")
+    everything = pd.read_csv(artifacts / "leaderboard-all.csv").set_index("model")
+    columns = [c for c in table.columns if c.startswith("STSB cosine")]
+    pd.testing.assert_frame_equal(everything.loc[["A", "B"], columns], table.loc[["A", "B"], columns])

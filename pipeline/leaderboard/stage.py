@@ -3,8 +3,9 @@
 The run's table goes to `leaderboard.*` at the artifacts root. The cumulative
 one, `leaderboard-all.*`, keeps every model ever scored there on the same
 evaluation data, keyed by model fingerprint: re-scoring a model replaces its
-rows, and two different models that share a run name are told apart by
-fingerprint.
+rows and its test items (pipeline.leaderboard.kept_items), and two different
+models that share a run name are told apart by fingerprint. Its rows get
+intervals and differences to the reference row as the run's do.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import pandas as pd
 
 from pipeline.config import Config
 from pipeline.evaluate import items as test_items
-from pipeline.evaluate.stage import initial_row
+from pipeline.evaluate.stage import STAGE as EVALUATE, initial_row
+from pipeline.leaderboard import kept_items
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 from pipeline.model.card import update_cards
 from pipeline.stage import Stage
 from pipeline.train import stage as train
-from storage import DatasetWriter, dataset_path, leased, put_file, read_manifest, read_table
+from storage import DatasetWriter, dataset_parts, dataset_path, leased, put_file, read_manifest, read_table
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
 # 4: bootstrap intervals on every score column, and the paired difference to evaluate.compare_to's row.
@@ -33,6 +35,7 @@ CUMULATIVE = "leaderboard-all"
 # Scores kept across runs, under the labels of this VERSION: rows scored before STS-B/SICK-R had the "cosine"
 # and "senteval" protocols carry the old labels, so they are not mixed in.
 CUMULATIVE_SCORES = f"{CUMULATIVE}.v{VERSION}.{SCORES}"
+CUMULATIVE_ITEMS = f"{CUMULATIVE}.v{VERSION}.items"  # a directory: pipeline.leaderboard.kept_items
 log = logging.getLogger("cpipe")
 
 
@@ -98,24 +101,48 @@ def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFr
     return merged
 
 
+def cumulative_reference(manifest: dict, scores: pd.DataFrame, merged: pd.DataFrame) -> str | None:
+    """The cumulative table's reference row: the run's, under its name there (which may carry its fingerprint),
+    else the default row when that table has it."""
+    compare_to = manifest.get("compare_to")
+    if compare_to is None:
+        return reference(manifest["config"], merged["model"])
+    [fingerprint] = pd.unique(scores.loc[scores["model"] == compare_to, "model_fingerprint"])
+    return merged.loc[merged["model_fingerprint"] == fingerprint, "model"].iloc[0]
+
+
+def _evaluated(path: str, manifest: dict) -> list[str]:
+    """The evaluate datasets a leaderboard dataset was built from, which its manifest names by fingerprint."""
+    return [dataset_path(dataset_parts(path)[0], EVALUATE.name, fp) for _, fp in sorted(manifest["inputs"].items())]
+
+
 def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
     """Rewrite the run's and the cumulative leaderboard at the artifacts root, where users look (each file
-    replaced whole). Runs sharing the artifacts publish one at a time: the cumulative leaderboard is read,
-    merged and rewritten under a lease, so no run's rows are lost to another's rewrite."""
+    replaced whole). Runs sharing the artifacts publish one at a time: the cumulative scores and test items are
+    read, merged and rewritten under a lease, so no run's rows are lost to another's rewrite."""
     table = _read_parquet(f"{path}/leaderboard.parquet")
     manifest = read_manifest(path)
     absent, rank_by, compare_to = manifest["absent_tasks"], manifest.get("rank_by"), manifest.get("compare_to")
-    store = f"{artifacts.rstrip('/')}/{CUMULATIVE_SCORES}"
+    root = artifacts.rstrip("/")
+    store, items_store = f"{root}/{CUMULATIVE_SCORES}", f"{root}/{CUMULATIVE_ITEMS}"
     fs, p = fsspec.core.url_to_fs(store)
     with leased(dataset_path(artifacts, STAGE.name, CUMULATIVE)):
         write_leaderboard(table, absent, artifacts, title=TITLE, rank_by=rank_by, compare_to=compare_to)
-        merged = cumulative(_read_parquet(store) if fs.exists(p) else None, _read_parquet(f"{path}/{SCORES}"))
-        everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"))
+        scores = _read_parquet(f"{path}/{SCORES}")
+        merged = cumulative(_read_parquet(store) if fs.exists(p) else None, scores)
+        fresh = load_items(_evaluated(path, manifest))
+        reference_row = cumulative_reference(manifest, scores, merged)
+        everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"),
+                                 items=kept_items.gather(items_store, merged, scores, fresh), compare_to=reference_row)
         write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
-                          rank_by=rank_column(everything, manifest.get("rank_by_setting")))
+                          rank_by=rank_column(everything, manifest.get("rank_by_setting")), compare_to=reference_row)
+        # Items written before the scores, stale ones removed after: a publish cut off in between leaves each
+        # kept row with items of its own model and data, or none, and files no row has, which the next removes.
+        kept_items.keep(items_store, scores, fresh)
         with tempfile.TemporaryDirectory(prefix="cpipe-leaderboard-") as tmp:
             merged.to_parquet(f"{tmp}/{SCORES}", index=False)
             put_file(f"{tmp}/{SCORES}", store)
+        kept_items.prune(items_store, merged, scores, fresh)
     return table, to_markdown(table, absent, title=TITLE, rank_by=rank_by, compare_to=compare_to)
 
 
