@@ -28,11 +28,11 @@ def _one_line(text: str) -> str:
 
 def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim, epoch: int = DEFAULTS.epoch,
                    min_count: int = DEFAULTS.min_count, threads: int = DEFAULTS.threads,
-                   bucket: int = DEFAULTS.bucket) -> str:
+                   bucket: int = DEFAULTS.bucket, seed: int = 0) -> str:
     """Train skipgram vectors on texts (lowercased, one document per line); save the binary model to out_path.
 
-    fastText 0.9.3 takes no seed for unsupervised training (it always uses 0), and
-    several threads are not bit-reproducible anyway. `bucket` sizes the subword
+    `seed` seeds fastText's own generator (its default is 0, a repeat's seed otherwise); several threads are
+    not bit-reproducible anyway. `bucket` sizes the subword
     hash table: fastText's default of 2M makes an ~800 MB model at dim 100.
     """
     if threads < FASTTEXT_MIN_THREADS:
@@ -55,7 +55,7 @@ def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim,
             raise ValueError("no text to train fastText on: every document is empty")
         model = fasttext.train_unsupervised(
             corpus, model="skipgram", dim=dim, epoch=epoch, minCount=min_count,
-            thread=threads, bucket=bucket, verbose=0)
+            thread=threads, bucket=bucket, seed=seed, verbose=0)
         model.save_model(tmp_model)
         os.replace(tmp_model, out)
     finally:
