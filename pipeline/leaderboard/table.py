@@ -315,7 +315,7 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
     column's protocol."""
     derived = _derived(table.columns)
     columns = [c for c in table.columns if c not in derived]
-    text = ("model", "kind", "objective", "corpus", "recipe")
+    text = ("model", SEEDS, "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",
              "| " + " | ".join(map(_escaped, columns)) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
