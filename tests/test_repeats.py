@@ -19,11 +19,14 @@ import pytest
 from scipy import stats
 
 from pipeline import registry
+from pipeline.baselines.fasttext.bow import _shuffle_lines
 from pipeline.config import load_config
+from pipeline.evaluate import stage as evaluate
 from pipeline.errors import ConfigError
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.intervals import add_intervals
 from pipeline.leaderboard.table import leaderboard, to_markdown, write_leaderboard
+from storage import DatasetWriter, dataset_parts
 from tests.test_uncertainty import percentile, spearman
 
 # --- the config's repeats -----------------------------------------------------------------------------------------
@@ -256,3 +259,37 @@ def test_seed_rows_read_as_such_in_markdown_csv_and_parquet(tmp_path):
         assert "0, 1, 2 (n=3)" in line and "±" in line
         assert "Rows over several seeds (run, untrained" in markdown
         assert "t-interval" in markdown
+
+
+def test_each_repeat_is_scored_as_its_own_row_named_for_its_seed(tmp_path):
+    """The evaluate stage's rows: "<row> (seed s)" for the runs, the untrained encoder (its init seeds), fastText
+    and a post-processed row over seeds, each reading its own seed's dataset; the untrained random baseline once."""
+    cfg = config(tmp_path, "runs: {a: {}}\nevaluate:\n  baselines: {postprocess: [{model: untrained, "
+                 "kind: whitening}]}\n", "repeats=2", f"artifacts={tmp_path / 'art'}")
+    done = plan(cfg, cfg.artifacts)
+    for label in ("train/a (seed 0)", "train/a (seed 1)"):  # the rows read what training wrote of the model
+        _, name, fp = dataset_parts(done[label])
+        with DatasetWriter(cfg.artifacts, name, fp, config={}, inputs={}, schema=None):
+            pass
+    rows = evaluate.instances(cfg, done)
+    assert sorted(rows) == sorted(f"evaluate/{r}" for r in (
+        "a (seed 0)", "a (seed 1)", "untrained (seed 0)", "untrained (seed 1)", "fasttext-bow (seed 0)",
+        "fasttext-bow (seed 1)", "random", "untrained+whitening (seed 0)", "untrained+whitening (seed 1)"))
+    assert rows["evaluate/untrained (seed 1)"].inputs["model"] == done["init (seed 1)"] != done["init"]
+    assert rows["evaluate/untrained+whitening (seed 1)"].inputs["model"] == done["init (seed 1)"]
+    assert rows["evaluate/fasttext-bow (seed 1)"].inputs["model"] == done["baseline (seed 1)"]
+    assert rows["evaluate/a (seed 1)"].inputs["model"] == done["train/a (seed 1)"]
+
+
+def test_fasttext_repeats_train_on_the_documents_in_a_seeded_order(tmp_path):
+    """fastText takes no seed for unsupervised training: a repeat's seed orders its documents instead."""
+    lines = [f"document {i} {'word ' * (i % 5)}\n" for i in range(50)]
+    orders = []
+    for seed in (1, 1, 2):
+        path = tmp_path / "corpus.txt"
+        path.write_text("".join(lines))
+        _shuffle_lines(str(path), seed)
+        orders.append(path.read_text().splitlines(keepends=True))
+    assert sorted(orders[0]) == sorted(lines) and orders[0] != lines
+    assert orders[0] == orders[1] != orders[2]
+    assert not (tmp_path / "corpus.txt.shuffled").exists()
