@@ -13,8 +13,11 @@ import math
 import random
 import statistics
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from scipy import stats
 
@@ -26,7 +29,8 @@ from pipeline.errors import ConfigError
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.intervals import add_intervals
 from pipeline.leaderboard.table import leaderboard, to_markdown, write_leaderboard
-from storage import DatasetWriter, dataset_parts
+from pipeline.repeats import label
+from storage import DatasetWriter, complete, dataset_parts
 from tests.test_uncertainty import percentile, spearman
 
 # --- the config's repeats -----------------------------------------------------------------------------------------
@@ -75,6 +79,7 @@ def test_a_continuing_runs_repeat_starts_from_its_parents_repeat_of_the_same_see
     assert rows["d (seed 4)"].parent == "one"  # a parent of one model is every repeat's start
 
 
+PAIRS = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
 STAGES = ("corpus", "tokenizer", "filter", "backtranslate", "augment", "init", "train", "baseline")
 
 
@@ -293,3 +298,41 @@ def test_fasttext_repeats_train_on_the_documents_in_a_seeded_order(tmp_path):
     assert sorted(orders[0]) == sorted(lines) and orders[0] != lines
     assert orders[0] == orders[1] != orders[2]
     assert not (tmp_path / "corpus.txt.shuffled").exists()
+
+
+@pytest.mark.ray
+def test_a_new_seed_trains_only_itself_and_seeds_train_differently(tmp_path, local_ray):
+    """The train stage for real (Ray Train, 2 steps of a tiny model): seed 0 alone builds the run's model; then
+    seeds [0, 1] reuse it as seed 0's and build seed 1's alone. Each repeat's initial weights and pairs are one
+    hand-made dataset here, so the two models differ by the training's own seed (dropout, MLM masks)."""
+    import flows.pipeline_flows as flow
+    from pipeline.model.transformer import HF_DIR
+    from pipeline.stage import run_stage
+    from tests.conftest import make_document
+    from tests.helpers import tiny_model, tiny_tokenizer
+
+    art = str(tmp_path / "art")
+    with DatasetWriter(art, "init", "init0", config={}, inputs={}, schema=None) as out:
+        tiny_model(Path(out.local_dir))
+    tokenizer, rng = tiny_tokenizer(), np.random.default_rng(0)
+    with DatasetWriter(art, "augment", "pairs0", config={}, inputs={}, schema=PAIRS) as pairs:
+        for _ in range(8):
+            ids = tokenizer(make_document(rng, 60), add_special_tokens=False)["input_ids"]
+            pairs.write([{"anchor_ids": ids[:24], "positive_ids": [ids[16:40]]}])
+    done = {**{label("init", s): out.path for s in range(2)}, **{label("augment/declutr", s): pairs.path
+                                                                   for s in range(2)}}
+    built: list[str] = []
+
+    def direct(stage, config, inputs, name):
+        if not complete(stage.path(config, inputs, art)):
+            built.append(name)
+        return run_stage(stage, config, inputs, art)
+
+    settings = ["train.max_steps=2", "train.max_length=64", "train.checkpoint_every=2", f"artifacts={art}"]
+    for seeds in ("[0]", "[0, 1]"):
+        flow.build(config(tmp_path, "runs: {a: {}}\n", f"seeds={seeds}", *settings), [registry.stage("train")],
+                   done, run_one=direct)
+    assert built == ["train/a", "train/a (seed 1)"]
+    assert done["train/a (seed 0)"] == done["train/a"]
+    weights = [(Path(done[f"train/a (seed {s})"]) / HF_DIR / "model.safetensors").read_bytes() for s in range(2)]
+    assert weights[0] != weights[1]
