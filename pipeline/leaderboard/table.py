@@ -377,7 +377,9 @@ def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = No
     axes[0][0].set_yticks(np.arange(len(rows)), rows["model"].astype(str), fontsize="small")
     note = "" if compare_to is None else (f"; dashed: {compare_to}, green: significantly higher, hollow: "
                                           "significantly lower")
-    whiskers = ", 95% bootstrap interval" if any(f"{c} {LO}" in rows.columns for c in columns) else ""
+    whiskers = "" if not any(f"{c} {LO}" in rows.columns for c in columns) else \
+        ", 95% interval (t over seeds where a row has several, else bootstrap)" if _seed_rows(rows) else \
+        ", 95% bootstrap interval"
     fig.supxlabel(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
