@@ -183,7 +183,8 @@ def scored(predicted: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, pd.DataF
                                                                    sum(GOLD["STS12"].values(), [])).statistic,
                   ("accuracy", "MR", "senteval"): np.mean([np.mean(np.equal(tasks["MR"][s], GOLD["MR"][s]))
                                                            for s in GOLD["MR"]])}
-        rows += [{**common, "metric": m, "task": t, "protocol": p, "value": float(v)} for (m, t, p), v in values.items()]
+        rows += [{**common, "metric": m, "task": t, "protocol": p, "value": float(v)}
+                 for (m, t, p), v in values.items()]
     return pd.DataFrame(rows), items
 
 

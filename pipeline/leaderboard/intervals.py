@@ -189,7 +189,8 @@ def members(table: pd.DataFrame) -> list[list[str]]:
     """Each row's models: a row over several seeds has its repeats' ("<row> (seed s)", by its `seeds` column),
     any other row its own."""
     seeds = table[SEEDS] if SEEDS in table.columns else [None] * len(table)
-    return [[model] if not _listed(s) else [seeded(model, int(x)) for x in s] for model, s in zip(table["model"], seeds)]
+    return [[model] if not _listed(s) else [seeded(model, int(x)) for x in s]
+            for model, s in zip(table["model"], seeds)]
 
 
 def _listed(value) -> bool:

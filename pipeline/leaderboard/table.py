@@ -186,7 +186,8 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
 
 def _cell(column: str, value) -> str:
     if column == SEEDS:  # a list, or an array read back from Parquet; missing on a row of one model
-        return MISSING if not isinstance(value, (list, np.ndarray)) else f"{', '.join(map(str, value))} (n={len(value)})"
+        listed = isinstance(value, (list, np.ndarray))
+        return f"{', '.join(map(str, value))} (n={len(value)})" if listed else MISSING
     if value is None or isinstance(value, (float, np.floating)) and np.isnan(value):
         return MISSING
     if column in ("parameters", "dimension"):
