@@ -9,6 +9,7 @@ same resample indices for the pooled paired bootstrap.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -28,7 +29,7 @@ from pipeline.evaluate import stage as evaluate
 from pipeline.errors import ConfigError
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.intervals import add_intervals
-from pipeline.leaderboard.table import leaderboard, to_markdown, write_leaderboard
+from pipeline.leaderboard.table import json_records, leaderboard, to_markdown, write_leaderboard
 from pipeline.repeats import label
 from storage import DatasetWriter, complete, dataset_parts
 from tests.test_uncertainty import percentile, spearman
@@ -259,6 +260,8 @@ def test_seed_rows_read_as_such_in_markdown_csv_and_parquet(tmp_path):
                                                                                                "MR senteval per seed"])
     csv = pd.read_csv(paths["csv"]).set_index("model")
     assert csv.loc["run", "seeds"] == "[0, 1, 2]"
+    records = json.loads(json.dumps(json_records(pd.read_parquet(paths["parquet"]))))  # the flow's table artifact
+    assert next(r for r in records if r["model"] == "run")["seeds"] == [0, 1, 2]
     for source in (table, pd.read_parquet(paths["parquet"])):  # publish renders the table read back
         markdown = to_markdown(source, [], title="T", compare_to="untrained")
         line = next(x for x in markdown.splitlines() if x.startswith("| run |"))

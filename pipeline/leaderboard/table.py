@@ -326,6 +326,13 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
     return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by, compare_to)) + "\n"
 
 
+def json_records(table: pd.DataFrame) -> list[dict]:
+    """The table's rows as JSON values: missing as None, and a row over seeds's lists (its seeds, its per-seed
+    scores; arrays when read back from Parquet) as lists."""
+    return [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in record.items()}
+            for record in table.astype(object).where(table.notna(), None).to_dict("records")]
+
+
 def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
                       name: str = "leaderboard", rank_by: str | None = None, compare_to: str | None = None
                       ) -> dict[str, str]:
