@@ -236,8 +236,10 @@ def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     if not any(c.endswith(f" {LO}") for c in _derived(table.columns)):
         return []
     seed_rows = _seed_rows(table)
+    single = ~table["model"].isin(seed_rows)
+    bootstrapped = [c for c in _derived(table.columns) if c.endswith(f" {LO}")]
     notes = []
-    if len(seed_rows) < len(table):
+    if table.loc[single, bootstrapped].notna().any().any():
         notes.append(f"[lo, hi]{' on a row of one model' if seed_rows else ''}: a 95% percentile bootstrap interval "
                      f"over the test items ({bootstrap.B} resamples, seed {bootstrap.SEED}): STS pairs resampled "
                      "within each STS12-16 subset, transfer test predictions within each cross-validation fold, and "
