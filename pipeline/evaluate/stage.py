@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from pipeline.config import Config
+from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
@@ -42,10 +43,9 @@ from pipeline.evaluate.sts import score_sts
 from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
-from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.file_snapshot import snapshot
-from pipeline.model.locate import is_hub_name, resolve
 from pipeline.init.stage import init_label
+from pipeline.model.locate import is_hub_name, resolve
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
