@@ -7,7 +7,10 @@ the items' number and strata, not their values. Also times Spearman over the res
 bootstrap could compute it, draw counts with average ranks (what pipeline.leaderboard.bootstrap does) against
 sorting index arrays (scipy.stats.rankdata), on SICK-R's 4,927 pairs.
 
-    .venv/bin/python -m bench.leaderboard_intervals [--models 8] [--repeats 3]
+    .venv/bin/python -m bench.leaderboard_intervals [--models 8] [--repeats 3] [--seeds 1]
+
+With --seeds S, each of the N rows is S models, "model-i (seed s)": rows over seeds (pipeline.leaderboard.seeds),
+their differences pooled over seeds.
 """
 
 from __future__ import annotations
@@ -98,9 +101,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=1, help="models per row, as seeds of one run")
     args = parser.parse_args()
-    scores, items = synthetic(args.models)
-    print(f"{args.models} models, {len(next(iter(items.values()))):,} test items each, B = {bootstrap.B}")
+    scores, items = synthetic(args.models * args.seeds)
+    if args.seeds > 1:
+        named = {f"model-{m}": f"model-{m // args.seeds} (seed {m % args.seeds})" for m in range(len(items))}
+        scores["model"], items = scores["model"].map(named), {named[m]: frame for m, frame in items.items()}
+    print(f"{args.models} rows of {args.seeds} seed(s), {len(next(iter(items.values()))):,} test items each, "
+          f"B = {bootstrap.B}")
     for _ in range(args.repeats):
         # CPU seconds beside wall seconds: on a shared machine the wall clock counts the neighbours' work too.
         started, cpu = time.perf_counter(), time.process_time()

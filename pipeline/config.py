@@ -8,7 +8,7 @@ defaults are the papers' (DeCLUTR-small's recipe); configs/default.yaml holds wh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -21,6 +21,7 @@ from pipeline.errors import ConfigError
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.filter.config import FilterConfig
 from pipeline.init.config import ModelConfig
+from pipeline.repeats import seed_list, seeded
 from pipeline.tokenizer.config import TokenizerConfig
 from pipeline.train.config import TrainConfig
 
@@ -37,8 +38,24 @@ class RayConfig(Strict):
     num_cpus: int | None = Field(None, ge=1)
 
 
+class Training(NamedTuple):
+    """One repeat of one run: its leaderboard row, the run, the repeat's seed, its settings (seed = the repeat's) and
+    the row of the parent repeat it continues (init_from), if any."""
+
+    row: str
+    run: str
+    seed: int
+    config: TrainConfig
+    parent: str | None
+
+
 class Config(Strict):
     artifacts: str = "artifacts"
+    seeds: list[int] | None = Field(None, description=(
+        "repeats: every run that names no seeds of its own, the untrained encoder and the trained baselines "
+        "(fastText, InferSent) are built once per seed (pipeline.repeats); the leaderboard shows each one's mean "
+        "over seeds with a t-interval; null = each run's train.seed, one model"))
+    repeats: int | None = Field(None, ge=1, description="seeds 0..N-1 (instead of seeds)")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
@@ -70,6 +87,7 @@ class Config(Strict):
     def _runs(self) -> "Config":
         if not self.runs:
             raise ValueError("runs: at least one named run is needed")
+        seed_list("config", self.seeds, self.repeats)
         rows = {*self.runs, "untrained", "fasttext-bow", "random", "infersent",
                 *(m.name for m in self.evaluate.baselines.models)}
         for pp in self.evaluate.baselines.postprocess:
@@ -77,6 +95,7 @@ class Config(Strict):
                 raise ValueError(f"evaluate.baselines.postprocess: no row named {pp.model!r} to post-process "
                                  f"(rows: {', '.join(sorted(rows))})")
         self.training_order()  # every init_from names another run, and none continues itself through others
+        self.trainings()  # every repeat of a continuing run has its parent's repeat to start from
         for name, run in self.run_configs().items():  # validates every run's overrides now
             clear = self.augment.clear
             if run.views and "subs" in run.views.split("+") and not (clear.synonyms or clear.synonym_vectors):
@@ -112,11 +131,62 @@ class Config(Strict):
             visit(name, [])
         return order
 
+    def default_seeds(self) -> list[int] | None:
+        """The top-level seeds (or repeats), None when the config sets neither."""
+        return seed_list("config", self.seeds, self.repeats)
+
+    def run_seeds(self) -> dict[str, list[int]]:
+        """Each run's seeds: its own seeds (or repeats), else its own seed, else the top-level seeds, else
+        train.seed."""
+        out, runs = {}, self.run_configs()
+        for name, overrides in self.runs.items():
+            overrides = overrides or {}
+            own = seed_list(f"runs.{name}", overrides.get("seeds"), overrides.get("repeats"))
+            if own is not None and "seed" in overrides:
+                raise ValueError(f"runs.{name}: set seed or seeds (repeats), not both")
+            fallback = None if "seed" in overrides else self.default_seeds()
+            out[name] = own or fallback or [runs[name].seed]
+        return out
+
+    def trainings(self) -> dict[str, Training]:
+        """Every repeat of every run, parents first, by row: a run with one seed is its own row (named as the run),
+        one with several has a row per seed ("<run> (seed s)"). A continuing run's repeat starts from its parent's
+        repeat of the same seed, or from the parent's only model."""
+        runs, seeds, out = self.run_configs(), self.run_seeds(), {}
+        rows = {name: {s: name if len(seeds[name]) == 1 else seeded(name, s) for s in seeds[name]} for name in runs}
+        for name in self.training_order():
+            parent = runs[name].init_from
+            for s in seeds[name]:
+                if parent is None:
+                    start = None
+                elif len(seeds[parent]) == 1:
+                    start = rows[parent][seeds[parent][0]]
+                elif s in rows[parent]:
+                    start = rows[parent][s]
+                else:
+                    raise ValueError(f"runs.{name}: seed {s} continues run {parent!r}, which has no seed {s} "
+                                     f"(its seeds: {seeds[parent]})")
+                out[rows[name][s]] = Training(rows[name][s], name, s, runs[name].model_copy(update={"seed": s}), start)
+        return out
+
+    def init_seeds(self) -> list[int]:
+        """The repeats' seeds that the init stage builds initial weights for (model.seed + s): those of the runs
+        trained from them, and the untrained row's (the top-level seeds, else seed 0)."""
+        used = {t.seed for t in self.trainings().values() if t.parent is None}
+        if self.evaluate.untrained:
+            used |= set(self.default_seeds() or [0])
+        return sorted(used)
+
+    def baseline_seeds(self) -> list[int]:
+        """The trained baselines' seeds (fastText, InferSent): the top-level seeds, else 0."""
+        return self.default_seeds() or [0]
+
     def run_configs(self) -> dict[str, TrainConfig]:
         out = {}
         for name, overrides in self.runs.items():
+            settings = {k: v for k, v in (overrides or {}).items() if k not in ("seeds", "repeats")}
             try:
-                out[name] = TrainConfig(**{**self.train.model_dump(exclude_unset=True), **(overrides or {})})
+                out[name] = TrainConfig(**{**self.train.model_dump(exclude_unset=True), **settings})
             except ValidationError as e:
                 raise ValueError(_describe(e, prefix=f"runs.{name}.").replace(f"runs.{name}.: ", f"runs.{name}: ")) from None
         return out

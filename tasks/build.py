@@ -21,6 +21,7 @@ from prefect.filesystems import RemoteFileSystem
 from pipeline import stopping
 from pipeline.config import RayConfig
 from pipeline.leaderboard.stage import publish
+from pipeline.leaderboard.table import json_records
 from pipeline.ray_session import ray_init
 from pipeline.registry import stage as registered
 from pipeline.stage import run_stage
@@ -119,7 +120,6 @@ def start_ray(address: str | None, num_cpus: int | None) -> None:
 @task
 def publish_leaderboard(path: str, artifacts: str) -> str:
     table, markdown = publish(path, artifacts)
-    create_table_artifact(key="leaderboard", table=table.astype(object).where(table.notna(), None).to_dict("records"),
-                          description=markdown)
+    create_table_artifact(key="leaderboard", table=json_records(table), description=markdown)
     get_run_logger().info("leaderboard:\n%s", markdown)
     return f"{artifacts.rstrip('/')}/leaderboard.md"

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.config import Config
+from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.config import TrainConfig
@@ -36,15 +37,22 @@ SCHEMA = pa.schema([
 SHARED = ("epochs", "seed", "rows_per_shard")
 
 
+def pairs_label(run: TrainConfig) -> str:
+    """The instance a run's repeat trains on: one per objective (and CLEAR combination) and seed."""
+    return label(f"augment/{run.pairs}", run.seed)
+
+
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, TrainConfig]:
-    """One dataset per objective (and CLEAR combination) the runs train on, named as the runs name it."""
-    return {f"augment/{r.pairs}": r for r in {r.pairs: r for r in cfg.run_configs().values()}.values()}
+    """One dataset per objective (and CLEAR combination) and seed the runs' repeats train on."""
+    runs = [t.config for t in cfg.trainings().values()]
+    return {pairs_label(r): r for r in {pairs_label(r): r for r in runs}.values()}
 
 
 def config(cfg: Config, run: TrainConfig) -> dict:
     """Only the settings the run's objective uses, so changing span lengths does not rebuild CERT's pairs;
-    the run's `views` pick CLEAR's combination."""
-    augment = cfg.augment.model_dump()
+    the run's `views` pick CLEAR's combination. A repeat with seed s draws its pairs from augment.seed + s
+    (pipeline.repeats): the same pairs as before for seed 0."""
+    augment = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}
     settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *PAIR_MAKERS[run.objective].SETTINGS)}}
     return {**settings, "augmentation": run.views} if run.views else settings
 

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from pipeline.config import Config
+from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
@@ -43,8 +44,10 @@ from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot
+from pipeline.init.stage import init_label
 from pipeline.model.locate import is_hub_name, resolve
 from pipeline.parallel import fetch, ordered_map, share
+from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset
 from pipeline.train.config import TrainConfig
@@ -170,36 +173,46 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, Row]:
     return {f"evaluate/{r.name}": r for r in given or pipeline_rows(cfg, done)}
 
 
+def _repeats(name: str, seeds: list[int]) -> list[tuple[str, int]]:
+    """(row name, seed) of a row built once per seed: named as the row for one seed, "<row> (seed s)" for several."""
+    return [(name if len(seeds) == 1 else seeded(name, s), s) for s in seeds]
+
+
 def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
-    rows = [Row(name, {"kind": "trained"}, {"model": path},
-                trained_about(cfg.run_configs()[name], _corpus(done), devset.selected(read_manifest(path))))
-            for name, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
+    trainings = cfg.trainings()
+    rows = [Row(row, {"kind": "trained"}, {"model": path},
+                trained_about(trainings[row].config, _corpus(done), devset.selected(read_manifest(path))))
+            for row, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     if ev.untrained:
         name, about = initial_row(cfg)
-        rows.append(Row(name, {"kind": "untrained"}, {"model": done["init"]}, about))
+        rows += [Row(row, {"kind": "untrained"}, {"model": done[init_label(s)]}, about)
+                 for row, s in _repeats(name, cfg.init_seeds())]
     if ev.fasttext.enabled:
-        rows.append(Row("fasttext-bow", {"kind": "fasttext"}, {"model": done["baseline"]},
-                        {"objective": "fastText skipgram", "corpus": _corpus(done),
-                         # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
-                         "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible"}))
-    if "infersent" in done:
-        about = infersent_stage.about(read_manifest(done["infersent"])["config"])
-        vectors = {} if base.infersent.vectors else {"corpus": _corpus(done)}
-        rows.append(Row("infersent", {"kind": "infersent"}, {"model": done["infersent"]}, {**about, **vectors}))
+        rows += [Row(row, {"kind": "fasttext"}, {"model": done[vectors_label(s)]},
+                     {"objective": "fastText skipgram", "corpus": _corpus(done),
+                      # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
+                      "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible"})
+                 for row, s in _repeats("fasttext-bow", cfg.baseline_seeds())]
+    for row, s in _repeats("infersent", cfg.baseline_seeds()):
+        if (built := done.get(infersent_stage.infersent_label(s))) is not None:
+            about = infersent_stage.about(read_manifest(built)["config"])
+            vectors = {} if base.infersent.vectors else {"corpus": _corpus(done)}
+            rows.append(Row(row, {"kind": "infersent"}, {"model": built}, {**about, **vectors}))
     if base.random:
         rows.append(Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"}))
     for path in base.vectors:
         rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": snapshot(path)},
                         {}, {"objective": "pretrained word vectors"}))
     rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
-    by_name = {r.name: r for r in rows}
-    if ev.untrained:  # a config names the initial encoder "untrained" whatever its row is called
-        by_name.setdefault(UNTRAINED, by_name[initial_row(cfg)[0]])
-    for pp in base.postprocess:
-        r = by_name[pp.model]
-        rows.append(Row(f"{r.name}+{pp.kind}", {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
-                        {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
+    initial = initial_row(cfg)[0] if ev.untrained else None
+    for pp in base.postprocess:  # a row with repeats is post-processed repeat by repeat
+        model = initial if pp.model == UNTRAINED and initial is not None else pp.model
+        for r in [r for r in rows if split_seeded(r.name)[0] == model and "postprocess" not in r.spec]:
+            row, seed = split_seeded(r.name)
+            name = f"{row}+{pp.kind}" if seed is None else seeded(f"{row}+{pp.kind}", seed)
+            rows.append(Row(name, {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
+                            {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
     return rows
 
 

@@ -13,6 +13,7 @@ import logging
 from pipeline.config import Config
 from pipeline.model.locate import check_base
 from pipeline.model.transformer import build_model, export, position_limit
+from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
 from storage import DatasetWriter
@@ -20,13 +21,24 @@ from storage import DatasetWriter
 log = logging.getLogger("cpipe")
 
 
-def config(cfg: Config, key: None = None) -> dict:
-    """A base model brings its own shape: the from-scratch sizes stay out, so they rebuild nothing."""
-    model = cfg.model.model_dump()
+def init_label(seed: int) -> str:
+    """The initial weights a repeat with `seed` starts from (model.seed + seed)."""
+    return label("init", seed)
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, int]:
+    """One set of initial weights per repeat's seed (pipeline.repeats)."""
+    return {init_label(s): s for s in cfg.init_seeds()}
+
+
+def config(cfg: Config, key: int | None = None) -> dict:
+    """A base model brings its own shape: the from-scratch sizes stay out, so they rebuild nothing. The repeat with
+    seed `key` is seeded model.seed + key."""
+    model = {**cfg.model.model_dump(), "seed": cfg.model.seed + (key or 0)}
     return model if model["base"] is None else {"base": model["base"], "seed": model["seed"]}
 
 
-def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[str, str]:
     return {"tokenizer": done["tokenizer"]}
 
 
@@ -46,4 +58,4 @@ def check(cfg: Config) -> None:
 
 
 STAGE = Stage(name="init", version="3", flow="train", section="model", config=config, inputs=inputs, run=run,
-              check=check)
+              instances=instances, check=check)

@@ -21,9 +21,12 @@ import pandas as pd
 from pipeline.evaluate.names import (AVG_PAIRS, RELATEDNESS_TASKS, STS_AVERAGES, STS_YEARS, TRANSFER_PROTOCOLS,
                                      TRANSFER_TASKS, avg_transfer, is_pair_column)
 from pipeline.leaderboard import bootstrap
+from pipeline.repeats import seeded
 
 LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT = "lo", "hi", "diff", "diff lo", "diff hi", "significant"
-SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT)
+# A row trained over several seeds (pipeline.leaderboard.seeds): its seeds, and per column the spread over them.
+SEEDS, STD, PER_SEED = "seeds", "std", "per seed"
+SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT, STD, PER_SEED)
 _MRPC_BOTH = "MRPC accuracy+F1"  # MRPC as DeCLUTR's transfer average counts it
 # (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
 Draw = Callable[[str, list[int], int], Iterator[list[np.ndarray]]]
@@ -182,23 +185,47 @@ def paired(specs: dict[str, Spec], models: Sequence[str], items: Index, referenc
     return out
 
 
+def members(table: pd.DataFrame) -> list[list[str]]:
+    """Each row's models: a row over several seeds has its repeats' ("<row> (seed s)", by its `seeds` column),
+    any other row its own."""
+    seeds = table[SEEDS] if SEEDS in table.columns else [None] * len(table)
+    return [[model] if not _listed(s) else [seeded(model, int(x)) for x in s]
+            for model, s in zip(table["model"], seeds)]
+
+
+def _listed(value) -> bool:
+    return value is not None and not (np.isscalar(value) and pd.isna(value))
+
+
 def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None = None,
                   b: int = bootstrap.B, draw: Draw = DRAW) -> tuple[pd.DataFrame, Comparison]:
     """`table` with `<column> lo` and `<column> hi` after each score column that some row has items for, and with
     `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` and `significant` (the difference's
-    interval excludes 0). `draw` gives each task's resamples (a seam: tests pass their own indices)."""
+    interval excludes 0). `draw` gives each task's resamples (a seam: tests pass their own indices).
+
+    A row over several seeds (pipeline.leaderboard.seeds) keeps its t-interval over seeds as its `lo` and `hi`;
+    its resampled score, for the differences, is the mean over its seeds of their scores on the same resample
+    of the items, and so is the reference row's when it has seeds: the difference pooled over seeds."""
     models, items = table["model"].tolist(), index(items)
-    direct = {c: s for c in table.columns if (s := spec(c)) is not None}
-    parts = averages(table.columns)
+    rows = members(table)
+    flat = list(dict.fromkeys(m for ms in rows for m in ms))
+    groups = [[flat.index(m) for m in ms] for ms in rows]
+    repeated = np.array([len(ms) > 1 for ms in rows])
+    derived = {c for c in table.columns for x in SUFFIXES if c.endswith(f" {x}") and c[:-len(x) - 1] in table.columns}
+    direct = {c: s for c in table.columns if c not in derived and (s := spec(c)) is not None}
+    parts = averages([c for c in table.columns if c not in derived])
     needed = {**direct, **{p: spec(p) for ps in parts.values() for p in ps if spec(p) is not None}}
-    reps = replicates(needed, models, items, b, draw)
+    each = replicates(needed, flat, items, b, draw)
     for name, ps in parts.items():
-        reps[name] = np.mean([reps[p] if p in reps else np.full((len(models), b), np.nan) for p in ps], axis=0)
-    pairable = paired(needed, models, items, compare_to) if compare_to is not None else {}
-    for name, ps in parts.items():
-        pairable[name] = np.all([pairable.get(p, np.zeros(len(models), bool)) for p in ps], axis=0) \
-            if compare_to is not None else None
+        each[name] = np.mean([each[p] if p in each else np.full((len(flat), b), np.nan) for p in ps], axis=0)
+    reps = {c: np.stack([r[g].mean(axis=0) for g in groups]) for c, r in each.items()}  # nan where a seed has none
     ref = models.index(compare_to) if compare_to is not None else None
+    pairable = {}
+    if ref is not None:
+        alike = paired(needed, flat, items, rows[ref][0])
+        for name, ps in parts.items():
+            alike[name] = np.all([alike.get(p, np.zeros(len(flat), bool)) for p in ps], axis=0)
+        pairable = {c: np.array([v[g].all() and v[groups[ref]].all() for g in groups]) for c, v in alike.items()}
     extra: dict[str, dict[str, object]] = {}
     comparisons = significant = 0
     for column in [c for c in table.columns if c in direct or c in parts]:
@@ -208,6 +235,9 @@ def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_t
             continue
         lo, hi = np.full(len(models), np.nan), np.full(len(models), np.nan)
         lo[has], hi[has] = bootstrap.interval(rep[has])
+        if repeated.any():  # over seeds: the t-interval, from the seeds' scores
+            lo[repeated] = table[f"{column} {LO}"].to_numpy(dtype=float)[repeated]
+            hi[repeated] = table[f"{column} {HI}"].to_numpy(dtype=float)[repeated]
         cols = {LO: np.round(lo, 2), HI: np.round(hi, 2)}
         if ref is not None:
             ok = pairable[column] & has & has[ref]
@@ -223,8 +253,9 @@ def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_t
             comparisons += int(ok.sum())
             significant += int((sig & ok).sum())
         extra[column] = cols
+    added = {f"{column} {suffix}" for column, cols in extra.items() for suffix in cols}
     order = []
-    for column in table.columns:
+    for column in [c for c in table.columns if c not in added]:
         order.append(table[column])
         for suffix, values in extra.get(column, {}).items():
             order.append(pd.Series(values, index=table.index, name=f"{column} {suffix}"))

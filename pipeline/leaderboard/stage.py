@@ -22,6 +22,7 @@ from pipeline.evaluate.stage import STAGE as EVALUATE, initial_row
 from pipeline.leaderboard import kept_items
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 from pipeline.model.card import update_cards
+from pipeline.repeats import split_seeded
 from pipeline.stage import Stage
 from pipeline.train import stage as train
 from storage import DatasetWriter, dataset_parts, dataset_path, leased, put_file, read_manifest, read_table
@@ -65,7 +66,8 @@ def reference(config: dict, models) -> str | None:
     """The row differences are taken to: evaluate.compare_to's (an error when the table lacks it), else the
     default row when the table has it."""
     default = config.get("compare_to_default")
-    return config.get("compare_to") or (default if default in set(models) else None)
+    rows = {split_seeded(m)[0] for m in models}  # a row over several seeds is named by its repeats
+    return config.get("compare_to") or (default if default in rows else None)
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:

@@ -32,7 +32,8 @@ from pipeline.evaluate.names import (AVERAGES, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SE
                                      TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
-from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SIGNIFICANT, SUFFIXES, add_intervals
+from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES, add_intervals
+from pipeline.leaderboard.seeds import aggregate
 from pipeline.train.devset import SELECTED
 from storage import put_file
 
@@ -152,7 +153,9 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
 def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, rank_by: str | None = None,
                 items: dict[str, pd.DataFrame] | None = None, compare_to: str | None = None) -> pd.DataFrame:
     """One row per model: what it is, `<TASK> <protocol>` similarity scores (Spearman x 100) and their averages,
-    transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column().
+    transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column(). A model
+    trained over several seeds ("<row> (seed s)", pipeline.repeats) is one row, of its mean over seeds, with their
+    spread and t-interval (pipeline.leaderboard.seeds).
 
     Given the models' test items ({model: pipeline.evaluate.items frame}), each score column is followed by its
     bootstrap interval, and given `compare_to` (a row's model) by the row's paired difference to that row
@@ -165,7 +168,10 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     if "recipe" in scores.columns:
         table["recipe"] = scores.groupby("model", sort=False)["recipe"].first().reindex(models).to_numpy()
     numeric = [c for c in table.columns if c not in (*meta, "model", "recipe", *ANALYSIS)]
+    analysis = [c for c in ANALYSIS if c in table.columns]
+    table = aggregate(table, numeric, analysis)  # a row trained over several seeds: their mean, spread, t-interval
     table[numeric] = table[numeric].astype(float).round(2)
+    table[analysis] = table[analysis].astype(float).round(3)
     if compare_to is not None and compare_to not in set(table["model"]):
         raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this leaderboard "
                           f"(rows: {', '.join(map(str, table['model']))})")
@@ -179,6 +185,9 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
 
 
 def _cell(column: str, value) -> str:
+    if column == SEEDS:  # a list, or an array read back from Parquet; missing on a row of one model
+        listed = isinstance(value, (list, np.ndarray))
+        return f"{', '.join(map(str, value))} (n={len(value)})" if listed else MISSING
     if value is None or isinstance(value, (float, np.floating)) and np.isnan(value):
         return MISSING
     if column in ("parameters", "dimension"):
@@ -202,31 +211,55 @@ def _derived(columns) -> set[str]:
 
 
 def _score_cell(column: str, record: dict) -> str:
-    """"score [lo, hi]", then ▲ or ▼ where the difference to the reference row is significant."""
+    """"score [lo, hi]" ("mean ±std [lo, hi]" over seeds), then ▲ or ▼ where the difference to the reference row
+    is significant."""
     text = _cell(column, record[column])
     lo, hi = record.get(f"{column} {LO}"), record.get(f"{column} {HI}")
     if text == MISSING or lo is None or pd.isna(lo):
         return text
+    std = record.get(f"{column} {STD}")
+    if std is not None and not pd.isna(std):
+        text += f" ±{std:.2f}"
     flag, mark = record.get(f"{column} {SIGNIFICANT}"), ""
     if flag is not None and not pd.isna(flag) and flag:
         mark = " ▲" if record[f"{column} {DIFF_LO}"] > 0 else " ▼"
     return f"{text} [{lo:.2f}, {hi:.2f}]{mark}"
 
 
+def _seed_rows(table: pd.DataFrame) -> list[str]:
+    if SEEDS not in table.columns:
+        return []
+    return [m for m, s in zip(table["model"], table[SEEDS]) if isinstance(s, (list, np.ndarray))]
+
+
 def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     if not any(c.endswith(f" {LO}") for c in _derived(table.columns)):
         return []
-    notes = [f"[lo, hi]: a 95% percentile bootstrap interval over the test items ({bootstrap.B} resamples, seed "
-             f"{bootstrap.SEED}): STS pairs resampled within each STS12-16 subset, transfer test predictions within "
-             "each cross-validation fold, and each score recomputed as its column's protocol does; an average's "
-             "tasks resampled together and the average recomputed. Each interval is one model's, from one "
-             "evaluation of one trained model: it covers the choice of test items, not the training seed."]
+    seed_rows = _seed_rows(table)
+    single = ~table["model"].isin(seed_rows)
+    bootstrapped = [c for c in _derived(table.columns) if c.endswith(f" {LO}")]
+    notes = []
+    if table.loc[single, bootstrapped].notna().any().any():
+        notes.append(f"[lo, hi]{' on a row of one model' if seed_rows else ''}: a 95% percentile bootstrap interval "
+                     f"over the test items ({bootstrap.B} resamples, seed {bootstrap.SEED}): STS pairs resampled "
+                     "within each STS12-16 subset, transfer test predictions within each cross-validation fold, and "
+                     "each score recomputed as its column's protocol does; an average's tasks resampled together "
+                     "and the average recomputed. Such an interval is one model's, from one evaluation of one "
+                     "trained model: it covers the choice of test items, not the training seed.")
+    if seed_rows:
+        notes.append(f"Rows over several seeds ({', '.join(map(_escaped, seed_rows))}; column \"seeds\"): each "
+                     "trained, or initialised, once per seed (seeds or repeats in the config). Their cells are the "
+                     "mean over seeds ±its standard deviation (n - 1) [a 95% t-interval over the seeds: mean ± "
+                     "t(0.975, n - 1) x std / sqrt(n)], an average's from each seed's average; the per-seed scores "
+                     "are in the CSV and Parquet (\"<column> per seed\"). Such an interval covers the training "
+                     "seed, not the choice of test items.")
     significant = [c for c in _derived(table.columns) if c.endswith(f" {SIGNIFICANT}")]
     if compare_to is not None and significant:
         flags = table[significant]
         n, marked = int(flags.notna().sum().sum()), int(flags.fillna(False).astype(bool).sum().sum())
         notes.append(f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), the 95% interval "
-                     f"of the paired bootstrap difference (the same resamples for both rows; columns \"diff\", "
+                     f"of the paired bootstrap difference (the same resamples for both rows; a row over several "
+                     f"seeds resampled as the mean over its seeds, all on the same resamples; columns \"diff\", "
                      f"\"diff lo\", \"diff hi\" in the CSV) excluding 0. This table makes {n} such comparisons "
                      f"and marks {marked}; at 95% each, about {n / 20:.1f} would be marked by chance alone.")
     return notes
@@ -285,7 +318,7 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
     column's protocol."""
     derived = _derived(table.columns)
     columns = [c for c in table.columns if c not in derived]
-    text = ("model", "kind", "objective", "corpus", "recipe")
+    text = ("model", SEEDS, "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",
              "| " + " | ".join(map(_escaped, columns)) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
@@ -293,6 +326,13 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
         lines.append("| " + " | ".join(_score_cell(c, record) for c in columns) + " |")
     # Blank lines between notes, or Markdown renders them as one paragraph.
     return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by, compare_to)) + "\n"
+
+
+def json_records(table: pd.DataFrame) -> list[dict]:
+    """The table's rows as JSON values: missing as None, and a row over seeds's lists (its seeds, its per-seed
+    scores; arrays when read back from Parquet) as lists."""
+    return [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in record.items()}
+            for record in table.astype(object).where(table.notna(), None).to_dict("records")]
 
 
 def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
@@ -347,7 +387,9 @@ def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = No
     axes[0][0].set_yticks(np.arange(len(rows)), rows["model"].astype(str), fontsize="small")
     note = "" if compare_to is None else (f"; dashed: {compare_to}, green: significantly higher, hollow: "
                                           "significantly lower")
-    whiskers = ", 95% bootstrap interval" if any(f"{c} {LO}" in rows.columns for c in columns) else ""
+    whiskers = "" if not any(f"{c} {LO}" in rows.columns for c in columns) else \
+        ", 95% interval (t over seeds where a row has several, else bootstrap)" if _seed_rows(rows) else \
+        ", 95% bootstrap interval"
     fig.supxlabel(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()

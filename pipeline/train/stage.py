@@ -18,7 +18,9 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.augment.stage import pairs_label
 from pipeline.config import Config
+from pipeline.init.stage import init_label
 from pipeline.errors import InputError
 from pipeline.evaluate.sts_data import data_hash
 from pipeline.model.card import train_info, write_card
@@ -50,14 +52,15 @@ log = logging.getLogger("cpipe")
 
 
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, str]:
-    """One model per run, parents first."""
-    return {f"train/{name}": name for name in cfg.training_order()}
+    """One model per run's repeat (pipeline.config.Training), parents first, keyed by its leaderboard row."""
+    return {f"train/{row}": row for row in cfg.trainings()}
 
 
-def config(cfg: Config, name: str) -> dict:
-    """The run's settings; a dev-selected run's hold its dev set. init_from stays out: the parent's dataset is an
-    input, so its fingerprint is part of the child's, and renaming the parent rebuilds nothing."""
-    run = cfg.run_configs()[name]
+def config(cfg: Config, row: str) -> dict:
+    """The repeat's settings (its seed the repeat's); a dev-selected run's hold its dev set. init_from stays out:
+    the parent's dataset is an input, so its fingerprint is part of the child's, and renaming the parent rebuilds
+    nothing."""
+    run = cfg.trainings()[row].config
     settings = run.model_dump(exclude={"init_from"})
     moved = [k for k in RUNTIME if not (k == "checkpoint_every" and run.eval_every)]
     dev = devset.stage_config(settings, cfg.evaluate.data, cfg.evaluate.max_length)
@@ -65,10 +68,11 @@ def config(cfg: Config, name: str) -> dict:
             "runtime": {k: settings[k] for k in moved}}
 
 
-def inputs(cfg: Config, done: dict[str, str], name: str) -> dict[str, str]:
-    """The run's pairs, and the init stage's model or, for a continuing run, its parent's."""
-    run = cfg.run_configs()[name]
-    return {"pairs": done[f"augment/{run.pairs}"], "init": done[f"train/{run.init_from}" if run.init_from else "init"]}
+def inputs(cfg: Config, done: dict[str, str], row: str) -> dict[str, str]:
+    """The repeat's pairs, and the init stage's model of its seed or, for a continuing run, its parent repeat's."""
+    training = cfg.trainings()[row]
+    start = f"train/{training.parent}" if training.parent else init_label(training.seed)
+    return {"pairs": done[pairs_label(training.config)], "init": done[start]}
 
 
 def needs_ray(config: dict) -> bool:

@@ -28,12 +28,13 @@ def _one_line(text: str) -> str:
 
 def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim, epoch: int = DEFAULTS.epoch,
                    min_count: int = DEFAULTS.min_count, threads: int = DEFAULTS.threads,
-                   bucket: int = DEFAULTS.bucket) -> str:
+                   bucket: int = DEFAULTS.bucket, seed: int = 0) -> str:
     """Train skipgram vectors on texts (lowercased, one document per line); save the binary model to out_path.
 
-    fastText 0.9.3 takes no seed for unsupervised training (it always uses 0), and
-    several threads are not bit-reproducible anyway. `bucket` sizes the subword
-    hash table: fastText's default of 2M makes an ~800 MB model at dim 100.
+    fastText 0.9.3 takes no seed for unsupervised training (it always uses 0), and several threads are not
+    bit-reproducible anyway: a repeat's `seed` other than 0 trains on the documents in a seeded order instead
+    (pipeline.repeats), 0 in the texts' own. `bucket` sizes the subword hash table: fastText's default of 2M
+    makes an ~800 MB model at dim 100.
     """
     if threads < FASTTEXT_MIN_THREADS:
         raise ValueError(f"fastText needs threads >= {FASTTEXT_MIN_THREADS} here (fewer gives NaN vectors), "
@@ -53,15 +54,29 @@ def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim,
                     n_docs += 1
         if n_docs == 0:
             raise ValueError("no text to train fastText on: every document is empty")
+        if seed:
+            _shuffle_lines(corpus, seed)
         model = fasttext.train_unsupervised(
             corpus, model="skipgram", dim=dim, epoch=epoch, minCount=min_count,
             thread=threads, bucket=bucket, verbose=0)
         model.save_model(tmp_model)
         os.replace(tmp_model, out)
     finally:
-        Path(corpus).unlink(missing_ok=True)
-        Path(tmp_model).unlink(missing_ok=True)
+        for leftover in (corpus, f"{corpus}.shuffled", tmp_model):
+            Path(leftover).unlink(missing_ok=True)
     return str(out)
+
+
+def _shuffle_lines(path: str, seed: int) -> None:
+    """Rewrite the file with its lines in a seeded order, holding one offset per line, not the lines."""
+    with open(path, "rb") as f:
+        ends = np.cumsum(np.fromiter((len(line) for line in f), dtype=np.int64))
+    starts = ends - np.diff(ends, prepend=0)
+    with open(path, "rb") as src, open(f"{path}.shuffled", "wb") as dst:
+        for i in np.random.default_rng(seed).permutation(len(ends)):
+            src.seek(starts[i])
+            dst.write(src.read(ends[i] - starts[i]))
+    os.replace(f"{path}.shuffled", path)
 
 
 class FastTextEncoder:

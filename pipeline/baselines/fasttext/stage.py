@@ -7,30 +7,38 @@ import logging
 from pipeline.baselines.fasttext.bow import MODEL_FILE, train_fasttext
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.config import Config
+from pipeline.repeats import label
 from pipeline.stage import Stage
 from storage import DatasetWriter, iter_batches
 
 log = logging.getLogger("cpipe")
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
-    """Built for the fastText row, and for the InferSent row that reads the corpus's vectors."""
+def vectors_label(seed: int) -> str:
+    return label("baseline", seed)
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, int]:
+    """Built for the fastText row, and for the InferSent row that reads the corpus's vectors: once per seed of
+    the trained baselines (pipeline.config.Config.baseline_seeds)."""
     wanted = cfg.evaluate.fasttext.enabled or infersent_stage.reads_corpus_vectors(cfg)
-    return {"baseline": None} if wanted else {}
+    return {vectors_label(s): s for s in cfg.baseline_seeds()} if wanted else {}
 
 
-def config(cfg: Config, key: None = None) -> dict:
-    return cfg.evaluate.fasttext.model_dump(exclude={"enabled"})
+def config(cfg: Config, key: int | None = None) -> dict:
+    """fastText's seed is 0 unless a repeat's says otherwise (seed 0 keeps the config, and the dataset, it had)."""
+    return {**cfg.evaluate.fasttext.model_dump(exclude={"enabled"}), **({"seed": key} if key else {})}
 
 
-def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
+def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[str, str]:
     return {"documents": done["filter"]}
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     texts = (t for batch in iter_batches(inputs["documents"], columns=["text"]) for t in batch.column("text").to_pylist())
     train_fasttext(texts, f"{out.local_dir}/{MODEL_FILE}", dim=config["dim"], epoch=config["epoch"],
-                   min_count=config["min_count"], threads=config["threads"], bucket=config["bucket"])
+                   min_count=config["min_count"], threads=config["threads"], bucket=config["bucket"],
+                   seed=config.get("seed", 0))
     log.info("baseline: fastText skipgram, %d dimensions", config["dim"])
 
 

@@ -14,6 +14,7 @@ from pipeline.baselines.fasttext.bow import MODEL_FILE
 from pipeline.baselines.infersent import model as infersent
 from pipeline.config import Config
 from pipeline.file_snapshot import snapshot
+from pipeline.repeats import label
 from pipeline.stage import Stage
 from storage import DatasetWriter
 
@@ -26,15 +27,19 @@ def _nli(cfg: Config) -> dict[str, list[str]] | None:
     return infersent.nli_files(settings.nli, cfg.evaluate.data) if settings.enabled else None
 
 
-def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
-    """Built when enabled and there is NLI data to train on."""
+def infersent_label(seed: int) -> str:
+    return label("infersent", seed)
+
+
+def instances(cfg: Config, done: dict[str, str]) -> dict[str, int]:
+    """Built when enabled and there is NLI data to train on, once per seed of the trained baselines."""
     if not cfg.evaluate.baselines.infersent.enabled:
         return {}
     if _nli(cfg) is None:
         log.warning("infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under evaluate.data, no "
                     "evaluate.baselines.infersent.nli): row left out")
         return {}
-    return {"infersent": None}
+    return {infersent_label(s): s for s in cfg.baseline_seeds()}
 
 
 def reads_corpus_vectors(cfg: Config) -> bool:
@@ -42,17 +47,20 @@ def reads_corpus_vectors(cfg: Config) -> bool:
     return _nli(cfg) is not None and not cfg.evaluate.baselines.infersent.vectors
 
 
-def config(cfg: Config, key: None = None) -> dict:
-    """From the evaluate.baselines.infersent settings and the NLI files found."""
+def config(cfg: Config, key: int | None = None) -> dict:
+    """From the evaluate.baselines.infersent settings and the NLI files found; the repeat with seed `key` is seeded
+    infersent.seed + key."""
     settings, files = cfg.evaluate.baselines.infersent.model_dump(), _nli(cfg)
+    settings["seed"] += key or 0
     watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
     return {"nli": files, "vectors": settings["vectors"], "vocab_size": settings["vocab_size"],
             "max_pairs": settings["max_pairs"], **{k: settings[k] for k in TRAINING},
             "snapshot": {path: snapshot(path) for path in watched}}
 
 
-def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
-    return {"vectors": done["baseline"]} if reads_corpus_vectors(cfg) else {}
+def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[str, str]:
+    """The corpus's fastText vectors of the same seed, where they are the word vectors."""
+    return {"vectors": done[label("baseline", key or 0)]} if reads_corpus_vectors(cfg) else {}
 
 
 def about(config: dict) -> dict:
