@@ -89,8 +89,8 @@ def plan(cfg, artifacts: str = "/art") -> dict[str, str]:
     done: dict[str, str] = {}
     for name in STAGES:
         stage = registry.stage(name)
-        for label, key in stage.keys(cfg, done).items():
-            done[label] = stage.path(stage.config(cfg, key), stage.inputs(cfg, done, key), artifacts)
+        for key_label, key in stage.keys(cfg, done).items():
+            done[key_label] = stage.path(stage.config(cfg, key), stage.inputs(cfg, done, key), artifacts)
     return done
 
 
@@ -111,8 +111,8 @@ def test_seed_0_is_the_config_without_repeats_and_the_data_stages_are_shared(tmp
     """The datasets a config without repeats built stay valid: seed 0's are the same datasets; the corpus,
     tokenizer and filter stages are shared by every seed."""
     plain, seeded = plan(config(tmp_path, RUNS)), plan(config(tmp_path, RUNS, "repeats=3"))
-    for label in ("corpus", "tokenizer", "filter", "init", "augment/declutr", "augment/simcse", "baseline"):
-        assert seeded[label] == plain[label], label
+    for stage_label in ("corpus", "tokenizer", "filter", "init", "augment/declutr", "augment/simcse", "baseline"):
+        assert seeded[stage_label] == plain[stage_label], stage_label
     for run in "abc":
         assert seeded[f"train/{run} (seed 0)"] == plain[f"train/{run}"]
     assert len({seeded[f"train/a (seed {s})"] for s in range(3)}) == 3
@@ -276,8 +276,8 @@ def test_each_repeat_is_scored_as_its_own_row_named_for_its_seed(tmp_path):
     cfg = config(tmp_path, "runs: {a: {}}\nevaluate:\n  baselines: {postprocess: [{model: untrained, "
                  "kind: whitening}]}\n", "repeats=2", f"artifacts={tmp_path / 'art'}")
     done = plan(cfg, cfg.artifacts)
-    for label in ("train/a (seed 0)", "train/a (seed 1)"):  # the rows read what training wrote of the model
-        _, name, fp = dataset_parts(done[label])
+    for train_label in ("train/a (seed 0)", "train/a (seed 1)"):  # the rows read what training wrote of the model
+        _, name, fp = dataset_parts(done[train_label])
         with DatasetWriter(cfg.artifacts, name, fp, config={}, inputs={}, schema=None):
             pass
     rows = evaluate.instances(cfg, done)
