@@ -27,7 +27,9 @@ from typing import Any
 
 from pipeline.errors import InputError
 
-KINDS: dict[str, str] = {
+KINDS = {
+    "retrieval": "pipeline.evaluate.retrieval",
+    "pairclass": "pipeline.evaluate.pairclass",
 }
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
 SUBSET, SPLIT = "all", "test"

@@ -1,0 +1,105 @@
+"""Pair classification (MTEB's kind, e.g. duplicate questions): is each sentence pair a positive (label 1) or not.
+
+Found as the files in a `pairclass/` directory directly under the evaluation data, one task per file named by its
+stem (pairclass/quora.csv -> task "quora"): `sentence1`, `sentence2`, `label` (0 or 1) columns in CSV, TSV, JSONL or
+Parquet, the text ones optionally gzipped. (A directory of their own, since any other table directly in the data
+directory is an STS pair file.)
+
+Scored as sentence-transformers' BinaryClassificationEvaluator does with cosine similarity: "AP" (average
+precision of the cosine over the pairs, MTEB's main score), "accuracy" and "F1" at the best threshold on the
+cosine, each threshold placed between two distinct cosines, so tied pairs are never split.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import average_precision_score
+
+from pipeline.evaluate import kinds
+from pipeline.evaluate.names import pair_format
+from pipeline.evaluate.sts_data import EvalDataError, pair_task, records
+
+KIND, MAIN = "pairclass", "AP"
+DIRECTORY = "pairclass"
+COLUMNS = ("sentence1", "sentence2", "label")
+
+
+def _label(value, where: str) -> int:
+    if isinstance(value, bool) or str(value).strip() not in ("0", "1"):
+        raise EvalDataError(f"{where}: label is {value!r}, not 0 or 1")
+    return int(str(value).strip())
+
+
+def read(path: Path) -> kinds.Task:
+    fmt = pair_format(path)
+    sent1, sent2, labels = [], [], []
+    try:
+        for where, record in records(path, fmt, COLUMNS):
+            for column in COLUMNS[:2]:
+                if not isinstance(record.get(column), str):
+                    raise EvalDataError(f"{where}: {column} is {record.get(column)!r}, not a sentence")
+            labels.append(_label(record.get("label"), where))
+            sent1.append(record["sentence1"])
+            sent2.append(record["sentence2"])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
+        raise EvalDataError(f"{path}: cannot read ({e})") from None
+    if len(set(labels)) < 2:
+        raise EvalDataError(f"{path}: needs pairs of both labels, 0 and 1 (has {sorted(set(labels)) or 'none'})")
+    return kinds.Task(KIND, pair_task(path), (str(path),), (sent1, sent2, np.asarray(labels)))
+
+
+def find(data_dir: Path) -> list[kinds.Task]:
+    directory = data_dir / DIRECTORY
+    if not directory.is_dir():
+        return []
+    files = [p for p in sorted(directory.iterdir()) if p.is_file() and pair_format(p)]
+    if not files:
+        raise EvalDataError(f"{directory}: no pair classification file (.csv, .tsv, .jsonl, .parquet; text ones "
+                            "optionally .gz)")
+    tasks = [read(p) for p in files]
+    names = [t.name for t in tasks]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise EvalDataError(f"{directory}: several files name the task {dupes[0]!r}")
+    return tasks
+
+
+def cosines(embed, sent1: list[str], sent2: list[str]) -> np.ndarray:
+    """Each pair's cosine, every distinct sentence embedded once (as the evaluator does)."""
+    unique = list(dict.fromkeys([*sent1, *sent2]))
+    vectors = np.asarray(embed(unique), dtype=np.float32)
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    at = {s: i for i, s in enumerate(unique)}
+    u, v = vectors[[at[s] for s in sent1]], vectors[[at[s] for s in sent2]]
+    return np.sum(u * v, axis=1)
+
+
+def best_accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The best accuracy of "positive above a threshold", over thresholds between distinct scores (and above all)."""
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], labels[order]
+    last = np.r_[s[1:] != s[:-1], True]  # the last pair of each group of equal scores
+    positives, negatives = np.cumsum(y)[last], np.cumsum(1 - y)[last]
+    correct = positives + (len(y) - y.sum()) - negatives
+    return float(max((len(y) - y.sum()) / len(y), correct.max() / len(y)))
+
+
+def best_f1(scores: np.ndarray, labels: np.ndarray) -> float:
+    order = np.argsort(-scores, kind="stable")
+    s, y = scores[order], labels[order]
+    last = np.r_[s[1:] != s[:-1], True]
+    correct, extracted = np.cumsum(y)[last], np.arange(1, len(y) + 1)[last]
+    f1 = 2 * correct / (extracted + y.sum())  # 2PR/(P+R) with P = correct/extracted, R = correct/positives
+    return float(f1.max())
+
+
+def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+    """AP, accuracy and F1 of cosine similarity; `seed` unused (nothing here is random)."""
+    sent1, sent2, labels = task.data
+    scores = cosines(embed, sent1, sent2)
+    values = {MAIN: average_precision_score(labels, scores), "accuracy": best_accuracy(scores, labels),
+              "F1": best_f1(scores, labels)}
+    return kinds.rows(KIND, task.name, values, len(labels))

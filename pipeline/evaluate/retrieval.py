@@ -1,0 +1,182 @@
+"""Retrieval (BEIR's and MTEB's kind): for each query, rank a corpus of passages by cosine similarity.
+
+Found as every directory under the evaluation data holding BEIR's layout, the task named by the directory:
+`corpus.jsonl` (`_id`, `text`, optional `title`), `queries.jsonl` (`_id`, `text`) and `qrels/test.tsv`
+(`query-id`, `corpus-id`, `score`, tab-separated, with a header line); each file may be gzipped (`.gz`).
+
+Scored as sentence-transformers' InformationRetrievalEvaluator does, with cosine similarity: a passage is its
+title and text joined by a space (stripped); a query-passage pair is relevant when its qrels score is above 0 (the
+grade itself is not used: relevance is binary, as the evaluator's relevant-document sets are); queries without a
+relevant passage are left out; passages are ranked by cosine, ties by passage id. The metrics, averaged over the
+queries: "nDCG@10" (main), "MRR@10", "Recall@100" and "MAP@100" (average precision over the first 100, divided
+by min(100, relevant passages)).
+
+The search is exact and bounded in memory: the corpus is embedded CHUNK passages at a time, each chunk scored
+against QUERIES queries at a time and only each query's best TOP candidates kept across chunks.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.evaluate import kinds
+from pipeline.evaluate.sts_data import EvalDataError, text_file
+from pipeline.jsonlines import json_objects
+
+KIND, MAIN = "retrieval", "nDCG@10"
+SPLIT = "test"
+CHUNK, QUERIES = 50_000, 256
+NDCG_K, MRR_K, RECALL_K, MAP_K = 10, 10, 100, 100
+TOP = max(NDCG_K, MRR_K, RECALL_K, MAP_K)
+QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
+@dataclass(frozen=True)
+class Data:
+    passage_ids: list[str]
+    passages: list[str]
+    query_ids: list[str]
+    queries: list[str]
+    relevant: dict[str, set[str]]  # query id -> relevant passage ids, for the queries that have one
+
+
+def _file(directory: Path, name: str) -> Path | None:
+    return next((p for p in (directory / name, directory / f"{name}.gz") if p.is_file()), None)
+
+
+def _id(value, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise EvalDataError(f"{where}: _id is {value!r}, not a string")
+    return str(value)
+
+
+def _texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
+    ids, texts, seen = [], [], set()
+    with text_file(path) as f:
+        for lineno, record in json_objects(f, path, EvalDataError):
+            where = f"{path}:{lineno}"
+            _id_ = _id(record.get("_id"), where)
+            text, head = record.get("text"), (record.get("title") or "") if title else ""
+            if not isinstance(text, str):
+                raise EvalDataError(f"{where}: text is {text!r}, not a string")
+            if not isinstance(head, str):
+                raise EvalDataError(f"{where}: title is {head!r}, not a string")
+            if _id_ in seen:
+                raise EvalDataError(f"{where}: _id {_id_!r} appears twice")
+            seen.add(_id_)
+            ids.append(_id_)
+            texts.append((head + " " + text).strip() if title else text)
+    return ids, texts
+
+
+def _qrels(path: Path) -> dict[str, set[str]]:
+    relevant: dict[str, set[str]] = {}
+    with text_file(path) as f:
+        lines = csv.reader(f, delimiter="\t")
+        header = next(lines, None)
+        if header is None or tuple(h.strip() for h in header) != QRELS_HEADER:
+            raise EvalDataError(f"{path}:1: expected the header {' '.join(QRELS_HEADER)} (tab-separated)")
+        for fields in lines:
+            where = f"{path}:{lines.line_num}"
+            if not fields:
+                continue
+            if len(fields) != 3:
+                raise EvalDataError(f"{where}: expected query-id<TAB>corpus-id<TAB>score")
+            try:
+                grade = float(fields[2])
+            except ValueError:
+                raise EvalDataError(f"{where}: score {fields[2]!r} is not a number") from None
+            if grade > 0:
+                relevant.setdefault(fields[0], set()).add(fields[1])
+    return relevant
+
+
+def read(directory: Path) -> kinds.Task:
+    corpus, queries = _file(directory, "corpus.jsonl"), _file(directory, "queries.jsonl")
+    qrels = _file(directory / "qrels", f"{SPLIT}.tsv")
+    if queries is None or qrels is None:
+        missing = "queries.jsonl" if queries is None else f"qrels/{SPLIT}.tsv"
+        raise EvalDataError(f"{directory}: a retrieval task (BEIR's layout) without {missing}")
+    try:
+        passage_ids, passages = _texts(corpus, title=True)
+        query_ids, query_texts = _texts(queries, title=False)
+        relevant = _qrels(qrels)
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
+        raise EvalDataError(f"{directory}: cannot read ({e})") from None
+    kept = [i for i, q in enumerate(query_ids) if relevant.get(q)]
+    if not kept:
+        raise EvalDataError(f"{qrels}: no query of {queries.name} has a relevant passage (a score above 0)")
+    if not passages:
+        raise EvalDataError(f"{corpus}: no passage")
+    data = Data(passage_ids, passages, [query_ids[i] for i in kept], [query_texts[i] for i in kept],
+                {query_ids[i]: relevant[query_ids[i]] for i in kept})
+    return kinds.Task(KIND, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
+
+
+def find(data_dir: Path) -> list[kinds.Task]:
+    """Every directory under data_dir with a corpus.jsonl (or .gz) beside a queries file or a qrels directory
+    (a corpus file alone is no retrieval task)."""
+    found = sorted({p.parent for name in ("corpus.jsonl", "corpus.jsonl.gz") for p in data_dir.rglob(name)})
+    return [read(d) for d in found if _file(d, "queries.jsonl") is not None or (d / "qrels").is_dir()]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def search(queries: np.ndarray, embed_chunks, rank: np.ndarray, top: int = TOP) -> np.ndarray:
+    """Each query's `top` passages (their indices), by cosine and then by `rank` (the passage ids' order) among
+    equal cosines. `embed_chunks` yields (start, unit vectors) of consecutive corpus chunks; `queries` are unit
+    vectors. Every candidate tied with a chunk's cut-off is kept, so ties are broken exactly as over the whole
+    corpus."""
+    best_i = [np.zeros(0, dtype=np.int64) for _ in range(len(queries))]
+    best_s = [np.zeros(0, dtype=np.float32) for _ in range(len(queries))]
+    for start, chunk in embed_chunks:
+        for q0 in range(0, len(queries), QUERIES):
+            # In float64, rounded to float32: a float32 product's last bit depends on the row's place in the
+            # matrix, which would rank two copies of one passage by where they sit rather than by id.
+            sims = (queries[q0:q0 + QUERIES] @ chunk.T).astype(np.float32)
+            k = min(top, chunk.shape[0])
+            cut = -np.partition(-sims, k - 1, axis=1)[:, k - 1]
+            for r, row in enumerate(sims):
+                q = q0 + r
+                cand = np.flatnonzero(row >= cut[r])
+                i, s = np.r_[best_i[q], cand + start], np.r_[best_s[q], row[cand]]
+                keep = np.lexsort((rank[i], -s))[:top]
+                best_i[q], best_s[q] = i[keep], s[keep]
+    return best_i
+
+
+def metrics(ranked: list[list[str]], relevant: list[set[str]]) -> dict[str, float]:
+    """The evaluator's metrics of each query's ranked passage ids against its relevant ones, averaged."""
+    ndcg, mrr, recall, ap = [], [], [], []
+    for ids, rel in zip(ranked, relevant):
+        hits = np.array([p in rel for p in ids[:TOP]], dtype=np.float64)
+        discount = 1 / np.log2(np.arange(2, TOP + 2))
+        ideal = discount[:min(len(rel), NDCG_K)].sum()
+        ndcg.append((hits[:NDCG_K] * discount[:len(hits[:NDCG_K])]).sum() / ideal)
+        first = np.flatnonzero(hits[:MRR_K])
+        mrr.append(1 / (first[0] + 1) if len(first) else 0.0)
+        recall.append(hits[:RECALL_K].sum() / len(rel))
+        at = hits[:MAP_K]
+        ap.append((np.cumsum(at) / np.arange(1, len(at) + 1) * at).sum() / min(MAP_K, len(rel)))
+    return {MAIN: np.mean(ndcg), f"MRR@{MRR_K}": np.mean(mrr), f"Recall@{RECALL_K}": np.mean(recall),
+            f"MAP@{MAP_K}": np.mean(ap)}
+
+
+def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+    """nDCG@10, MRR@10, Recall@100 and MAP@100 over the task's queries; `seed` unused (nothing here is random)."""
+    d: Data = task.data
+    queries = _unit(embed(d.queries))
+    rank = np.argsort(np.argsort(np.array(d.passage_ids, dtype=object), kind="stable"), kind="stable")
+    chunks = ((s, _unit(embed(d.passages[s:s + CHUNK]))) for s in range(0, len(d.passages), CHUNK))
+    best = search(queries, chunks, rank)
+    ranked = [[d.passage_ids[i] for i in row] for row in best]
+    values = metrics(ranked, [d.relevant[q] for q in d.query_ids])
+    return kinds.rows(KIND, task.name, values, len(d.query_ids), SPLIT)
