@@ -273,3 +273,56 @@ def test_pair_classification_equals_sentence_transformers_binary_classification_
     theirs = evaluator(st)
     assert ours == pytest.approx({"AP": theirs["t_cosine_ap"], "accuracy": theirs["t_cosine_accuracy"],
                                   "F1": theirs["t_cosine_f1"]}, abs=1e-4)
+
+
+# The evaluate stage and the leaderboard.
+
+def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_their_files(evaluate_setup, tmp_path):
+    data = tmp_path / "mine"
+    retrieval_set(data / "mini-beir")
+    pairclass_set(data / "pairclass" / "dupes.csv.gz")
+    cfg = Config(evaluate=EvaluateConfig(data=str(data), batch_size=16))
+    evaluate.check(cfg)  # no STS task there, and none needed
+    config = evaluate.config(cfg, evaluate.Row("tiny", {"kind": "untrained"}, {"model": evaluate_setup["model"]},
+                                                {"objective": "test"}))
+    out = run_stage(evaluate.STAGE, config, {"model": evaluate_setup["model"]}, str(tmp_path / "art"))
+    scores = read_table(out).to_pandas()
+    assert set(zip(scores["task"], scores["metric"])) == {
+        ("mini-beir", m) for m in ("nDCG@10", "MRR@10", "Recall@100", "MAP@100")} | {
+        ("dupes", m) for m in ("AP", "accuracy", "F1")}
+    assert scores["value"].between(0, 1).all() and (scores["dimension"] == 32).all()
+    before = evaluate.data_fingerprint(str(data), True)
+    with (data / "mini-beir" / "qrels" / "test.tsv").open("a") as f:
+        f.write("q1\td7\t1\n")
+    assert evaluate.data_fingerprint(str(data), True) != before
+
+
+def kind_scores() -> pd.DataFrame:
+    rows = []
+    for model, values in {"a": (0.5, 0.3, 0.9), "b": (0.4, 0.6, 0.8), "c": (0.7, None, 0.6)}.items():
+        for task, value in zip(("scifact", "nfcorpus"), values[:2]):
+            if value is not None:
+                rows += [{**r, "model": model} for r in kinds.rows("retrieval", task, {"nDCG@10": value,
+                                                                                      "MRR@10": 0.1}, 5)]
+        rows += [{**r, "model": model} for r in kinds.rows("pairclass", "dupes", {"AP": values[2], "F1": 0.2}, 9)]
+    return pd.DataFrame(rows)
+
+
+def test_the_leaderboard_shows_each_tasks_main_metric_and_a_mean_per_kind():
+    table = leaderboard(kind_scores())
+    scored = ["scifact nDCG@10", "nfcorpus nDCG@10", "avg retrieval", "dupes AP", "avg pairclass"]
+    assert [c for c in table.columns if c != "model"] == scored
+    by_model = table.set_index("model")
+    assert by_model.loc["a", "avg retrieval"] == pytest.approx(40.0)
+    assert by_model.loc["b", "avg retrieval"] == pytest.approx(50.0)
+    assert pd.isna(by_model.loc["c", "avg retrieval"])  # never a mean of fewer tasks than the kind has here
+    assert table["model"].tolist() == ["b", "a", "c"]  # by the first kind's average when nothing else is there
+    assert leaderboard(kind_scores(), rank_by="dupes AP")["model"].tolist() == ["a", "b", "c"]
+    assert "avg retrieval" in to_markdown(table, [], "t")
+
+
+def test_rank_by_may_name_a_kinds_columns_in_the_config():
+    assert EvaluateConfig(rank_by="avg retrieval").rank_by == "avg retrieval"
+    assert EvaluateConfig(rank_by="scifact nDCG@10").rank_by == "scifact nDCG@10"
+    with pytest.raises(ValueError, match="not a leaderboard column"):
+        EvaluateConfig(rank_by="scifact nDCG@11")

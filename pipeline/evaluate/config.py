@@ -10,7 +10,8 @@ from pipeline.baselines.config import Baselines
 from pipeline.baselines.fasttext.config import FastTextBaseline
 from pipeline.config_base import Strict, absolute
 from pipeline.corpus.credentials import conceal
-from pipeline.evaluate.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
+from pipeline.evaluate.names import (SICK_TASK, STS_TASKS, is_kind_column, is_pair_column, pair_suffix,
+                                     rankable_columns)
 
 
 class EvaluateConfig(Strict):
@@ -37,7 +38,8 @@ class EvaluateConfig(Strict):
         "the scores, and their cache, are the same as with 1"))
     rank_by: str | None = Field(None, description=(
         "the leaderboard column models are ranked by, e.g. 'avg STS (SimCSE 7)', 'avg STS (SentEval)', "
-        "'avg transfer (SentEval)' or 'STSB cosine'; null: the first of those averages that some model has, "
+        "'avg transfer (SentEval)', 'STSB cosine', a task kind's 'avg retrieval' or '<task> nDCG@10' "
+        "(pipeline.evaluate.kinds); null: the first of those averages that some model has, "
         "else the first score column with a value"))
     compare_to: str | None = Field(None, description=(
         "the leaderboard row every other row is compared with (a paired bootstrap over the same test items; "
@@ -63,7 +65,7 @@ class EvaluateConfig(Strict):
     @field_validator("rank_by")
     @classmethod
     def _known_column(cls, v: str | None) -> str | None:
-        if v is not None and v not in rankable_columns() and not is_pair_column(v):
+        if v is not None and v not in rankable_columns() and not is_pair_column(v) and not is_kind_column(v):
             raise ValueError(f"{v!r} is not a leaderboard column; one of: {', '.join(rankable_columns())}")
         return v
 

@@ -1,11 +1,11 @@
 """The task kinds beside STS and SentEval's transfer tasks (retrieval, pair classification, ...): the one list of
 them, and what each kind's module provides.
 
-A kind is one module, named here on one line and imported only when first needed (as pipeline.registry does for
-stages), so that the config can check `evaluate.rank_by` without importing the kinds' scorers. Each module has:
+A kind is one module, named on one line of pipeline.evaluate.names.TASK_KINDS with the metric its leaderboard
+column shows ("<task> <metric>"; a leaf, so that the config checks `evaluate.rank_by` without importing the kinds'
+scorers), and imported only when first needed (as pipeline.registry does for stages). Each module has:
 
-    KIND = "<name>"                          # its key here, and the `protocol` of every row it scores
-    MAIN = "<metric>"                        # the metric its leaderboard column shows: "<task> <MAIN>"
+    KIND = "<name>"                          # its key there, and the `protocol` of every row it scores
     def find(data_dir: Path) -> list[Task]   # its tasks in an --eval-data directory, [] when none; a bad file or
                                              # row is an InputError "FILE:LINE: what" (sts_data.EvalDataError)
     def score(task: Task, embed, seed: int) -> list[dict]
@@ -26,11 +26,9 @@ from types import ModuleType
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.evaluate.names import TASK_KINDS, kind_average
 
-KINDS = {
-    "retrieval": "pipeline.evaluate.retrieval",
-    "pairclass": "pipeline.evaluate.pairclass",
-}
+KINDS = tuple(TASK_KINDS)
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
 SUBSET, SPLIT = "all", "test"
 
@@ -47,15 +45,14 @@ class Task:
 
 
 def module(kind: str) -> ModuleType:
-    return importlib.import_module(KINDS[kind])
+    return importlib.import_module(TASK_KINDS[kind][0])
 
 
 def main_metric(kind: str) -> str:
-    return module(kind).MAIN
+    return TASK_KINDS[kind][1]
 
 
-def average_column(kind: str) -> str:
-    return f"avg {kind}"
+average_column = kind_average
 
 
 def find_all(data: str | Path | None) -> list[Task]:
@@ -88,10 +85,3 @@ def rows(kind: str, task: str, values: dict[str, float], n: int, split: str = SP
     """Score rows of one task: one per metric, its protocol the kind's name."""
     return [{"task": task, "subset": SUBSET, "split": split, "metric": metric, "protocol": kind,
              "value": float(value), "n": n} for metric, value in values.items()]
-
-
-def is_kind_column(column: str) -> bool:
-    """Whether `column` can be a kind's leaderboard column: "avg <kind>", or "<task> <its kind's MAIN>"."""
-    if column in (average_column(k) for k in KINDS):
-        return True
-    return any(column.endswith(f" {main_metric(k)}") and len(column) > len(main_metric(k)) + 1 for k in KINDS)

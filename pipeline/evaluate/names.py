@@ -64,6 +64,26 @@ PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
 AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
 
 
+# The task kinds beside STS and transfer (pipeline.evaluate.kinds): each kind's module, and the metric its
+# leaderboard columns show ("<task> <metric>", and "avg <kind>" over its tasks). Here, a leaf, so that the config
+# checks evaluate.rank_by without importing the kinds' scorers.
+TASK_KINDS = {
+    "retrieval": ("pipeline.evaluate.retrieval", "nDCG@10"),
+    "pairclass": ("pipeline.evaluate.pairclass", "AP"),
+}
+
+
+def kind_average(kind: str) -> str:
+    return f"avg {kind}"
+
+
+def is_kind_column(column: str) -> bool:
+    """Whether `column` can be a task kind's: "avg <kind>", or "<task> <its main metric>"."""
+    if column in (kind_average(k) for k in TASK_KINDS):
+        return True
+    return any(column.endswith(f" {main}") and len(column) > len(main) + 1 for _, main in TASK_KINDS.values())
+
+
 def rankable_columns() -> list[str]:
     """Every column a leaderboard can be ranked by (`evaluate.rank_by`), less the STS pair files' (is_pair_column)."""
     similarity = [f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols]

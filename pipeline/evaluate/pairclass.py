@@ -23,7 +23,8 @@ from pipeline.evaluate import kinds
 from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.sts_data import EvalDataError, pair_task, records
 
-KIND, MAIN = "pairclass", "AP"
+KIND = "pairclass"
+MAIN = kinds.main_metric(KIND)
 DIRECTORY = "pairclass"
 COLUMNS = ("sentence1", "sentence2", "label")
 

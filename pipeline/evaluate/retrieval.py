@@ -28,7 +28,8 @@ from pipeline.evaluate import kinds
 from pipeline.evaluate.sts_data import EvalDataError, text_file
 from pipeline.jsonlines import json_objects
 
-KIND, MAIN = "retrieval", "nDCG@10"
+KIND = "retrieval"
+MAIN = kinds.main_metric(KIND)
 SPLIT = "test"
 CHUNK, QUERIES = 50_000, 256
 NDCG_K, MRR_K, RECALL_K, MAP_K = 10, 10, 100, 100

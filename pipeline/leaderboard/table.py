@@ -14,7 +14,9 @@ subsets); STS-B and SICK-R "cosine" (Spearman of cosine similarity) and
 "senteval" (SentEval's relatedness regressor); transfer tasks "senteval"
 (SentEval's PyTorch classifier) or "sklearn" (its scikit-learn path). STS pair
 files (MTEB's layout, any other name) "cosine", one column each after the
-SentEval tasks, and "avg STS pair files" over them.
+SentEval tasks, and "avg STS pair files" over them. The other task kinds (pipeline.evaluate.kinds: retrieval,
+pair classification, ...) as `<task> <main metric>` x 100 on test (e.g. "scifact nDCG@10"), one column per task
+in each kind's order, and "avg <kind>" over each kind's tasks.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import ConfigError
+from pipeline.evaluate import kinds
 from pipeline.evaluate.names import (AVERAGES, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL, PAIR_PROTOCOL,
                                      SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
-                                     TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
+                                     TRANSFER_TASKS, avg_transfer, is_kind_column, is_pair_column,
+                                     rankable_columns)
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES, add_intervals
@@ -129,6 +133,26 @@ def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
     return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
 
 
+def _kinds(scores: pd.DataFrame, models) -> pd.DataFrame:
+    """Each task of the other kinds by its kind's main metric (x 100), then the kind's mean over its tasks."""
+    test = _test(scores)
+    parts = []
+    for kind in kinds.KINDS:
+        rows = test[(test["protocol"] == kind) & (test["metric"] == kinds.main_metric(kind))]
+        if rows.empty:
+            continue
+        _no_duplicates(rows)
+        column = rows["task"] + f" {kinds.main_metric(kind)}"
+        table = _wide(rows, models, column, list(dict.fromkeys(column)))
+        table[kinds.average_column(kind)] = _mean_of_all(table, list(table.columns))
+        parts.append(table)
+    return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
+
+
+def _kind_columns(columns) -> list[str]:
+    return [c for c in columns if is_kind_column(c)]
+
+
 def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
     rows = scores[(scores["task"] == "STSB") & (scores["split"] == LEADERBOARD_SPLIT)
                   & scores["metric"].isin(ANALYSIS)]
@@ -141,12 +165,13 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
     average in AVERAGES that some model has a value for, else the first score column with a value, else None."""
     if rank_by is not None:
         if rank_by not in table.columns:
-            present = [c for c in rankable_columns() if c in table.columns]
+            present = [c for c in rankable_columns() if c in table.columns] + _kind_columns(table.columns)
             raise ConfigError(f"evaluate.rank_by: this leaderboard has no column {rank_by!r} "
                               f"(it has: {', '.join(present)})")
         return rank_by
-    scored = [c for c in table.columns if c in rankable_columns() or is_pair_column(c)]
-    candidates = [c for c in AVERAGES if c in scored] + [c for c in scored if c not in AVERAGES]
+    scored = [c for c in table.columns if c in rankable_columns() or is_pair_column(c) or is_kind_column(c)]
+    averages = [*AVERAGES, *map(kinds.average_column, kinds.KINDS)]
+    candidates = [c for c in averages if c in scored] + [c for c in scored if c not in averages]
     return next((c for c in candidates if table[c].notna().any()), None)
 
 
@@ -163,7 +188,8 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     models = pd.unique(scores["model"])
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
-    extra = [_similarity(scores, models, tasks), _transfer(scores, models), _analysis(scores, models)]
+    extra = [_similarity(scores, models, tasks), _transfer(scores, models), _kinds(scores, models),
+             _analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     if "recipe" in scores.columns:
         table["recipe"] = scores.groupby("model", sort=False)["recipe"].first().reindex(models).to_numpy()
@@ -297,6 +323,13 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
         notes.append("Transfer columns: test accuracy x 100 of a logistic regression on frozen embeddings; "
                      "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
                      "SentEval's scikit-learn path.")
+    if other := _kind_columns(table.columns):
+        main = ", ".join(f"{k} by {kinds.main_metric(k)}" for k in kinds.KINDS
+                         if kinds.average_column(k) in columns)
+        notes.append(f"Other task kinds ({', '.join(other)}): each task's main metric x 100 on its test split ({main}; "
+                     "as sentence-transformers' evaluators compute them on cosine similarity); \"avg <kind>\" = mean "
+                     f"over that kind's tasks, {MISSING} when a row lacks any. The other metrics (e.g. MRR@10, "
+                     "Recall@100, MAP@100; accuracy and F1) are in the evaluate datasets.")
     if columns & set(ANALYSIS):
         notes.append("On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
                      "better); anisotropy = mean cosine of random pairs of contextual token representations from "
