@@ -17,7 +17,8 @@ from pipeline.evaluate.names import (SICK_TASK, STS_TASKS, is_kind_column, is_pa
 class EvaluateConfig(Strict):
     data: str | dict[str, str] | None = Field(None, description=(
         "directory holding SentEval-layout tasks (STS, transfer, SICK, MRPC) and/or STS pair files (sentence1, "
-        "sentence2, score columns: .csv, .tsv, .jsonl[.gz], .parquet), or one pair file; or {task: path or URL} "
+        "sentence2, score columns: .csv, .tsv, .jsonl[.gz], .parquet) and/or tasks of other kinds (retrieval in "
+        "BEIR's layout, pairclass/ files: pipeline.evaluate.kinds), or one pair file; or {task: path or URL} "
         "of pair files, each downloaded once into corpus.download_dir and scored as that task"))
     batch_size: int = Field(128, ge=1)
     max_length: int = Field(128, ge=8)
