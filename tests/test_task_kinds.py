@@ -326,3 +326,9 @@ def test_rank_by_may_name_a_kinds_columns_in_the_config():
     assert EvaluateConfig(rank_by="scifact nDCG@10").rank_by == "scifact nDCG@10"
     with pytest.raises(ValueError, match="not a leaderboard column"):
         EvaluateConfig(rank_by="scifact nDCG@11")
+
+
+def test_a_leaderboard_of_other_kinds_alone_says_nothing_of_sts_columns():
+    text = to_markdown(leaderboard(kind_scores()), [], "t")
+    assert "Other task kinds (scifact nDCG@10, nfcorpus nDCG@10, avg retrieval, dupes AP, avg pairclass)" in text
+    assert "STS columns" not in text

@@ -370,8 +370,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     out.extra["absent_tasks"] = absent + absent_transfer
     out.extra["units"] = [s.where for s in scored]
     log.info("evaluate: %s on %d STS subsets, %d transfer tasks and %d of other kinds in %d units (%s, %d workers; "
-             "absent: %s)", config["model"], len(subsets), len(transfer), len(tasks), len(todo), config["runtime"]["backend"],
-             config["runtime"]["workers"], ", ".join(absent + absent_transfer) or "none")
+             "absent: %s)", config["model"], len(subsets), len(transfer), len(tasks), len(todo),
+             config["runtime"]["backend"], config["runtime"]["workers"], ", ".join(absent + absent_transfer) or "none")
 
 
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.

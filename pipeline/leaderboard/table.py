@@ -297,11 +297,13 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
     notes = []
     if absent:
         notes.append(f"Absent from the evaluation data: {', '.join(absent)}.")
-    notes.append("STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset Spearman "
-                 "of cosine similarity (SentEval's \"all\" mean); simcse = one Spearman of cosine over all subsets "
-                 "concatenated (SimCSE's \"all\"). STSB and SICKR: cosine = Spearman of cosine similarity (as SimCSE "
-                 "reports them); senteval = Spearman of SentEval's relatedness regressor on [|u-v|, u*v], trained on "
-                 "the train split and selected on dev (as DeCLUTR reports them).")
+    similarity = {f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols}
+    if columns & similarity or not _kind_columns(columns):  # said of every table but one of other kinds alone
+        notes.append("STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset "
+                     "Spearman of cosine similarity (SentEval's \"all\" mean); simcse = one Spearman of cosine over "
+                     "all subsets concatenated (SimCSE's \"all\"). STSB and SICKR: cosine = Spearman of cosine "
+                     "similarity (as SimCSE reports them); senteval = Spearman of SentEval's relatedness regressor on "
+                     "[|u-v|, u*v], trained on the train split and selected on dev (as DeCLUTR reports them).")
     pair_columns = [c for c in table.columns if is_pair_column(c)]
     if pair_columns:
         notes.append(f"STS pair files ({', '.join(pair_columns)}): Spearman x 100 on each file's pairs of the cosine "
