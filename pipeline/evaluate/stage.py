@@ -3,12 +3,13 @@
 STS12-16 by cosine and Spearman under both aggregations, STS-B and SICK-R by
 cosine and by SentEval's relatedness regressor (pipeline.evaluate.sts); the SentEval
 transfer tasks (pipeline.evaluate.transfer); alignment, uniformity and anisotropy on
-STS-B (pipeline.evaluate.analysis). Each row carries the
+STS-B (pipeline.evaluate.analysis); and every task of the other kinds (retrieval, pair classification, ...:
+pipeline.evaluate.kinds) found in the data. Each row carries the
 model's size, objective and training corpus, so a leaderboard built from any
 set of these datasets explains itself.
 
 One model's scoring splits into independent units, one per STS task, per
-transfer task and the analysis, which the runtime backend runs one after
+transfer task, per task of another kind and the analysis, which the runtime backend runs one after
 another here (sharing one loaded encoder) or as Ray tasks (each loading its
 own). Every unit is a function of its own data and seed alone, and the rows
 are merged in unit order, so both write the same dataset.
@@ -36,7 +37,7 @@ from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
-from pipeline.evaluate import encoders
+from pipeline.evaluate import encoders, kinds
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import score_sts
@@ -90,8 +91,10 @@ class Row(NamedTuple):
 
 def data_fingerprint(data: str, transfer: bool) -> str:
     """A hash of the evaluation data's content, so changed files invalidate every model's scores."""
-    subsets, _ = find_sts(data)
+    tasks = kinds.find_all(data)
+    subsets, _ = find_sts(data, required=not tasks)
     parts = [data_hash(subsets)] + ([transfer_data_hash(find_transfer(data)[0])] if transfer else [])
+    parts += [kinds.data_hash(tasks)] if tasks else []  # data without them keeps the hash it had before them
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
 
 
@@ -129,7 +132,7 @@ def check(cfg: Config) -> None:
     would train models before failing)."""
     if not cfg.evaluate.data:
         raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
-    find_sts(cfg.evaluate.data)
+    find_sts(cfg.evaluate.data, required=not kinds.find_all(cfg.evaluate.data))
     if cfg.evaluate.transfer:
         find_transfer(cfg.evaluate.data)
 
@@ -303,6 +306,10 @@ def _analysis(embed: Embed, subsets: list, seed: int) -> list[dict]:
     return score_analysis(embed, subsets, tokens=embed.tokens, seed=seed)
 
 
+def _kind(embed: Embed, task: kinds.Task, seed: int) -> list[dict]:
+    return kinds.module(task.kind).score(task, embed, seed)
+
+
 def _ray_task() -> str | None:
     """The Ray task this runs as, if any, so that the manifest shows where each unit ran."""
     ray = sys.modules.get("ray")
@@ -312,8 +319,9 @@ def _ray_task() -> str | None:
     return context.get_task_id() if context.worker.mode == ray.WORKER_MODE else None
 
 
-def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
-    """One unit per STS task, per transfer task and the analysis, in the order their rows are written."""
+def units(config: dict, subsets: list, transfer: list, encoder, tasks: list[kinds.Task] = ()) -> list[Unit]:
+    """One unit per STS task, per transfer task, per task of another kind and the analysis, in the order their
+    rows are written."""
     def unit(name: str, score: Callable) -> Unit:
         return Unit(name, score, encoder, config["batch_size"])
 
@@ -323,8 +331,9 @@ def units(config: dict, subsets: list, transfer: list, encoder) -> list[Unit]:
     classify = [unit(f"transfer/{t.name}", partial(_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
                                                    protocol=config["transfer_protocol"]))
                 for t in transfer]
+    other = [unit(f"{t.kind}/{t.name}", partial(_kind, task=t, seed=config["seed"])) for t in tasks]
     analysis = [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
-    return sts + classify + analysis
+    return sts + classify + other + analysis
 
 
 def _encoder(config: dict, inputs: dict, out):
@@ -343,9 +352,10 @@ def _encoder(config: dict, inputs: dict, out):
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     config = {**config, "runtime": runtime(config, RUNTIME)}
-    subsets, absent = find_sts(config["data"])
+    tasks = kinds.find_all(config["data"])
+    subsets, absent = find_sts(config["data"], required=not tasks)
     transfer, absent_transfer = find_transfer(config["data"]) if config["transfer"] else ([], [])
-    todo = units(config, subsets, transfer, _encoder(config, inputs, out))
+    todo = units(config, subsets, transfer, _encoder(config, inputs, out), tasks)
     scored = list(ordered_map(score_unit, todo, config["runtime"]["backend"], config["runtime"]["workers"]))
     rows = [row for s in scored for row in s.rows]
     rows += averages(rows)  # of the transfer rows among them, so only once every transfer unit is back
@@ -359,8 +369,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     test_items.write([it for s in scored for it in s.items], out.local_dir)
     out.extra["absent_tasks"] = absent + absent_transfer
     out.extra["units"] = [s.where for s in scored]
-    log.info("evaluate: %s on %d STS subsets and %d transfer tasks in %d units (%s, %d workers; absent: %s)",
-             config["model"], len(subsets), len(transfer), len(todo), config["runtime"]["backend"],
+    log.info("evaluate: %s on %d STS subsets, %d transfer tasks and %d of other kinds in %d units (%s, %d workers; "
+             "absent: %s)", config["model"], len(subsets), len(transfer), len(tasks), len(todo), config["runtime"]["backend"],
              config["runtime"]["workers"], ", ".join(absent + absent_transfer) or "none")
 
 

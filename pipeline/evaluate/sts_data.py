@@ -174,29 +174,30 @@ def pair_task(path: Path) -> str:
     return path.name[:-len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))]
 
 
-def _text(path: Path) -> io.TextIOBase:
+def text_file(path: Path) -> io.TextIOBase:
     return gzip.open(path, "rt", encoding="utf-8", newline="") if path.suffix == ".gz" else \
         open(path, encoding="utf-8", newline="")
 
 
-def _pair_records(path: Path, fmt: str):
-    """(where, record) for each row: where is "path:line" for text files, "path: row N" for Parquet."""
+def records(path: Path, fmt: str, columns: tuple[str, ...] = PAIR_COLUMNS):
+    """(where, record) for each row: where is "path:line" for text files, "path: row N" for Parquet. Every
+    task kind's table files (pipeline.evaluate.kinds) are read by it too."""
     if fmt == ".parquet":
         table = pq.read_table(path)
-        missing = [c for c in PAIR_COLUMNS if c not in table.column_names]
+        missing = [c for c in columns if c not in table.column_names]
         if missing:
             raise StsDataError(f"{path}: no column(s) {', '.join(missing)} (columns: {', '.join(table.column_names)})")
-        for row, record in enumerate(table.select(list(PAIR_COLUMNS)).to_pylist(), start=1):
+        for row, record in enumerate(table.select(list(columns)).to_pylist(), start=1):
             yield f"{path}: row {row}", record
         return
-    with _text(path) as f:
+    with text_file(path) as f:
         if fmt == ".jsonl":
             for lineno, record in json_objects(f, path, StsDataError):
                 yield f"{path}:{lineno}", record
             return
         # Quoted as the csv module and pandas write them, so a sentence may hold the delimiter or a newline.
         reader = csv.DictReader(f, delimiter="\t" if fmt == ".tsv" else ",")
-        missing = [c for c in PAIR_COLUMNS if c not in (reader.fieldnames or [])]
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
             raise StsDataError(f"{path}:1: no column(s) {', '.join(missing)} in the header "
                                f"(got: {', '.join(reader.fieldnames or [])})")
@@ -222,7 +223,7 @@ def read_pair_file(path: str | Path) -> StsSubset:
         raise StsDataError(f"{path}: not an STS pair file (expected {', '.join(PAIR_SUFFIXES)}, text ones optionally .gz)")
     sent1, sent2, gold = [], [], []
     try:
-        for where, record in _pair_records(path, fmt):
+        for where, record in records(path, fmt):
             for column in PAIR_COLUMNS[:2]:
                 if not isinstance(record.get(column), str):
                     raise StsDataError(f"{where}: {column} is {record.get(column)!r}, not a sentence")
@@ -257,9 +258,10 @@ def find_pairs(data: Path) -> list[StsSubset]:
     return subsets
 
 
-def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
+def find_sts(data_dir: str | Path, required: bool = True) -> tuple[list[StsSubset], list[str]]:
     """Load every known STS task under data_dir, and the STS pair files in it; return (subsets, names of absent
-    SentEval tasks). `data_dir` may also be one STS pair file.
+    SentEval tasks). `data_dir` may also be one STS pair file. Finding none is an error when `required` (the
+    evaluation passes False when other kinds of task are there: pipeline.evaluate.kinds).
 
     STS tasks sit in fixed directories (SentEval's layout); SICK-R is found by its
     test file anywhere below data_dir (SentEval's SICK/, or sick2014/ as distributed).
@@ -288,7 +290,7 @@ def find_sts(data_dir: str | Path) -> tuple[list[StsSubset], list[str]]:
         subsets.extend(_read_sick(sick_test.with_name(SICK_FILES[split]), split)
                        for split in SPLITS if sick_test.with_name(SICK_FILES[split]).is_file())
     subsets.extend(find_pairs(data_dir))
-    if not subsets:
+    if not subsets and required:
         looked_for = ", ".join(f"{_task_dir(t)}/" for t in STS_TASKS)
         raise StsDataError(f"no known STS task in {data_dir} (looked for {looked_for}, {SICK_TEST} below it, and "
                            f"STS pair files with {', '.join(PAIR_COLUMNS)} columns in it)")
