@@ -84,14 +84,14 @@ def test_reranking_map_and_mrr_equal_loops_over_hand_built_rankings(tmp_path):
     assert rows["map"]["value"] == pytest.approx((1 + 0.5 + 1 / 11 + (1 / 3 + 1 / 2 + 1 / 2) / 3) / 4)
     assert {r["n"] for r in rows.values()} == {4}
     assert {(r["task"], r["subset"], r["split"], r["protocol"]) for r in rows.values()} == \
-        {("mine", "all", "test", "cosine")}
+        {("mine", "all", "test", "reranking")}
 
 
 def test_reranking_files_by_name_gzip_and_single_strings(tmp_path):
     write_jsonl(tmp_path / "a.reranking.jsonl.gz", [{"query": "q", "positive": "10", "negative": ["5", "20"]}])
     write_jsonl(tmp_path / "b.jsonl", [{"sentence1": "x", "sentence2": "y", "score": 1}])  # an STS pair file
     (task,) = reranking.find(tmp_path)
-    assert task.name == "a" and task.samples[0].positive == ["10"]
+    assert task.name == "a" and task.data[0].positive == ["10"]
     rows = {r["metric"]: r["value"] for r in reranking.score(task, angle_embed, seed=0)}
     assert rows == {"map": pytest.approx(0.5), "mrr_at_10": pytest.approx(0.5)}
     assert reranking.find(tmp_path / "b.jsonl") == []
@@ -182,7 +182,7 @@ def test_clustering_sets_average_seeded_kmeans_v_measure(tmp_path):
     assert 0.3 < first < 1 and 0.3 < second < 1  # neither trivially perfect nor noise
     # A set of one label is 1.0 (MTEB's rule); the task is the mean over its sets.
     assert row["value"] == pytest.approx((first + second + 1.0) / 3, abs=1e-4)
-    assert row == {"task": "topics", "subset": "all", "split": "test", "metric": "v_measure", "protocol": "kmeans",
+    assert row == {"task": "topics", "subset": "all", "split": "test", "metric": "v_measure", "protocol": "clustering",
                    "value": row["value"], "n": 60 + 60 + 1}
 
 
@@ -197,7 +197,7 @@ def test_clustering_tables_are_one_set(tmp_path, name):
         rows = "".join(f'"{s}",{lab}\n' for s, lab in zip(sentences, labels))
         path.write_bytes(gzip.compress(f"text,label\n{rows}".encode()))
     (task,) = clustering.find(tmp_path)
-    assert task.name == "news" and len(task.sets) == 1 and len(set(task.sets[0][1])) == 3
+    assert task.name == "news" and len(task.data) == 1 and len(set(task.data[0][1])) == 3
     (row,) = clustering.score(task, lambda texts: np.array([vectors[t] for t in texts]), seed=0)
     embeddings = np.array([vectors[s] for s in sentences])
     assert row["value"] == pytest.approx(reference_v_measure(embeddings, labels, 0), abs=1e-4)
@@ -223,7 +223,13 @@ def test_two_files_of_one_clustering_task_are_an_error(tmp_path):
     (tmp_path / "t.clustering.csv").write_text("text,label\na,1\n")
     with pytest.raises(InputError, match="both name the clustering task t"):
         clustering.find(tmp_path)
-    assert clustering.find(tmp_path / "t.clustering.csv")[0].sets == [(["a"], ["1"])]
+    assert clustering.find(tmp_path / "t.clustering.csv")[0].data == [(["a"], ["1"])]
+
+
+def test_a_kind_in_a_format_it_does_not_read_is_an_error(tmp_path):
+    (tmp_path / "t.reranking.csv").write_text("query,positive,negative\nq,a,b\n")
+    with pytest.raises(InputError, match=r"t.reranking.csv: a reranking file is named <task>.reranking.jsonl"):
+        reranking.find(tmp_path)
 
 
 def test_no_files_of_a_kind_is_no_task(tmp_path):

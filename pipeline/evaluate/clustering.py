@@ -2,9 +2,9 @@
 on the embeddings, with k the number of distinct gold labels.
 
 Files sit directly in an --eval-data directory (as STS pair files do), named `<task>.clustering.<format>`
-(`<task>.reranking.jsonl` and `<task>.pairclass.<format>` for the other kinds):
-- `.jsonl` (or `.jsonl.gz`), MTEB's layout: each line one clustering set, `{"sentences": [...], "labels": [...]}`;
-- `.csv` (or `.csv.gz`) or `.parquet` with `text` and `label` columns: one set.
+(`<task>.reranking.jsonl` and `<task>.pairclass.<format>` for the other kinds), text formats optionally gzipped:
+- `.jsonl`, MTEB's layout: each line one clustering set, `{"sentences": [...], "labels": [...]}`;
+- `.csv`, `.tsv` or `.parquet` with `text` and `label` columns: one set.
 
 Each set is clustered RUNS times, k-means seeded seed, seed+1, ...; the task's score is the mean over its sets
 of each set's mean V-measure over the runs (MTEB averages its sets the same way). MTEB's own k-means settings:
@@ -17,61 +17,46 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.metrics import v_measure_score
 
-from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT, EvalDataError
-from pipeline.jsonlines import json_objects
+from pipeline.evaluate import kinds
+from pipeline.evaluate.names import pair_format
+from pipeline.evaluate.sts_data import EvalDataError, records
 
 KIND = "clustering"
-FORMATS = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".parquet")
-METRIC, PROTOCOL = "v_measure", "kmeans"
+MAIN = "v_measure"
 RUNS = 10
 # MTEB's AbsTaskClustering.k_mean_batch_size, and n_init=1 with k-means++ (sklearn's "auto" for it).
 BATCH_SIZE = 512
 TABLE_COLUMNS = ("text", "label")
 
 
-@dataclass(frozen=True)
-class ClusteringTask:
-    name: str
-    path: Path
-    split: str
-    # (sentences, labels) per clustering set
-    sets: list[tuple[list[str], list[str]]]
-
-
-def open_text(path: Path) -> io.TextIOBase:
-    return gzip.open(path, "rt", encoding="utf-8", newline="") if path.suffix == ".gz" else \
-        open(path, encoding="utf-8", newline="")
-
-
 def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:
-    """{task: path} of the files named `<task>.<kind><format>` directly in data_dir (or data_dir itself, one such
-    file); two files of one task are an error, not a guess."""
-    candidates = [data_dir] if data_dir.is_file() else sorted(p for p in data_dir.iterdir() if p.is_file()) \
-        if data_dir.is_dir() else []
+    """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
+    or data_dir itself when it is one; a format the kind does not read, or two files of one task, are errors."""
+    candidates = [data_dir] if data_dir.is_file() else \
+        sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
     found: dict[str, Path] = {}
     for path in candidates:
-        fmt = next((f for f in formats if path.name.endswith(f".{kind}{f}")), None)
-        if fmt is None:
+        fmt = pair_format(path)
+        stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
+        if not stem.endswith(f".{kind}"):
             continue
-        task = path.name[:-len(f".{kind}{fmt}")]
-        if not task:
-            raise EvalDataError(f"{path}: no task name before .{kind}{fmt}")
+        task = stem[:-len(f".{kind}")]
+        if fmt not in formats or not task:
+            raise EvalDataError(f"{path}: a {kind} file is named <task>.{kind}"
+                                f"{'|'.join(formats)} (text ones optionally .gz)")
         if task in found:
             raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
         found[task] = path
     return found
 
 
-def _label(value, where: str):
+def _label(value, where: str) -> str:
     # A label names a cluster, so 1 and "1" are one; bool is an int to Python, but True is no cluster's name.
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return str(value)
@@ -84,54 +69,37 @@ def _sentence(value, where: str) -> str:
     return value
 
 
-def _jsonl_sets(path: Path) -> list[tuple[list[str], list[str]]]:
-    sets = []
-    with open_text(path) as f:
-        for lineno, record in json_objects(f, path, EvalDataError):
-            where = f"{path}:{lineno}"
-            sentences, labels = record.get("sentences"), record.get("labels")
-            if not isinstance(sentences, list) or not isinstance(labels, list):
-                raise EvalDataError(f"{where}: expected lists \"sentences\" and \"labels\"")
-            if len(sentences) != len(labels):
-                raise EvalDataError(f"{where}: {len(sentences)} sentences but {len(labels)} labels")
-            if not sentences:
-                raise EvalDataError(f"{where}: an empty clustering set")
-            sets.append(([_sentence(s, where) for s in sentences], [_label(v, where) for v in labels]))
-    return sets
+def _jsonl_set(where: str, record: dict) -> tuple[list[str], list[str]]:
+    sentences, labels = record.get("sentences"), record.get("labels")
+    if not isinstance(sentences, list) or not isinstance(labels, list):
+        raise EvalDataError(f"{where}: expected lists \"sentences\" and \"labels\"")
+    if len(sentences) != len(labels):
+        raise EvalDataError(f"{where}: {len(sentences)} sentences but {len(labels)} labels")
+    if not sentences:
+        raise EvalDataError(f"{where}: an empty clustering set")
+    return [_sentence(s, where) for s in sentences], [_label(v, where) for v in labels]
 
 
-def _table_set(path: Path) -> list[tuple[list[str], list[str]]]:
-    if path.name.endswith(".parquet"):
-        table = pq.read_table(path)
-        missing = [c for c in TABLE_COLUMNS if c not in table.column_names]
-        if missing:
-            raise EvalDataError(f"{path}: no column(s) {', '.join(missing)} (columns: {', '.join(table.column_names)})")
-        records = [(f"{path}: row {i}", r) for i, r in enumerate(table.select(list(TABLE_COLUMNS)).to_pylist(), 1)]
-    else:
-        with open_text(path) as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in TABLE_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise EvalDataError(f"{path}:1: no column(s) {', '.join(missing)} in the header "
-                                    f"(got: {', '.join(reader.fieldnames or [])})")
-            records = [(f"{path}:{reader.line_num}", r) for r in reader]
-    if not records:
-        raise EvalDataError(f"{path}: no rows")
-    return [([_sentence(r["text"], w) for w, r in records], [_label(r["label"], w) for w, r in records])]
-
-
-def read(path: Path, task: str) -> ClusteringTask:
+def read(path: Path) -> list[tuple[list[str], list[str]]]:
+    """(sentences, labels) of each clustering set in the file: one a line of JSONL, one for a table."""
+    fmt = pair_format(path)
     try:
-        sets = _jsonl_sets(path) if ".jsonl" in path.suffixes else _table_set(path)
+        if fmt == ".jsonl":
+            sets = [_jsonl_set(where, record) for where, record in records(path, fmt)]
+        else:
+            rows = list(records(path, fmt, TABLE_COLUMNS))
+            sets = [([_sentence(r["text"], w) for w, r in rows], [_label(r["label"], w) for w, r in rows])] if rows \
+                else []
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
         raise EvalDataError(f"{path}: cannot read ({e})") from None
     if not sets:
         raise EvalDataError(f"{path}: no clustering sets")
-    return ClusteringTask(task, path, LEADERBOARD_SPLIT, sets)
+    return sets
 
 
-def find(data_dir: Path) -> list[ClusteringTask]:
-    return [read(path, task) for task, path in task_files(Path(data_dir), KIND, FORMATS).items()]
+def find(data_dir: Path) -> list[kinds.Task]:
+    return [kinds.Task(KIND, task, (str(path),), read(path))
+            for task, path in task_files(Path(data_dir), KIND, (".jsonl", ".csv", ".tsv", ".parquet")).items()]
 
 
 def assign(embeddings: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -152,7 +120,6 @@ def set_score(embeddings: np.ndarray, labels: list[str], seed: int) -> float:
     return float(np.mean([v_measure(labels, assign(embeddings, k, seed + run)) for run in range(RUNS)]))
 
 
-def score(task: ClusteringTask, embed, seed: int) -> list[dict]:
-    scores = [set_score(np.asarray(embed(sentences)), labels, seed) for sentences, labels in task.sets]
-    return [{"task": task.name, "subset": "all", "split": task.split, "metric": METRIC, "protocol": PROTOCOL,
-             "value": float(np.mean(scores)), "n": sum(len(labels) for _, labels in task.sets)}]
+def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+    scores = [set_score(np.asarray(embed(sentences)), labels, seed) for sentences, labels in task.data]
+    return kinds.rows(KIND, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))

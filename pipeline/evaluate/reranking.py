@@ -2,7 +2,8 @@
 candidates (its positives, then its negatives) ranked by cosine similarity to the query; MAP is the mean over
 queries of sklearn's average_precision_score of that ranking, MRR@10 the mean of 1/rank of the first positive
 among the top 10 (0 when none is). A query without positives or without negatives ranks nothing and is left
-out, as the evaluator leaves it out; `n` counts the queries scored.
+out, as the evaluator leaves it out; `n` counts the queries scored. MAP is the main metric, as in MTEB's
+reranking tasks.
 
 Files sit directly in an --eval-data directory, named `<task>.reranking.jsonl` (or `.jsonl.gz`), MTEB's layout:
 one query a line, `{"query": "...", "positive": [...], "negative": [...]}` (a single string for a list of one,
@@ -18,16 +19,14 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-from pipeline.evaluate.clustering import open_text, task_files
+from pipeline.evaluate import kinds
+from pipeline.evaluate.clustering import task_files
 from pipeline.evaluate.sts import unit_rows
-from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT, EvalDataError
-from pipeline.jsonlines import json_objects
+from pipeline.evaluate.sts_data import EvalDataError, records
 
 KIND = "reranking"
-FORMATS = (".jsonl", ".jsonl.gz")
-PROTOCOL = "cosine"
 AT_K = 10
-MAP, MRR = "map", f"mrr_at_{AT_K}"
+MAIN, MRR = "map", f"mrr_at_{AT_K}"
 
 
 @dataclass(frozen=True)
@@ -37,14 +36,6 @@ class Sample:
     negative: list[str]
 
 
-@dataclass(frozen=True)
-class RerankingTask:
-    name: str
-    path: Path
-    split: str
-    samples: list[Sample]
-
-
 def _texts(value, key: str, where: str) -> list[str]:
     texts = [value] if isinstance(value, str) else value
     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
@@ -52,25 +43,26 @@ def _texts(value, key: str, where: str) -> list[str]:
     return texts
 
 
-def read(path: Path, task: str) -> RerankingTask:
-    samples = []
+def _sample(where: str, record: dict) -> Sample:
+    if not isinstance(record.get("query"), str):
+        raise EvalDataError(f"{where}: query is {record.get('query')!r}, not a text")
+    return Sample(record["query"], _texts(record.get("positive"), "positive", where),
+                  _texts(record.get("negative"), "negative", where))
+
+
+def read(path: Path) -> list[Sample]:
     try:
-        with open_text(path) as f:
-            for lineno, record in json_objects(f, path, EvalDataError):
-                where = f"{path}:{lineno}"
-                if not isinstance(record.get("query"), str):
-                    raise EvalDataError(f"{where}: query is {record.get('query')!r}, not a text")
-                samples.append(Sample(record["query"], _texts(record.get("positive"), "positive", where),
-                                      _texts(record.get("negative"), "negative", where)))
+        samples = [_sample(where, record) for where, record in records(path, ".jsonl")]
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError) as e:
         raise EvalDataError(f"{path}: cannot read ({e})") from None
     if not any(s.positive and s.negative for s in samples):
         raise EvalDataError(f"{path}: no query with both a positive and a negative to rank")
-    return RerankingTask(task, path, LEADERBOARD_SPLIT, samples)
+    return samples
 
 
-def find(data_dir: Path) -> list[RerankingTask]:
-    return [read(path, task) for task, path in task_files(Path(data_dir), KIND, FORMATS).items()]
+def find(data_dir: Path) -> list[kinds.Task]:
+    return [kinds.Task(KIND, task, (str(path),), read(path))
+            for task, path in task_files(Path(data_dir), KIND, (".jsonl",)).items()]
 
 
 def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_K) -> float:
@@ -80,9 +72,9 @@ def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_
     return 1.0 / (hits[0] + 1) if hits.size else 0.0
 
 
-def score(task: RerankingTask, embed, seed: int) -> list[dict]:
+def score(task: kinds.Task, embed, seed: int) -> list[dict]:
     """MAP and MRR@10 rows; `seed` is unused, nothing here being random."""
-    samples = [s for s in task.samples if s.positive and s.negative]
+    samples = [s for s in task.data if s.positive and s.negative]
     queries = unit_rows(np.asarray(embed([s.query for s in samples]), dtype=np.float64))
     docs = unit_rows(np.asarray(embed([d for s in samples for d in (*s.positive, *s.negative)]), dtype=np.float64))
     aps, rrs, start = [], [], 0
@@ -93,6 +85,4 @@ def score(task: RerankingTask, embed, seed: int) -> list[dict]:
         aps.append(average_precision_score(relevant, similarities))
         rrs.append(reciprocal_rank(similarities, relevant))
         start = end
-    common = {"task": task.name, "subset": "all", "split": task.split, "protocol": PROTOCOL, "n": len(samples)}
-    return [{**common, "metric": MAP, "value": float(np.mean(aps))},
-            {**common, "metric": MRR, "value": float(np.mean(rrs))}]
+    return kinds.rows(KIND, task.name, {MAIN: float(np.mean(aps)), MRR: float(np.mean(rrs))}, len(samples))
