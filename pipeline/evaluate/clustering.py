@@ -1,0 +1,125 @@
+"""Clustering on the user's own data, scored as MTEB scores its clustering tasks: V-measure of mini-batch k-means
+on the embeddings, with k the number of distinct gold labels.
+
+Files sit directly in an --eval-data directory (as STS pair files do), named `<task>.clustering.<format>`
+(`<task>.reranking.jsonl` and `<task>.pairclass.<format>` for the other kinds), text formats optionally gzipped:
+- `.jsonl`, MTEB's layout: each line one clustering set, `{"sentences": [...], "labels": [...]}`;
+- `.csv`, `.tsv` or `.parquet` with `text` and `label` columns: one set.
+
+Each set is clustered RUNS times, k-means seeded seed, seed+1, ...; the task's score is the mean over its sets
+of each set's mean V-measure over the runs (MTEB averages its sets the same way). MTEB's own k-means settings:
+batch size 512, one k-means++ initialisation. MTEB's AbsTaskClustering also takes its ten runs from one seed, on
+bootstrap resamples (16,384 sentences drawn with replacement); here every run sees the whole set and the seed
+varies instead, so a small set is not scored on thousands of duplicates.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from pathlib import Path
+
+import numpy as np
+from sklearn.cluster import MiniBatchKMeans
+from sklearn.metrics import v_measure_score
+
+from pipeline.evaluate import kinds
+from pipeline.evaluate.names import pair_format
+from pipeline.evaluate.sts_data import EvalDataError, records
+
+KIND = "clustering"
+MAIN = "v_measure"
+RUNS = 10
+# MTEB's AbsTaskClustering.k_mean_batch_size, and n_init=1 with k-means++ (sklearn's "auto" for it).
+BATCH_SIZE = 512
+TABLE_COLUMNS = ("text", "label")
+
+
+def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:
+    """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
+    or data_dir itself when it is one; a format the kind does not read, or two files of one task, are errors."""
+    candidates = [data_dir] if data_dir.is_file() else \
+        sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
+    found: dict[str, Path] = {}
+    for path in candidates:
+        fmt = pair_format(path)
+        stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
+        if not stem.endswith(f".{kind}"):
+            continue
+        task = stem[:-len(f".{kind}")]
+        if fmt not in formats or not task:
+            raise EvalDataError(f"{path}: a {kind} file is named <task>.{kind}"
+                                f"{'|'.join(formats)} (text ones optionally .gz)")
+        if task in found:
+            raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
+        found[task] = path
+    return found
+
+
+def _label(value, where: str) -> str:
+    # A label names a cluster, so 1 and "1" are one; bool is an int to Python, but True is no cluster's name.
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    raise EvalDataError(f"{where}: label {value!r} is not a string or an integer")
+
+
+def _sentence(value, where: str) -> str:
+    if not isinstance(value, str):
+        raise EvalDataError(f"{where}: sentence {value!r} is not a string")
+    return value
+
+
+def _jsonl_set(where: str, record: dict) -> tuple[list[str], list[str]]:
+    sentences, labels = record.get("sentences"), record.get("labels")
+    if not isinstance(sentences, list) or not isinstance(labels, list):
+        raise EvalDataError(f"{where}: expected lists \"sentences\" and \"labels\"")
+    if len(sentences) != len(labels):
+        raise EvalDataError(f"{where}: {len(sentences)} sentences but {len(labels)} labels")
+    if not sentences:
+        raise EvalDataError(f"{where}: an empty clustering set")
+    return [_sentence(s, where) for s in sentences], [_label(v, where) for v in labels]
+
+
+def read(path: Path) -> list[tuple[list[str], list[str]]]:
+    """(sentences, labels) of each clustering set in the file: one a line of JSONL, one for a table."""
+    fmt = pair_format(path)
+    try:
+        if fmt == ".jsonl":
+            sets = [_jsonl_set(where, record) for where, record in records(path, fmt)]
+        else:
+            rows = list(records(path, fmt, TABLE_COLUMNS))
+            sets = [([_sentence(r["text"], w) for w, r in rows], [_label(r["label"], w) for w, r in rows])] if rows \
+                else []
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
+        raise EvalDataError(f"{path}: cannot read ({e})") from None
+    if not sets:
+        raise EvalDataError(f"{path}: no clustering sets")
+    return sets
+
+
+def find(data_dir: Path) -> list[kinds.Task]:
+    return [kinds.Task(KIND, task, (str(path),), read(path))
+            for task, path in task_files(Path(data_dir), KIND, (".jsonl", ".csv", ".tsv", ".parquet")).items()]
+
+
+def assign(embeddings: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """One seeded mini-batch k-means run's cluster of each embedding."""
+    model = MiniBatchKMeans(n_clusters=k, batch_size=BATCH_SIZE, n_init=1, init="k-means++", random_state=seed)
+    return model.fit_predict(np.asarray(embeddings, dtype=np.float64))
+
+
+def v_measure(labels: list[str], assignment: np.ndarray) -> float:
+    return float(v_measure_score(labels, assignment))
+
+
+def set_score(embeddings: np.ndarray, labels: list[str], seed: int) -> float:
+    """A set's mean V-measure over RUNS seeded runs; a set of one label is 1.0 whatever the clusters (as MTEB)."""
+    k = len(set(labels))
+    if k <= 1:
+        return 1.0
+    return float(np.mean([v_measure(labels, assign(embeddings, k, seed + run)) for run in range(RUNS)]))
+
+
+def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+    scores = [set_score(np.asarray(embed(sentences)), labels, seed) for sentences, labels in task.data]
+    return kinds.rows(KIND, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))
