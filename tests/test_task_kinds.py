@@ -195,9 +195,9 @@ def expected_pairclass(scores: list[float], labels: list[int]) -> dict[str, floa
     return {"AP": ap, "accuracy": best_acc, "F1": best_f1}
 
 
-@pytest.mark.parametrize("name", ["dupes.csv", "dupes.tsv.gz"])
+@pytest.mark.parametrize("name", ["dupes.pairclass.csv", "dupes.pairclass.tsv.gz"])
 def test_pair_classification_scores_by_the_metrics_definitions(tmp_path, name):
-    path = pairclass_set(tmp_path / "eval" / "pairclass" / name)
+    path = pairclass_set(tmp_path / "eval" / name)
     (task,) = kinds.find_all(tmp_path / "eval")
     assert (task.kind, task.name) == ("pairclass", "dupes")
     embed = Lookup(dim=3)
@@ -210,13 +210,12 @@ def test_pair_classification_scores_by_the_metrics_definitions(tmp_path, name):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("sentence1,sentence2,label\na,b,1\nc,d,2\n", r"dupes.csv:3: label is '2', not 0 or 1"),
-    ("sentence1,sentence2\na,b\n", r"dupes.csv:1: no column\(s\) label"),
-    ("sentence1,sentence2,label\na,b,1\nc,d,1\n", r"dupes.csv: needs pairs of both labels"),
+    ("sentence1,sentence2,label\na,b,1\nc,d,2\n", r"dupes.pairclass.csv:3: label is '2', not 0 or 1"),
+    ("sentence1,sentence2\na,b\n", r"dupes.pairclass.csv:1: no column\(s\) label"),
+    ("sentence1,sentence2,label\na,b,1\nc,d,1\n", r"dupes.pairclass.csv: needs pairs of both labels"),
 ])
 def test_a_bad_pair_classification_file_is_one_line_naming_file_and_line(tmp_path, content, message):
-    (tmp_path / "pairclass").mkdir()
-    (tmp_path / "pairclass" / "dupes.csv").write_text(content)
+    (tmp_path / "dupes.pairclass.csv").write_text(content)
     with pytest.raises(InputError, match=message):
         kinds.find_all(tmp_path)
 
@@ -263,7 +262,7 @@ def test_pair_classification_equals_sentence_transformers_binary_classification_
     from sentence_transformers.sentence_transformer.evaluation import BinaryClassificationEvaluator
 
     st, embed = st_pair
-    path = pairclass_set(tmp_path / "pairclass" / "dupes.csv", seed=4, n=200)
+    path = pairclass_set(tmp_path / "dupes.pairclass.csv", seed=4, n=200)
     (task,) = pairclass.find(tmp_path)
     ours = {r["metric"]: r["value"] for r in pairclass.score(task, embed, seed=0)}
     table = pd.read_csv(path)
@@ -280,9 +279,10 @@ def test_pair_classification_equals_sentence_transformers_binary_classification_
 def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_their_files(evaluate_setup, tmp_path):
     data = tmp_path / "mine"
     retrieval_set(data / "mini-beir")
-    pairclass_set(data / "pairclass" / "dupes.csv.gz")
+    pairclass_set(data / "dupes.pairclass.csv.gz")
     cfg = Config(evaluate=EvaluateConfig(data=str(data), batch_size=16))
     evaluate.check(cfg)  # no STS task there, and none needed
+    assert [(t.kind, t.name) for t in kinds.find_all(data)] == [("retrieval", "mini-beir"), ("pairclass", "dupes")]
     config = evaluate.config(cfg, evaluate.Row("tiny", {"kind": "untrained"}, {"model": evaluate_setup["model"]},
                                                 {"objective": "test"}))
     out = run_stage(evaluate.STAGE, config, {"model": evaluate_setup["model"]}, str(tmp_path / "art"))
@@ -332,3 +332,17 @@ def test_a_leaderboard_of_other_kinds_alone_says_nothing_of_sts_columns():
     text = to_markdown(leaderboard(kind_scores()), [], "t")
     assert "Other task kinds (scifact nDCG@10, nfcorpus nDCG@10, avg retrieval, dupes AP, avg pairclass)" in text
     assert "STS columns" not in text
+
+
+def test_every_kind_is_found_beside_sts_pair_files_which_leave_the_kinds_files_alone(tmp_path):
+    rng = np.random.default_rng(5)
+    retrieval_set(tmp_path / "mini-beir")
+    pairclass_set(tmp_path / "dupes.pairclass.tsv")
+    write_jsonl(tmp_path / "topics.clustering.jsonl", [{"sentences": sentences(rng, 6), "labels": [0, 0, 1, 1, 2, 2]}])
+    write_jsonl(tmp_path / "faq.reranking.jsonl.gz", [{"query": "kabar", "positive": ["kabar lodos"],
+                                                      "negative": ["mifen", "nuhom"]}])
+    write_jsonl(tmp_path / "mine.jsonl", [{"sentence1": "kabar", "sentence2": "lodos", "score": s} for s in (1, 2)])
+    found = [(t.kind, t.name) for t in kinds.find_all(tmp_path)]
+    assert found == [("retrieval", "mini-beir"), ("clustering", "topics"), ("pairclass", "dupes"),
+                     ("reranking", "faq")]
+    assert [s.task for s in evaluate.find_sts(tmp_path)[0]] == ["mine"]

@@ -33,27 +33,7 @@ RUNS = 10
 # MTEB's AbsTaskClustering.k_mean_batch_size, and n_init=1 with k-means++ (sklearn's "auto" for it).
 BATCH_SIZE = 512
 TABLE_COLUMNS = ("text", "label")
-
-
-def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:
-    """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
-    or data_dir itself when it is one; a format the kind does not read, or two files of one task, are errors."""
-    candidates = [data_dir] if data_dir.is_file() else \
-        sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
-    found: dict[str, Path] = {}
-    for path in candidates:
-        fmt = pair_format(path)
-        stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
-        if not stem.endswith(f".{kind}"):
-            continue
-        task = stem[:-len(f".{kind}")]
-        if fmt not in formats or not task:
-            raise EvalDataError(f"{path}: a {kind} file is named <task>.{kind}"
-                                f"{'|'.join(formats)} (text ones optionally .gz)")
-        if task in found:
-            raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
-        found[task] = path
-    return found
+FORMATS = (".jsonl", ".csv", ".tsv", ".parquet")
 
 
 def _label(value, where: str) -> str:
@@ -99,7 +79,7 @@ def read(path: Path) -> list[tuple[list[str], list[str]]]:
 
 def find(data_dir: Path) -> list[kinds.Task]:
     return [kinds.Task(KIND, task, (str(path),), read(path))
-            for task, path in task_files(Path(data_dir), KIND, (".jsonl", ".csv", ".tsv", ".parquet")).items()]
+            for task, path in kinds.task_files(Path(data_dir), KIND, FORMATS).items()]
 
 
 def assign(embeddings: np.ndarray, k: int, seed: int) -> np.ndarray:

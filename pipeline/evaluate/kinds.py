@@ -26,7 +26,8 @@ from types import ModuleType
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.evaluate.names import TASK_KINDS, kind_average
+from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
+from pipeline.evaluate.sts_data import EvalDataError
 
 KINDS = tuple(TASK_KINDS)
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
@@ -67,6 +68,27 @@ def find_all(data: str | Path | None) -> list[Task]:
             raise InputError(f"{t.files[0]} and {seen[t.name].files[0]} both name the task {t.name!r}; rename one")
         seen[t.name] = t
     return tasks
+
+
+def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:
+    """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
+    or data_dir itself when it is one (the STS pair files leave such names to their kinds: names.kind_file); a format the kind does not read, or two files of one task, are errors."""
+    candidates = [data_dir] if data_dir.is_file() else \
+        sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
+    found: dict[str, Path] = {}
+    for path in candidates:
+        fmt = pair_format(path)
+        stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
+        if not stem.endswith(f".{kind}"):
+            continue
+        task = stem[:-len(f".{kind}")]
+        if fmt not in formats or not task:
+            raise EvalDataError(f"{path}: a {kind} file is named <task>.{kind}"
+                                f"{'|'.join(formats)} (text ones optionally .gz)")
+        if task in found:
+            raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
+        found[task] = path
+    return found
 
 
 def data_hash(tasks: list[Task]) -> str:

@@ -69,8 +69,18 @@ AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOC
 # checks evaluate.rank_by without importing the kinds' scorers.
 TASK_KINDS = {
     "retrieval": ("pipeline.evaluate.retrieval", "nDCG@10"),
+    "clustering": ("pipeline.evaluate.clustering", "v_measure"),
     "pairclass": ("pipeline.evaluate.pairclass", "AP"),
+    "reranking": ("pipeline.evaluate.reranking", "map"),
 }
+
+
+def kind_file(path: Path) -> str | None:
+    """The kind whose file `path` is by its name, `<task>.<kind>.<format>` (pipeline.evaluate.kinds.task_files),
+    else None: such a file is no STS pair file."""
+    fmt = pair_format(path)
+    stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
+    return next((k for k in TASK_KINDS if stem.endswith(f".{k}") and len(stem) > len(k) + 1), None)
 
 
 def kind_average(kind: str) -> str:

@@ -1,9 +1,8 @@
 """Pair classification (MTEB's kind, e.g. duplicate questions): is each sentence pair a positive (label 1) or not.
 
-Found as the files in a `pairclass/` directory directly under the evaluation data, one task per file named by its
-stem (pairclass/quora.csv -> task "quora"): `sentence1`, `sentence2`, `label` (0 or 1) columns in CSV, TSV, JSONL or
-Parquet, the text ones optionally gzipped. (A directory of their own, since any other table directly in the data
-directory is an STS pair file.)
+Found as the files directly in the evaluation data named `<task>.pairclass.<format>` (quora.pairclass.csv -> task
+"quora"), as the other kinds' files are (pipeline.evaluate.kinds.task_files): `sentence1`, `sentence2`, `label`
+(0 or 1) columns in CSV, TSV, JSONL or Parquet, the text ones optionally gzipped.
 
 Scored as sentence-transformers' BinaryClassificationEvaluator does with cosine similarity: "AP" (average
 precision of the cosine over the pairs, MTEB's main score), "accuracy" and "F1" at the best threshold on the
@@ -20,12 +19,11 @@ import numpy as np
 from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kinds
-from pipeline.evaluate.names import pair_format
-from pipeline.evaluate.sts_data import EvalDataError, pair_task, records
+from pipeline.evaluate.names import PAIR_SUFFIXES, pair_format
+from pipeline.evaluate.sts_data import EvalDataError, records
 
 KIND = "pairclass"
 MAIN = kinds.main_metric(KIND)
-DIRECTORY = "pairclass"
 COLUMNS = ("sentence1", "sentence2", "label")
 
 
@@ -35,7 +33,7 @@ def _label(value, where: str) -> int:
     return int(str(value).strip())
 
 
-def read(path: Path) -> kinds.Task:
+def read(task: str, path: Path) -> kinds.Task:
     fmt = pair_format(path)
     sent1, sent2, labels = [], [], []
     try:
@@ -50,22 +48,11 @@ def read(path: Path) -> kinds.Task:
         raise EvalDataError(f"{path}: cannot read ({e})") from None
     if len(set(labels)) < 2:
         raise EvalDataError(f"{path}: needs pairs of both labels, 0 and 1 (has {sorted(set(labels)) or 'none'})")
-    return kinds.Task(KIND, pair_task(path), (str(path),), (sent1, sent2, np.asarray(labels)))
+    return kinds.Task(KIND, task, (str(path),), (sent1, sent2, np.asarray(labels)))
 
 
 def find(data_dir: Path) -> list[kinds.Task]:
-    directory = data_dir / DIRECTORY
-    if not directory.is_dir():
-        return []
-    files = [p for p in sorted(directory.iterdir()) if p.is_file() and pair_format(p)]
-    if not files:
-        raise EvalDataError(f"{directory}: no pair classification file (.csv, .tsv, .jsonl, .parquet; text ones "
-                            "optionally .gz)")
-    tasks = [read(p) for p in files]
-    names = [t.name for t in tasks]
-    if dupes := sorted({n for n in names if names.count(n) > 1}):
-        raise EvalDataError(f"{directory}: several files name the task {dupes[0]!r}")
-    return tasks
+    return [read(task, path) for task, path in kinds.task_files(data_dir, KIND, PAIR_SUFFIXES).items()]
 
 
 def cosines(embed, sent1: list[str], sent2: list[str]) -> np.ndarray:

@@ -20,7 +20,6 @@ import numpy as np
 from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kinds
-from pipeline.evaluate.clustering import task_files
 from pipeline.evaluate.sts import unit_rows
 from pipeline.evaluate.sts_data import EvalDataError, records
 
@@ -62,7 +61,7 @@ def read(path: Path) -> list[Sample]:
 
 def find(data_dir: Path) -> list[kinds.Task]:
     return [kinds.Task(KIND, task, (str(path),), read(path))
-            for task, path in task_files(Path(data_dir), KIND, (".jsonl",)).items()]
+            for task, path in kinds.task_files(Path(data_dir), KIND, (".jsonl",)).items()]
 
 
 def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_K) -> float:

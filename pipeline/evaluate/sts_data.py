@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.evaluate.names import PAIR_SUFFIXES, SENTEVAL_TABLES, SICK_TASK, STS_TASKS, STSB_FILES, pair_format
+from pipeline.evaluate.names import (PAIR_SUFFIXES, SENTEVAL_TABLES, SICK_TASK, STS_TASKS, STSB_FILES, kind_file,
+                                     pair_format)
 from pipeline.jsonlines import json_objects
 
 LEADERBOARD_SPLIT = "test"
@@ -240,11 +241,13 @@ def read_pair_file(path: str | Path) -> StsSubset:
 
 def find_pairs(data: Path) -> list[StsSubset]:
     """STS pair files: `data` itself when it is a file, else every file directly in the directory with a pair
-    file's suffix, SentEval's own tables aside (SentEval's tasks sit in subdirectories). Each is read as if it
+    file's suffix, SentEval's own tables and the other task kinds' `<task>.<kind>.<format>` aside (SentEval's tasks
+    sit in subdirectories). Each is read as if it
     were passed alone, so a file that does not parse stops the run naming it, never drops out of the scores."""
     if data.is_file():
         return [read_pair_file(data)]
-    files = [p for p in sorted(data.iterdir()) if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES]
+    files = [p for p in sorted(data.iterdir())
+             if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES and kind_file(p) is None]
     subsets, seen = [], {}
     for path in files:
         task = pair_task(path)
