@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.config import Config
 from pipeline.errors import InputError
+from pipeline.evaluate import items as test_items
 from pipeline.evaluate import kinds, pairclass, retrieval
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
@@ -291,6 +292,10 @@ def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_thei
         ("mini-beir", m) for m in ("nDCG@10", "MRR@10", "Recall@100", "MAP@100")} | {
         ("dupes", m) for m in ("AP", "accuracy", "F1")}
     assert scores["value"].between(0, 1).all() and (scores["dimension"] == 32).all()
+    kept = test_items.read(out)  # each query's nDCG@10, for the leaderboard's intervals; none for AP
+    assert set(zip(kept["task"], kept["protocol"])) == {("mini-beir", "retrieval")} and len(kept) == 11
+    (ndcg,) = scores.loc[scores["metric"] == "nDCG@10", "value"]
+    assert kept["prediction"].mean() == pytest.approx(ndcg)
     before = evaluate.data_fingerprint(str(data), True)
     with (data / "mini-beir" / "qrels" / "test.tsv").open("a") as f:
         f.write("q1\td7\t1\n")
@@ -346,3 +351,27 @@ def test_every_kind_is_found_beside_sts_pair_files_which_leave_the_kinds_files_a
     assert found == [("retrieval", "mini-beir"), ("clustering", "topics"), ("pairclass", "dupes"),
                      ("reranking", "faq")]
     assert [s.task for s in evaluate.find_sts(tmp_path)[0]] == ["mine"]
+
+
+def test_retrieval_columns_and_their_average_get_bootstrap_intervals_from_the_per_query_items():
+    rng = np.random.default_rng(0)
+    scores, items = kind_scores(), {}
+    for m in ("a", "b", "c"):
+        frames = []
+        for task in ("scifact", "nfcorpus") if m != "c" else ("scifact",):  # c was not scored on nfcorpus
+            values = rng.uniform(size=30)
+            at = (scores["model"] == m) & (scores["task"] == task) & (scores["metric"] == "nDCG@10")
+            scores.loc[at, "value"] = values.mean()  # the score as its items make it
+            frames.append(pd.DataFrame({"task": task, "protocol": "retrieval", "stratum": "all",
+                                        "prediction": values, "gold": 0.0}))
+        items[m] = pd.concat(frames)
+    table = leaderboard(scores, items=items).set_index("model")
+    for m in ("a", "b", "c"):
+        values = items[m].loc[items[m]["task"] == "scifact", "prediction"]
+        lo, hi = table.loc[m, "scifact nDCG@10 lo"], table.loc[m, "scifact nDCG@10 hi"]
+        error = 100 * values.std() / np.sqrt(len(values))  # the mean's standard error: the interval is ~ +-2 of it
+        assert lo < table.loc[m, "scifact nDCG@10"] < hi and 2.5 * error < hi - lo < 5.5 * error
+    for m in ("a", "b"):
+        assert table.loc[m, "avg retrieval lo"] < table.loc[m, "avg retrieval"] < table.loc[m, "avg retrieval hi"]
+    assert pd.isna(table.loc["c", "avg retrieval lo"])
+    assert "dupes AP lo" not in table.columns  # pair classification keeps no items

@@ -7,6 +7,8 @@ same data, so two models' items pair up by position):
   predicted score (protocol "senteval"), `gold` its gold score; `stratum` the STS12-16 subset, else "all".
 - transfer tasks: `prediction` the predicted class, `gold` the label (correct where they agree; MRPC's F1 from
   both); `stratum` the outer cross-validation fold ("fold 0", ...) for the tasks scored by k-fold, else "all".
+- other task kinds whose main metric is a mean over queries (retrieval's nDCG@10, reranking's MAP): `protocol`
+  the kind, `prediction` the query's value of that metric, `gold` 0; `stratum` "all" (pipeline.evaluate.kinds).
 
 The records go to ITEMS in the evaluate dataset's directory, beside its score shards (which `read_table` reads;
 this file it does not).

@@ -10,7 +10,8 @@ scorers), and imported only when first needed (as pipeline.registry does for sta
                                              # row is an InputError "FILE:LINE: what" (sts_data.EvalDataError)
     def score(task: Task, embed, seed: int) -> list[dict]
         # rows of the evaluate stage's scoring columns (task, subset, split, metric, protocol, value, n), built by
-        # `rows` below; `embed(list[str]) -> np.ndarray` is the stage's Embed
+        # `rows` below; `embed(list[str]) -> np.ndarray` is the stage's Embed. A kind whose main metric is a mean
+        # over queries passes each query's value to `keep_items`, for the leaderboard's bootstrap intervals.
 
 The evaluate stage scores one unit per task (pipeline.evaluate.stage.units) and fingerprints every kind's files
 (`data_hash`); the leaderboard shows each task's MAIN metric and a mean per kind (pipeline.leaderboard.table).
@@ -25,8 +26,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from pipeline.errors import InputError
 from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
+from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.sts_data import EvalDataError
 
 KINDS = tuple(TASK_KINDS)
@@ -72,7 +76,8 @@ def find_all(data: str | Path | None) -> list[Task]:
 
 def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:
     """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
-    or data_dir itself when it is one (the STS pair files leave such names to their kinds: names.kind_file); a format the kind does not read, or two files of one task, are errors."""
+    or data_dir itself when it is one (the STS pair files leave such names to their kinds: names.kind_file); a
+    format the kind does not read, or two files of one task, are errors."""
     candidates = [data_dir] if data_dir.is_file() else \
         sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
     found: dict[str, Path] = {}
@@ -101,6 +106,15 @@ def data_hash(tasks: list[Task]) -> str:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     h.update(block)
     return h.hexdigest()[:16]
+
+
+def keep_items(embed, task: Task, per_query) -> None:
+    """Each query's main metric, as the task's test items (pipeline.evaluate.items), where `embed` keeps items (the
+    stage's Embed does; a bare function, in a test, does not)."""
+    items = getattr(embed, "items", None)
+    if items is not None:
+        values = np.asarray(per_query, dtype=np.float64)
+        items.append(Items(task.name, task.kind, WHOLE, values, np.zeros(len(values))))
 
 
 def rows(kind: str, task: str, values: dict[str, float], n: int, split: str = SPLIT) -> list[dict]:

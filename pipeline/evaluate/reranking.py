@@ -84,4 +84,5 @@ def score(task: kinds.Task, embed, seed: int) -> list[dict]:
         aps.append(average_precision_score(relevant, similarities))
         rrs.append(reciprocal_rank(similarities, relevant))
         start = end
+    kinds.keep_items(embed, task, aps)
     return kinds.rows(KIND, task.name, {MAIN: float(np.mean(aps)), MRR: float(np.mean(rrs))}, len(samples))

@@ -154,8 +154,9 @@ def search(queries: np.ndarray, embed_chunks, rank: np.ndarray, top: int = TOP) 
     return best_i
 
 
-def metrics(ranked: list[list[str]], relevant: list[set[str]]) -> dict[str, float]:
-    """The evaluator's metrics of each query's ranked passage ids against its relevant ones, averaged."""
+def metrics(ranked: list[list[str]], relevant: list[set[str]]) -> dict[str, np.ndarray]:
+    """The evaluator's metrics of each query's ranked passage ids against its relevant ones, query by query (the
+    scores are their means)."""
     ndcg, mrr, recall, ap = [], [], [], []
     for ids, rel in zip(ranked, relevant):
         hits = np.array([p in rel for p in ids[:TOP]], dtype=np.float64)
@@ -167,8 +168,8 @@ def metrics(ranked: list[list[str]], relevant: list[set[str]]) -> dict[str, floa
         recall.append(hits[:RECALL_K].sum() / len(rel))
         at = hits[:MAP_K]
         ap.append((np.cumsum(at) / np.arange(1, len(at) + 1) * at).sum() / min(MAP_K, len(rel)))
-    return {MAIN: np.mean(ndcg), f"MRR@{MRR_K}": np.mean(mrr), f"Recall@{RECALL_K}": np.mean(recall),
-            f"MAP@{MAP_K}": np.mean(ap)}
+    return {MAIN: np.array(ndcg), f"MRR@{MRR_K}": np.array(mrr), f"Recall@{RECALL_K}": np.array(recall),
+            f"MAP@{MAP_K}": np.array(ap)}
 
 
 def score(task: kinds.Task, embed, seed: int) -> list[dict]:
@@ -179,5 +180,6 @@ def score(task: kinds.Task, embed, seed: int) -> list[dict]:
     chunks = ((s, _unit(embed(d.passages[s:s + CHUNK]))) for s in range(0, len(d.passages), CHUNK))
     best = search(queries, chunks, rank)
     ranked = [[d.passage_ids[i] for i in row] for row in best]
-    values = metrics(ranked, [d.relevant[q] for q in d.query_ids])
-    return kinds.rows(KIND, task.name, values, len(d.query_ids), SPLIT)
+    per_query = metrics(ranked, [d.relevant[q] for q in d.query_ids])
+    kinds.keep_items(embed, task, per_query[MAIN])
+    return kinds.rows(KIND, task.name, {k: v.mean() for k, v in per_query.items()}, len(d.query_ids), SPLIT)

@@ -18,8 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from pipeline.evaluate.names import (AVG_PAIRS, RELATEDNESS_TASKS, STS_AVERAGES, STS_YEARS, TRANSFER_PROTOCOLS,
-                                     TRANSFER_TASKS, avg_transfer, is_pair_column)
+from pipeline.evaluate.names import (AVG_PAIRS, RELATEDNESS_TASKS, STS_AVERAGES, STS_YEARS, TASK_KINDS,
+                                     TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer, is_pair_column, kind_average)
 from pipeline.leaderboard import bootstrap
 from pipeline.repeats import seeded
 
@@ -38,7 +38,7 @@ class Spec(NamedTuple):
 
     task: str
     protocol: str
-    statistic: str  # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1"
+    statistic: str  # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1", "mean" (of the predictions)
 
 
 class Comparison(NamedTuple):
@@ -61,7 +61,9 @@ def spec(column: str) -> Spec | None:
         return Spec("MRPC", protocol, "f1")
     if task == _MRPC_BOTH:
         return Spec("MRPC", protocol, "accuracy_f1")
-    return None
+    # A task kind's column: the mean of its per-query items, where the kind keeps them (pipeline.evaluate.kinds).
+    kind = next((k for k, (_, main) in TASK_KINDS.items() if protocol == main), None)
+    return Spec(task, kind, "mean") if kind is not None and task else None
 
 
 def averages(columns: Sequence[str]) -> dict[str, list[str]]:
@@ -70,6 +72,9 @@ def averages(columns: Sequence[str]) -> dict[str, list[str]]:
     out = {name: parts for name, parts in STS_AVERAGES.items() if name in present}
     if AVG_PAIRS in present:
         out[AVG_PAIRS] = [c for c in columns if is_pair_column(c)]
+    for kind in TASK_KINDS:
+        if kind_average(kind) in present:
+            out[kind_average(kind)] = [c for c in columns if (s := spec(c)) is not None and s.protocol == kind]
     for protocol in TRANSFER_PROTOCOLS:
         if avg_transfer(protocol) in present:
             out[avg_transfer(protocol)] = [f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
@@ -131,6 +136,8 @@ class _Scorer:
         self.correct = [(p == g).astype(np.float64) for p, g in zip(strata.predictions, strata.golds)]
 
     def __call__(self, statistic: str, strata: list[bootstrap.Resample], pooled: bootstrap.Resample) -> np.ndarray:
+        if statistic == "mean":
+            return bootstrap.accuracy(self.pooled_pred, pooled)
         if statistic == "spearman":
             return bootstrap.spearman(self.rankers(self.pooled_pred), self.rankers(self.pooled_gold), pooled)
         if statistic == "mean_spearman":

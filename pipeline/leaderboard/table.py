@@ -329,9 +329,12 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
         main = ", ".join(f"{k} by {kinds.main_metric(k)}" for k in kinds.KINDS
                          if kinds.average_column(k) in columns)
         notes.append(f"Other task kinds ({', '.join(other)}): each task's main metric x 100 on its test split ({main}; "
-                     "as sentence-transformers' evaluators compute them on cosine similarity); \"avg <kind>\" = mean "
-                     f"over that kind's tasks, {MISSING} when a row lacks any. The other metrics (e.g. MRR@10, "
-                     "Recall@100, MAP@100; accuracy and F1) are in the evaluate datasets.")
+                     "by cosine similarity as sentence-transformers' evaluators score them, clustering as V-measure of "
+                     "seeded k-means); \"avg <kind>\" = mean "
+                     f"over that kind's tasks, {MISSING} when a row lacks any. Their other metrics (MRR@10, "
+                     "Recall@100, MAP@100 of retrieval, accuracy and F1 of pairclass, ...) are in the evaluate "
+                     "datasets. Retrieval and reranking columns' intervals resample the queries; clustering and "
+                     "pair classification columns have none.")
     if columns & set(ANALYSIS):
         notes.append("On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
                      "better); anisotropy = mean cosine of random pairs of contextual token representations from "
