@@ -14,7 +14,7 @@ scorers), and imported only when first needed (as pipeline.registry does for sta
         # over queries passes each query's value to `keep_items`, for the leaderboard's bootstrap intervals.
 
 The evaluate stage scores one unit per task (pipeline.evaluate.stage.units) and fingerprints every kind's files
-(`data_hash`); the leaderboard shows each task's MAIN metric and a mean per kind (pipeline.leaderboard.table).
+(`data_hash`); the leaderboard shows each task's main metric and a mean per kind (pipeline.leaderboard.table).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
 from pipeline.evaluate.items import WHOLE, Items
+from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
 from pipeline.evaluate.sts_data import EvalDataError
 
 KINDS = tuple(TASK_KINDS)
