@@ -4,8 +4,10 @@ translation_models.py. torch and transformers are imported only where a function
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
+import json
 import random
 import tarfile
 from http.server import BaseHTTPRequestHandler
@@ -112,3 +114,12 @@ def tiny_model(out_dir: Path, pooling: str = "mean") -> Path:
                          "dropout": 0.0, "max_position_embeddings": MAX_LENGTH + 2, "seed": 0}, tokenizer)
     export(model, tokenizer, str(out_dir), pooling=pooling)
     return out_dir
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path

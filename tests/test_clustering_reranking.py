@@ -5,11 +5,9 @@ sentence-transformers' RerankingEvaluator and scikit-learn's seeded k-means and 
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import random
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -25,16 +23,7 @@ from pipeline.evaluate import clustering, reranking
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import ST_DIR
 from tests.conftest import WORDS
-from tests.helpers import tiny_model
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    text = "".join(json.dumps(r) + "\n" for r in records)
-    if path.suffix == ".gz":
-        path.write_bytes(gzip.compress(text.encode()))
-    else:
-        path.write_text(text)
-    return path
+from tests.helpers import tiny_model, write_jsonl
 
 
 def angle_embed(texts: list[str]) -> np.ndarray:

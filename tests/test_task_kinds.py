@@ -24,17 +24,10 @@ from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage
 from storage import read_table
 from tests.conftest import WORDS
+from tests.helpers import write_jsonl
 
 
 # Data in the real layouts.
-
-def write_jsonl(path: Path, records: list[dict]) -> None:
-    text = "".join(json.dumps(r) + "\n" for r in records)
-    if path.suffix == ".gz":
-        path.write_bytes(gzip.compress(text.encode()))
-    else:
-        path.write_text(text)
-
 
 def write_beir(root: Path, passages: list[tuple[str, str, str]], queries: list[tuple[str, str]],
                qrels: list[tuple[str, str, int]]) -> Path:

@@ -33,32 +33,9 @@ from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage
 from storage import DatasetWriter, dataset_path, read_table
 from tests.conftest import WORDS
+from tests.reference import spearman
 
 # --- a plain-Python paired bootstrap ----------------------------------------------------------------------------
-
-
-def average_ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def pearson(a: list[float], b: list[float]) -> float:
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
-    return cov / math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
-
-
-def spearman(a: list[float], b: list[float]) -> float:
-    return pearson(average_ranks(a), average_ranks(b))
 
 
 def f1(pred: list[int], gold: list[int]) -> float:
