@@ -98,8 +98,9 @@ def cmd_serve(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    results = [f"evaluate.results_dir={args.results_dir}"] if args.results_dir else []
     options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
-                              overrides=_overrides(args)))
+                              overrides=_overrides(args) + results))
     cfg = configured(**options, first="evaluate")  # before the heavy imports, as cmd_run
 
     import fsspec
@@ -162,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "pair file (default: the config's evaluate.data, public STS sets)")
     p_eval.add_argument("--config", help="YAML profile (default: configs/default.yaml): the evaluate settings")
     p_eval.add_argument("--artifacts", help="where stage datasets and the leaderboard go (default ./artifacts)")
+    p_eval.add_argument("--results-dir", help="where MTEB's result files go, <model>/<fingerprint>/<task>.json "
+                        "(evaluate.results_dir; default: mteb-results/ under the artifacts directory)")
     p_eval.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set evaluate.workers=2")
     p_eval.add_argument("--ray-address", help="send Ray work to this cluster (ray.address; RAY_ADDRESS works too)")

@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 
 from pipeline import preflight, registry
 from pipeline.config import Config
+from pipeline.evaluate import mteb_results
 from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
@@ -104,6 +105,9 @@ def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None,
     if "leaderboard" in done:
         done["leaderboard.md"] = publish_leaderboard(done["leaderboard"], cfg.artifacts)
         get_run_logger().info("leaderboard written to %s", done["leaderboard.md"])
+        results = cfg.evaluate.results_dir or f"{cfg.artifacts.rstrip('/')}/{mteb_results.DEFAULT_DIR}"
+        written = [p for k, v in done.items() if k.startswith("evaluate/") for p in mteb_results.write(results, v)]
+        get_run_logger().info("MTEB result files: %d under %s", len(written), results)
     return done
 
 

@@ -31,6 +31,8 @@ def configured(config: str | None = None, corpus: str | list[str] | None = None,
     if "evaluate" in reached:
         _local_files_exist(cfg.evaluate.data)
     check_writable(cfg.artifacts)
+    if "leaderboard" in reached and cfg.evaluate.results_dir:  # MTEB's result files, written once it is published
+        check_writable(cfg.evaluate.results_dir, "evaluate.results_dir")
     for name in CHECKED:
         if name in reached:
             registry.stage(name).check(cfg)

@@ -148,7 +148,7 @@ def remove(path: str) -> None:
         fs.rm(p, recursive=True)
 
 
-def check_writable(artifacts: str) -> None:
+def check_writable(artifacts: str, what: str = "artifacts") -> None:
     """Write and delete a probe, so a location that cannot hold the run's datasets (a path under a regular
     file, a read-only mount, an unreachable bucket) fails before any work starts. Nothing is left behind: on
     a local disk the probe goes into the nearest existing directory of the path, which is not created yet."""
@@ -169,7 +169,7 @@ def check_writable(artifacts: str) -> None:
             fs.rm_file(probe)
     except Exception as e:  # whatever the filesystem raises, the user needs one line naming the place
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DatasetError(f"artifacts {artifacts}: cannot write there ({type(e).__name__}: {reason})") from None
+        raise DatasetError(f"{what} {artifacts}: cannot write there ({type(e).__name__}: {reason})") from None
 
 
 def remove_temporaries(artifacts: str, stage: str, fp: str) -> int:

@@ -46,6 +46,9 @@ class EvaluateConfig(Strict):
         "the leaderboard row every other row is compared with (a paired bootstrap over the same test items; "
         "cells whose difference is significant are marked); null: the encoder the runs start from (the "
         "untrained row, or the base model's row with model.base), when the leaderboard has it"))
+    results_dir: str | None = Field(None, description=(
+        "where MTEB's result files of every scored model go, <model>/<fingerprint>/<task>.json as mteb writes "
+        "them (pipeline.evaluate.mteb_results); null: mteb-results/ under the artifacts directory"))
     untrained: bool = True
     fasttext: FastTextBaseline = Field(default_factory=FastTextBaseline)
     baselines: Baselines = Field(default_factory=Baselines)
@@ -62,6 +65,11 @@ class EvaluateConfig(Strict):
                 raise ValueError(f"{task}: {spec} does not end in an STS pair file's suffix "
                                  "(.csv, .tsv, .jsonl, .parquet; the text ones optionally .gz)")
         return {task: absolute(conceal(spec)) for task, spec in v.items()}
+
+    @field_validator("results_dir")
+    @classmethod
+    def _absolute_results(cls, v: str | None) -> str | None:
+        return None if v is None else absolute(v)
 
     @field_validator("rank_by")
     @classmethod

@@ -1,0 +1,150 @@
+"""MTEB's result files from the evaluate stage's score rows, so that a model's numbers sit beside MTEB's public ones
+and MTEB's own tooling (mteb.results.TaskResult, mteb.cache.ResultCache) reads them.
+
+The layout and fields are those of mteb 2.x's ResultCache.save_to_cache and TaskResult.to_disk:
+`<results_dir>/<model>/<revision>/<task>.json` (the model's name with "/" as "__" and spaces as "_"; the revision
+is the model's fingerprint, which tells two models of one name apart as the cumulative leaderboard does) beside a
+`model_meta.json` naming the model and revision. Each task file holds `task_name`, `dataset_revision` (the
+evaluation data's hash: TaskResult requires a string), `mteb_version` (null: not scored by mteb), `scores` as
+{split: [{<metric>: value, ..., "main_score", "hf_subset": "default", "languages"}]} rounded to 6 places as
+to_disk rounds them, `evaluation_time` (seconds of the task's evaluation unit), `kg_co2_emissions` (null), `date`
+(when the model was scored) and `evaluation_phases` (null).
+
+Which rows, under MTEB's metric names:
+- STS12-16: the "simcse" protocol, one correlation over all of a task's test pairs concatenated, as MTEB's STS
+  evaluator scores its single test split; STS-B, SICK-R and STS pair files: the "cosine" protocol. Spearman and
+  Pearson of cosine similarity as cosine_spearman (main) and cosine_pearson. A SentEval task is written under
+  MTEB's name (STSBenchmark, SICK-R, ...) only when its test split has as many pairs as MTEB's; otherwise under
+  ours: SentEval's SICK-R test split is 4,927 of the 9,927 pairs MTEB scores, so it is written as SICKR.
+- retrieval: ndcg_at_10 (main), mrr_at_10, recall_at_100, map_at_100.
+- pair classification: cosine_ap (main), cosine_accuracy, cosine_f1. MTEB's main score is max_ap, the best over
+  five similarity functions; only cosine is scored here, so main_score is cosine_ap.
+- clustering: v_measure (main).
+- reranking: map_at_1000 (main: average precision over all of a query's candidates, which is map_at_1000 for up
+  to 1,000 candidates) and mrr_at_10.
+SentEval's transfer tasks are not MTEB's (MTEB's classification tasks are other data under another protocol), nor
+are the SentEval protocols' or the analysis rows: none of them is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+
+from pipeline.evaluate import clustering, pairclass, reranking, retrieval
+from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, STS_YEARS
+from storage import put_file, read_manifest, read_table
+
+CORRELATIONS = {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}
+# Our metric names, as each kind's module writes them, to MTEB's; the first is the main score.
+METRICS = {
+    "simcse": CORRELATIONS,
+    PAIR_PROTOCOL: CORRELATIONS,
+    retrieval.KIND: {retrieval.MAIN: "ndcg_at_10", f"MRR@{retrieval.MRR_K}": "mrr_at_10",
+                     f"Recall@{retrieval.RECALL_K}": "recall_at_100", f"MAP@{retrieval.MAP_K}": "map_at_100"},
+    pairclass.KIND: {pairclass.MAIN: "cosine_ap", "accuracy": "cosine_accuracy", "F1": "cosine_f1"},
+    clustering.KIND: {clustering.MAIN: "v_measure"},
+    reranking.KIND: {reranking.MAIN: "map_at_1000", reranking.MRR: "mrr_at_10"},
+}
+# SentEval's tasks that are MTEB's: MTEB's name and the pairs of its test split.
+MTEB_TASKS = {"STS12": ("STS12", 3108), "STS13": ("STS13", 1500), "STS14": ("STS14", 3750),
+              "STS15": ("STS15", 3000), "STS16": ("STS16", 1186), "STSB": ("STSBenchmark", 1379),
+              SICK_TASK: ("SICK-R", 9927)}
+MTEB_LANGUAGES = ["eng-Latn"]
+SUBSET, DECIMALS = "default", 6
+META = "model_meta.json"
+DEFAULT_DIR = "mteb-results"  # under the artifacts directory, when evaluate.results_dir is null
+
+
+def _protocol(task: str, protocols: set[str]) -> str | None:
+    """The protocol whose rows are MTEB's for `task` (STS-B's analysis rows are "simcse" too, under other metrics)."""
+    if task in STS_YEARS:
+        return "simcse"
+    if task in RELATEDNESS_TASKS:
+        return PAIR_PROTOCOL
+    return next((p for p in protocols if p in METRICS), None)
+
+
+def task_name(task: str, test_pairs: int | None) -> str:
+    mteb = MTEB_TASKS.get(task)
+    return mteb[0] if mteb is not None and mteb[1] == test_pairs else task
+
+
+def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
+                 date: float | None = None) -> dict[str, dict]:
+    """{MTEB task name: its result file's content} of one model's evaluate rows; `seconds` is each of our tasks'
+    evaluation time."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["subset"] == "all":
+            by_task[r["task"]].append(r)
+    out = {}
+    for task, task_rows in by_task.items():
+        protocol = _protocol(task, {r["protocol"] for r in task_rows})
+        names = METRICS.get(protocol, {})
+        scored = [r for r in task_rows if r["protocol"] == protocol and r["metric"] in names]
+        if not scored:
+            continue
+        test = next((r["n"] for r in scored if r["split"] == "test"), None)
+        name = task_name(task, test)
+        main = next(iter(names.values()))
+        splits: dict[str, dict] = defaultdict(dict)
+        for r in scored:
+            splits[r["split"]][names[r["metric"]]] = round(float(r["value"]), DECIMALS)
+        languages = MTEB_LANGUAGES if task in MTEB_TASKS else []  # SentEval's are English; the user's, unknown
+        out[name] = {
+            "dataset_revision": scored[0]["data_hash"],
+            "task_name": name,
+            "mteb_version": None,
+            "scores": {split: [{**values, "main_score": values[main], "hf_subset": SUBSET, "languages": languages}]
+                       for split, values in splits.items()},
+            "evaluation_time": (seconds or {}).get(task),
+            "kg_co2_emissions": None,
+            "date": date,
+            "evaluation_phases": None,
+        }
+    return out
+
+
+def model_dir(name: str) -> str:
+    """The model's directory name, as mteb's ResultCache spells a model name."""
+    return name.replace("/", "__").replace(" ", "_")
+
+
+def model_meta(row: dict, max_length: int | None) -> dict:
+    """The fields of mteb's ModelMeta that have no default; mteb's loaders read `name` and `revision`."""
+    return {"loader": None, "name": row["model"], "revision": row["model_fingerprint"], "release_date": None,
+            "languages": None, "n_parameters": int(row["parameters"]), "memory_usage_mb": None,
+            "max_tokens": max_length, "embed_dim": int(row["dimension"]), "license": None, "open_weights": None,
+            "public_training_code": None, "public_training_data": None, "framework": ["PyTorch"],
+            "similarity_fn_name": "cosine", "use_instructions": False, "training_datasets": None}
+
+
+def _put_json(obj: dict, path: str) -> None:
+    """Written whole or not at all (storage.put_file: a rename on disk, one PUT on an object store)."""
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2)
+        put_file(tmp, path)
+    finally:
+        os.unlink(tmp)
+
+
+def write(results_dir: str, evaluated: str) -> list[str]:
+    """MTEB's result files of one evaluate dataset (one model) under `results_dir`; the paths written."""
+    rows = read_table(evaluated).to_pylist()
+    if not rows:
+        return []
+    manifest = read_manifest(evaluated)
+    seconds = {u["unit"].split("/", 1)[1]: u["seconds"] for u in manifest.get("units", []) if "/" in u["unit"]}
+    where = f"{results_dir.rstrip('/')}/{model_dir(rows[0]['model'])}/{rows[0]['model_fingerprint']}"
+    paths = []
+    for name, result in task_results(rows, seconds, manifest.get("created")).items():
+        _put_json(result, f"{where}/{name}.json")
+        paths.append(f"{where}/{name}.json")
+    if paths:
+        _put_json(model_meta(rows[0], manifest["config"].get("max_length")), f"{where}/{META}")
+    return paths
