@@ -8,6 +8,7 @@ simulated data sets whose true difference is known in closed form (Spearman's co
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
@@ -407,8 +408,10 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
     for name, pooling in (("A", "mean"), ("B", "cls")):
         shutil.move(tiny_model(tmp_path / f"export-{name}", pooling) / "sentence-transformers", tmp_path / name)
     artifacts = tmp_path / "artifacts"
+    results = tmp_path / "mteb"
     result = cpipe("evaluate", "--model", str(tmp_path / "A"), "--model", str(tmp_path / "B"), "--eval-data",
-                   str(tiny_sts), "--artifacts", str(artifacts), "--set", "evaluate.compare_to=A")
+                   str(tiny_sts), "--artifacts", str(artifacts), "--set", "evaluate.compare_to=A",
+                   "--results-dir", str(results))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = pd.read_csv(artifacts / "leaderboard.csv").set_index("model")
     assert table.loc["A", "STSB cosine lo"] <= table.loc["A", "STSB cosine"] <= table.loc["A", "STSB cosine hi"]
@@ -430,3 +433,8 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
     everything = pd.read_csv(artifacts / "leaderboard-all.csv").set_index("model")
     columns = [c for c in table.columns if c.startswith("STSB cosine")]
     pd.testing.assert_frame_equal(everything.loc[["A", "B"], columns], table.loc[["A", "B"], columns])
+    # MTEB's result file of each model's STS-B (too few pairs for MTEB's STSBenchmark: under our name)
+    for model in ("A", "B"):
+        [stsb] = (results / model).glob("*/STSB.json")
+        main = json.loads(stsb.read_text())["scores"]["test"][0]["main_score"]
+        assert main * 100 == pytest.approx(table.loc[model, "STSB cosine"], abs=0.01)
