@@ -112,6 +112,7 @@ def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpu
         for fmt in ("md", "csv", "parquet", "png"):
             assert f"{BUCKET}/runs/{name}.{fmt}" in root
     assert "declutr" in fs.cat(f"{BUCKET}/runs/leaderboard.md").decode()
+    assert fs.find(f"{BUCKET}/runs/mteb-results")  # MTEB's result files (evaluate.results_dir's default)
     # Nothing on local disk: not in the run's directory, and nothing left in its temporary directory.
     assert not any(cwd.iterdir()), sorted(cwd.rglob("*"))
     # (Libraries leave empty directories and sockets there: multiprocessing's, torch's.)
