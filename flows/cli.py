@@ -4,6 +4,7 @@ inspect artifacts."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -98,7 +99,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    results = [f"evaluate.results_dir={args.results_dir}"] if args.results_dir else []
+    # --set values are YAML: quoted, any path stays the string it is
+    results = [f"evaluate.results_dir={json.dumps(args.results_dir)}"] if args.results_dir else []
     options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
                               overrides=_overrides(args) + results))
     cfg = configured(**options, first="evaluate")  # before the heavy imports, as cmd_run

@@ -10,8 +10,7 @@ import pytest
 
 from pipeline.evaluate import mteb_results
 from pipeline.evaluate.stage import SCHEMA
-from pipeline.preflight import configured
-from storage import DatasetError, DatasetWriter, dataset_path, read_manifest
+from storage import DatasetWriter, dataset_path, read_manifest
 
 MODEL = {"model": "org/enc (seed 1)", "kind": "model", "objective": "simcse", "recipe": None, "corpus": None,
          "model_fingerprint": "f" * 16, "parameters": 1234, "dimension": 8, "data_hash": "abcd" * 4}
@@ -125,9 +124,13 @@ def test_a_model_without_mteb_tasks_writes_nothing(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_an_unwritable_results_dir_is_a_one_line_error_before_any_work(tmp_path):
+def test_an_unwritable_results_dir_is_a_one_line_error_before_any_work(tmp_path, capsys):
+    from flows.cli import main
+
     (tmp_path / "file").write_text("")
-    with pytest.raises(DatasetError, match=r"^evaluate.results_dir .*file/r: cannot write there") as err:
-        configured(artifacts=str(tmp_path / "art"), overrides=[f"evaluate.results_dir={tmp_path}/file/r"],
-                   first="evaluate")
-    assert "\n" not in str(err.value)
+    code = main(["evaluate", "--model", str(tmp_path), "--artifacts", str(tmp_path / "art"),
+                 "--results-dir", f"{tmp_path}/file/r: 1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"cpipe: error: evaluate.results_dir {tmp_path}/file/r: 1: cannot write there"), err
+    assert not (tmp_path / "art").exists()
