@@ -13,9 +13,10 @@ to_disk rounds them, `evaluation_time` (seconds of the task's evaluation unit), 
 Which rows, under MTEB's metric names:
 - STS12-16: the "simcse" protocol, one correlation over all of a task's test pairs concatenated, as MTEB's STS
   evaluator scores its single test split; STS-B, SICK-R and STS pair files: the "cosine" protocol. Spearman and
-  Pearson of cosine similarity as cosine_spearman (main) and cosine_pearson. A SentEval task is written under
-  MTEB's name (STSBenchmark, SICK-R, ...) only when its test split has as many pairs as MTEB's; otherwise under
-  ours: SentEval's SICK-R test split is 4,927 of the 9,927 pairs MTEB scores, so it is written as SICKR.
+  Pearson of cosine similarity as cosine_spearman (main) and cosine_pearson. STS-B and SICK-R are written under
+  MTEB's names (STSBenchmark, SICK-R) only when their test split has as many pairs as MTEB's, else under ours:
+  SentEval's SICK-R test split is 4,927 of the 9,927 pairs MTEB scores, so it is written as SICKR. (STS12-16 are
+  named alike in both.)
 - retrieval: ndcg_at_10 (main), mrr_at_10, recall_at_100, map_at_100.
 - pair classification: cosine_ap (main), cosine_accuracy, cosine_f1. MTEB's main score is max_ap, the best over
   five similarity functions; only cosine is scored here, so main_score is cosine_ap.
@@ -114,7 +115,8 @@ def model_dir(name: str) -> str:
 
 
 def model_meta(row: dict, max_length: int | None) -> dict:
-    """The fields of mteb's ModelMeta that have no default; mteb's loaders read `name` and `revision`."""
+    """The fields of mteb's ModelMeta that have no default. mteb's loaders read only `name` and `revision`;
+    ModelMeta itself also wants the name as "organization/name", which only a hub model's row has."""
     return {"loader": None, "name": row["model"], "revision": row["model_fingerprint"], "release_date": None,
             "languages": None, "n_parameters": int(row["parameters"]), "memory_usage_mb": None,
             "max_tokens": max_length, "embed_dim": int(row["dimension"]), "license": None, "open_weights": None,
