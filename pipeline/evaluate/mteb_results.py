@@ -35,7 +35,7 @@ import tempfile
 from collections import defaultdict
 
 from pipeline.evaluate import clustering, pairclass, reranking, retrieval
-from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, STS_YEARS
+from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, SIMILARITY_TASKS, STS_YEARS
 from storage import put_file, read_manifest, read_table
 
 CORRELATIONS = {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}
@@ -49,10 +49,9 @@ METRICS = {
     clustering.KIND: {clustering.MAIN: "v_measure"},
     reranking.KIND: {reranking.MAIN: "map_at_1000", reranking.MRR: "mrr_at_10"},
 }
-# SentEval's tasks that are MTEB's: MTEB's name and the pairs of its test split.
-MTEB_TASKS = {"STS12": ("STS12", 3108), "STS13": ("STS13", 1500), "STS14": ("STS14", 3750),
-              "STS15": ("STS15", 3000), "STS16": ("STS16", 1186), "STSB": ("STSBenchmark", 1379),
-              SICK_TASK: ("SICK-R", 9927)}
+# SentEval's tasks that MTEB names otherwise: MTEB's name and the pairs of its test split (STS12-16 are named
+# alike, with the same test pairs: 3,108, 1,500, 3,750, 3,000 and 1,186).
+MTEB_NAMES = {"STSB": ("STSBenchmark", 1379), SICK_TASK: ("SICK-R", 9927)}
 MTEB_LANGUAGES = ["eng-Latn"]
 SUBSET, DECIMALS = "default", 6
 META = "model_meta.json"
@@ -69,7 +68,7 @@ def _protocol(task: str, protocols: set[str]) -> str | None:
 
 
 def task_name(task: str, test_pairs: int | None) -> str:
-    mteb = MTEB_TASKS.get(task)
+    mteb = MTEB_NAMES.get(task)
     return mteb[0] if mteb is not None and mteb[1] == test_pairs else task
 
 
@@ -94,7 +93,7 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
         splits: dict[str, dict] = defaultdict(dict)
         for r in scored:
             splits[r["split"]][names[r["metric"]]] = round(float(r["value"]), DECIMALS)
-        languages = MTEB_LANGUAGES if task in MTEB_TASKS else []  # SentEval's are English; the user's, unknown
+        languages = MTEB_LANGUAGES if task in SIMILARITY_TASKS else []  # SentEval's are English; the user's, unknown
         out[name] = {
             "dataset_revision": scored[0]["data_hash"],
             "task_name": name,
