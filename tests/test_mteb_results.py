@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-import pytest
 
 from pipeline.evaluate import mteb_results
 from pipeline.evaluate.stage import SCHEMA
