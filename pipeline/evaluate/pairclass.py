@@ -11,8 +11,6 @@ cosine, each threshold placed between two distinct cosines, so tied pairs are ne
 
 from __future__ import annotations
 
-import csv
-import gzip
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kinds
 from pipeline.evaluate.names import PAIR_SUFFIXES, pair_format
-from pipeline.evaluate.sts_data import EvalDataError, records
+from pipeline.evaluate.sts_data import EvalDataError, sentence_pairs
 
 KIND = "pairclass"
 MAIN = kinds.main_metric(KIND)
@@ -35,17 +33,7 @@ def _label(value, where: str) -> int:
 
 def read(task: str, path: Path) -> kinds.Task:
     fmt = pair_format(path)
-    sent1, sent2, labels = [], [], []
-    try:
-        for where, record in records(path, fmt, COLUMNS):
-            for column in COLUMNS[:2]:
-                if not isinstance(record.get(column), str):
-                    raise EvalDataError(f"{where}: {column} is {record.get(column)!r}, not a sentence")
-            labels.append(_label(record.get("label"), where))
-            sent1.append(record["sentence1"])
-            sent2.append(record["sentence2"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
-        raise EvalDataError(f"{path}: cannot read ({e})") from None
+    sent1, sent2, labels = sentence_pairs(path, fmt, COLUMNS, _label, EvalDataError)
     if len(set(labels)) < 2:
         raise EvalDataError(f"{path}: needs pairs of both labels, 0 and 1 (has {sorted(set(labels)) or 'none'})")
     return kinds.Task(KIND, task, (str(path),), (sent1, sent2, np.asarray(labels)))

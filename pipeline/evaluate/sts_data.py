@@ -216,23 +216,30 @@ def _pair_score(value, where: str) -> float:
     return score
 
 
+def sentence_pairs(path: Path, fmt: str, columns: tuple[str, str, str], value, error: type[EvalDataError]):
+    """(sentence1s, sentence2s, values) of a pair table whose columns are two sentences and a value, the value read
+    by `value(raw, where)`; a row without two sentences, or a file that cannot be read, is `error` naming it."""
+    sent1, sent2, values = [], [], []
+    try:
+        for where, record in records(path, fmt, columns):
+            for column in columns[:2]:
+                if not isinstance(record.get(column), str):
+                    raise error(f"{where}: {column} is {record.get(column)!r}, not a sentence")
+            values.append(value(record.get(columns[2]), where))
+            sent1.append(record[columns[0]])
+            sent2.append(record[columns[1]])
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
+        raise error(f"{path}: cannot read ({e})") from None
+    return sent1, sent2, values
+
+
 def read_pair_file(path: str | Path) -> StsSubset:
     """One STS pair file as a test split: every row needs two sentences (strings) and a numeric score."""
     path = Path(path)
     fmt = pair_format(path)
     if fmt is None:
         raise StsDataError(f"{path}: not an STS pair file (expected {', '.join(PAIR_SUFFIXES)}, text ones optionally .gz)")
-    sent1, sent2, gold = [], [], []
-    try:
-        for where, record in records(path, fmt):
-            for column in PAIR_COLUMNS[:2]:
-                if not isinstance(record.get(column), str):
-                    raise StsDataError(f"{where}: {column} is {record.get(column)!r}, not a sentence")
-            gold.append(_pair_score(record.get("score"), where))
-            sent1.append(record["sentence1"])
-            sent2.append(record["sentence2"])
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
-        raise StsDataError(f"{path}: cannot read ({e})") from None
+    sent1, sent2, gold = sentence_pairs(path, fmt, PAIR_COLUMNS, _pair_score, StsDataError)
     if len(gold) < 2:
         raise StsDataError(f"{path}: {len(gold)} pair(s); a correlation needs at least 2")
     task = pair_task(path)
