@@ -246,6 +246,21 @@ def evaluate_setup(tmp_path_factory, tiny_sts):
 
 
 @pytest.fixture(scope="module")
+def st_and_encoder(tmp_path_factory):
+    """A tiny model's sentence-transformers export loaded by both sides of a reference check: sentence-transformers'
+    SentenceTransformer and ours (pipeline.model.exported.Encoder, as the evaluate stage loads it)."""
+    from sentence_transformers import SentenceTransformer
+
+    from pipeline.model.exported import Encoder
+    from pipeline.model.transformer import ST_DIR
+    from tests.helpers import tiny_model
+
+    st_dir = tiny_model(tmp_path_factory.mktemp("model") / "export") / ST_DIR
+    st = SentenceTransformer(str(st_dir), device="cpu")
+    return st, Encoder(str(st_dir), max_length=st.max_seq_length, device="cpu")
+
+
+@pytest.fixture(scope="module")
 def local_ray():
     """A local Ray instance (2 CPUs, no dashboard, workers' output not echoed) for the module's tests, shut down
     after them: one left alive beside later tests' own Ray (a `ray start` cluster, a cpipe run) breaks theirs

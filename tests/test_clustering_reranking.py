@@ -13,17 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.evaluation import RerankingEvaluator
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.metrics import v_measure_score
 
 from pipeline.errors import InputError
 from pipeline.evaluate import clustering, reranking
-from pipeline.model.exported import Encoder
-from pipeline.model.transformer import ST_DIR
 from tests.conftest import WORDS
-from tests.helpers import tiny_model, write_jsonl
+from tests.helpers import write_jsonl
 
 
 def angle_embed(texts: list[str]) -> np.ndarray:
@@ -229,10 +226,8 @@ def test_no_files_of_a_kind_is_no_task(tmp_path):
 # --- against the references, on a real (tiny) model ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    st_dir = tiny_model(tmp_path_factory.mktemp("model") / "export") / ST_DIR
-    st = SentenceTransformer(str(st_dir), device="cpu")
-    ours = Encoder(str(st_dir), max_length=st.max_seq_length, device="cpu")
+def models(st_and_encoder):
+    st, ours = st_and_encoder
     return st, lambda texts: ours.encode(texts, batch_size=64)
 
 

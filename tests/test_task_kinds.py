@@ -218,16 +218,8 @@ def test_a_bad_pair_classification_file_is_one_line_naming_file_and_line(tmp_pat
 # both sides load: ours through pipeline.model.exported.Encoder, as the evaluate stage does.
 
 @pytest.fixture(scope="module")
-def st_pair(tmp_path_factory):
-    from sentence_transformers import SentenceTransformer
-
-    from pipeline.model.exported import Encoder
-    from pipeline.model.transformer import ST_DIR
-    from tests.helpers import tiny_model
-
-    st_dir = tiny_model(tmp_path_factory.mktemp("model") / "export") / ST_DIR
-    st = SentenceTransformer(str(st_dir), device="cpu")
-    ours = Encoder(str(st_dir), max_length=st.max_seq_length, device="cpu")
+def st_pair(st_and_encoder):
+    st, ours = st_and_encoder
     return st, lambda texts: ours.encode(texts, batch_size=32)
 
 
