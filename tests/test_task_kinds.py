@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import average_precision_score, v_measure_score
 
 from pipeline.config import Config
 from pipeline.errors import InputError
@@ -20,6 +21,7 @@ from pipeline.evaluate import items as test_items
 from pipeline.evaluate import kinds, pairclass, retrieval
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
+from pipeline.leaderboard.intervals import add_intervals
 from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.stage import run_stage
 from storage import read_table
@@ -277,10 +279,14 @@ def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_thei
         ("mini-beir", m) for m in ("nDCG@10", "MRR@10", "Recall@100", "MAP@100")} | {
         ("dupes", m) for m in ("AP", "accuracy", "F1")}
     assert scores["value"].between(0, 1).all() and (scores["dimension"] == 32).all()
-    kept = test_items.read(out)  # each query's nDCG@10, for the leaderboard's intervals; none for AP
-    assert set(zip(kept["task"], kept["protocol"])) == {("mini-beir", "retrieval")} and len(kept) == 11
+    kept = test_items.read(out)  # each query's nDCG@10 and each pair's cosine, for the leaderboard's intervals
+    assert set(zip(kept["task"], kept["protocol"])) == {("mini-beir", "retrieval"), ("dupes", "pairclass")}
+    queries, pairs = kept[kept["task"] == "mini-beir"], kept[kept["task"] == "dupes"]
     (ndcg,) = scores.loc[scores["metric"] == "nDCG@10", "value"]
-    assert kept["prediction"].mean() == pytest.approx(ndcg)
+    assert len(queries) == 11 and queries["prediction"].mean() == pytest.approx(ndcg)
+    (ap,) = scores.loc[scores["metric"] == "AP", "value"]
+    assert pairs["gold"].isin([0, 1]).all() and pairs["prediction"].abs().le(1 + 1e-6).all()
+    assert average_precision_score(pairs["gold"], pairs["prediction"]) == pytest.approx(ap)
     before = evaluate.data_fingerprint(str(data), True)
     with (data / "mini-beir" / "qrels" / "test.tsv").open("a") as f:
         f.write("q1\td7\t1\n")
@@ -359,4 +365,37 @@ def test_retrieval_columns_and_their_average_get_bootstrap_intervals_from_the_pe
     for m in ("a", "b"):
         assert table.loc[m, "avg retrieval lo"] < table.loc[m, "avg retrieval"] < table.loc[m, "avg retrieval hi"]
     assert pd.isna(table.loc["c", "avg retrieval lo"])
-    assert "dupes AP lo" not in table.columns  # pair classification keeps no items
+    assert "dupes AP lo" not in table.columns  # no model here kept the pairs' items
+
+
+def test_pair_classification_and_clustering_intervals_are_sklearn_on_each_resampled_list():
+    """Each resample's AP and V-measure are scikit-learn's on the resampled items written out as lists; a clustering
+    set's runs share one draw of its sentences (they cluster the same sentences)."""
+    rng, b = np.random.default_rng(3), 200
+    labels = {"set 0": [0, 0, 0, 1, 1, 1, 2, 2, 2, 2], "set 1": [0, 1, 0, 1, 0, 1, 1]}
+    runs = {s: [rng.integers(0, 3 if s == "set 0" else 2, len(g)) for _ in range(3)] for s, g in labels.items()}
+    gold_pairs = [1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0, 1]
+    cosines = np.round(rng.uniform(-1, 1, len(gold_pairs)), 1)  # ties: one threshold each
+    items = pd.concat([pd.DataFrame({"task": "dupes", "protocol": "pairclass", "stratum": "all",
+                                     "prediction": cosines, "gold": gold_pairs})] + [
+        pd.DataFrame({"task": "topics", "protocol": "clustering", "stratum": f"{s} run {r}",
+                      "prediction": a, "gold": labels[s]}) for s in labels for r, a in enumerate(runs[s])])
+    point = {"AP": average_precision_score(gold_pairs, cosines),
+             "v_measure": np.mean([np.mean([v_measure_score(labels[s], a) for a in runs[s]]) for s in labels])}
+    scores = pd.DataFrame([{**r, "model": "m"} for r in kinds.rows("pairclass", "dupes", {"AP": point["AP"]}, 12)
+                           + kinds.rows("clustering", "topics", {"v_measure": point["v_measure"]}, 17)])
+    draws = {task: [rng.integers(0, n, size=(b, n)) for n in sizes]
+             for task, sizes in {"dupes": [12], "topics": [10] * 3 + [7] * 3}.items()}
+
+    def seam(task, sizes, n):
+        yield draws[task]
+
+    table = add_intervals(leaderboard(scores), {"m": items}, b=b, draw=seam)[0].set_index("model")
+    ap = [average_precision_score(np.array(gold_pairs)[i], cosines[i]) for i in draws["dupes"][0]]
+    first_run = {"set 0": draws["topics"][0], "set 1": draws["topics"][3]}
+    vm = [np.mean([np.mean([v_measure_score(np.array(labels[s])[first_run[s][k]], a[first_run[s][k]])
+                            for a in runs[s]]) for s in labels]) for k in range(b)]
+    for column, values in {"dupes AP": ap, "topics v_measure": vm}.items():
+        lo, hi = np.percentile(100 * np.array(values), [2.5, 97.5])
+        assert table.loc["m", f"{column} lo"] == pytest.approx(lo, abs=0.0051)  # the table rounds to 2 decimals
+        assert table.loc["m", f"{column} hi"] == pytest.approx(hi, abs=0.0051)

@@ -24,6 +24,7 @@ from sklearn.cluster import MiniBatchKMeans
 from sklearn.metrics import v_measure_score
 
 from pipeline.evaluate import kinds
+from pipeline.evaluate.items import run_stratum
 from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.sts_data import EvalDataError, records
 
@@ -92,14 +93,21 @@ def v_measure(labels: list[str], assignment: np.ndarray) -> float:
     return float(v_measure_score(labels, assignment))
 
 
-def set_score(embeddings: np.ndarray, labels: list[str], seed: int) -> float:
-    """A set's mean V-measure over RUNS seeded runs; a set of one label is 1.0 whatever the clusters (as MTEB)."""
+def assignments(embeddings: np.ndarray, labels: list[str], seed: int) -> list[np.ndarray]:
+    """A set's clusters in each of RUNS seeded runs; one cluster for a set of one label (V-measure 1.0, as MTEB)."""
     k = len(set(labels))
     if k <= 1:
-        return 1.0
-    return float(np.mean([v_measure(labels, assign(embeddings, k, seed + run)) for run in range(RUNS)]))
+        return [np.zeros(len(labels), dtype=np.intp)] * RUNS
+    return [assign(embeddings, k, seed + run) for run in range(RUNS)]
 
 
 def score(task: kinds.Task, embed, seed: int) -> list[dict]:
-    scores = [set_score(np.asarray(embed(sentences)), labels, seed) for sentences, labels in task.data]
+    """The mean over the task's sets of each set's mean V-measure over its runs."""
+    scores = []
+    for at, (sentences, labels) in enumerate(task.data):
+        runs = assignments(np.asarray(embed(sentences)), labels, seed)
+        scores.append(np.mean([v_measure(labels, a) for a in runs]))
+        codes = np.unique(labels, return_inverse=True)[1]
+        for run, a in enumerate(runs):
+            kinds.keep_items(embed, task, a, codes, run_stratum(at, run))
     return kinds.rows(KIND, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))

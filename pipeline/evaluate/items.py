@@ -9,6 +9,10 @@ same data, so two models' items pair up by position):
   both); `stratum` the outer cross-validation fold ("fold 0", ...) for the tasks scored by k-fold, else "all".
 - other task kinds whose main metric is a mean over queries (retrieval's nDCG@10, reranking's MAP): `protocol`
   the kind, `prediction` the query's value of that metric, `gold` 0; `stratum` "all" (pipeline.evaluate.kinds).
+- pair classification: `prediction` the pair's cosine, `gold` its label (0/1); `stratum` "all".
+- clustering: `prediction` the sentence's cluster in one k-means run, `gold` its label's code within its set;
+  `stratum` "set S run R" (`run_stratum`): the runs of one set cluster the same sentences, so the bootstrap draws
+  them once per set (`run_group`).
 
 The records go to ITEMS in the evaluate dataset's directory, beside its score shards (which `read_table` reads;
 this file it does not).
@@ -47,6 +51,15 @@ class Items(NamedTuple):
 
 def fold(i: int) -> str:
     return f"fold {i}"
+
+
+def run_stratum(group: int, run: int) -> str:
+    return f"set {group} run {run}"
+
+
+def run_group(stratum: str) -> str:
+    """The set a run's stratum belongs to (the stratum itself for any other)."""
+    return stratum.rsplit(" run ", 1)[0]
 
 
 def to_table(items: list[Items]) -> pa.Table:

@@ -10,8 +10,8 @@ scorers), and imported only when first needed (as pipeline.registry does for sta
                                              # row is an InputError "FILE:LINE: what" (sts_data.EvalDataError)
     def score(task: Task, embed, seed: int) -> list[dict]
         # rows of the evaluate stage's scoring columns (task, subset, split, metric, protocol, value, n), built by
-        # `rows` below; `embed(list[str]) -> np.ndarray` is the stage's Embed. A kind whose main metric is a mean
-        # over queries passes each query's value to `keep_items`, for the leaderboard's bootstrap intervals.
+        # `rows` below; `embed(list[str]) -> np.ndarray` is the stage's Embed. It passes its test items to
+        # `keep_items`, for the leaderboard's bootstrap intervals (what they hold: pipeline.evaluate.items).
 
 The evaluate stage scores one unit per task (pipeline.evaluate.stage.units) and fingerprints every kind's files
 (`data_hash`); the leaderboard shows each task's main metric and a mean per kind (pipeline.leaderboard.table).
@@ -108,13 +108,14 @@ def data_hash(tasks: list[Task]) -> str:
     return h.hexdigest()[:16]
 
 
-def keep_items(embed, task: Task, per_query) -> None:
-    """Each query's main metric, as the task's test items (pipeline.evaluate.items), where `embed` keeps items (the
-    stage's Embed does; a bare function, in a test, does not)."""
+def keep_items(embed, task: Task, prediction, gold=None, stratum: str = WHOLE) -> None:
+    """A task's test items (pipeline.evaluate.items), where `embed` keeps items (the stage's Embed does; a bare
+    function, in a test, does not): a kind averaging a metric over queries passes each query's value alone."""
     items = getattr(embed, "items", None)
     if items is not None:
-        values = np.asarray(per_query, dtype=np.float64)
-        items.append(Items(task.name, task.kind, WHOLE, values, np.zeros(len(values))))
+        values = np.asarray(prediction, dtype=np.float64)
+        gold = np.zeros(len(values)) if gold is None else np.asarray(gold, dtype=np.float64)
+        items.append(Items(task.name, task.kind, stratum, values, gold))
 
 
 def rows(kind: str, task: str, values: dict[str, float], n: int, split: str = SPLIT) -> list[dict]:

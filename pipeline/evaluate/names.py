@@ -64,14 +64,16 @@ PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
 AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
 
 
-# The task kinds beside STS and transfer (pipeline.evaluate.kinds): each kind's module, and the metric its
-# leaderboard columns show ("<task> <metric>", and "avg <kind>" over its tasks). Here, a leaf, so that the config
-# checks evaluate.rank_by without importing the kinds' scorers.
+# The task kinds beside STS and transfer (pipeline.evaluate.kinds): each kind's module, the metric its
+# leaderboard columns show ("<task> <metric>", and "avg <kind>" over its tasks), and how the leaderboard's
+# bootstrap recomputes that metric from the test items the kind keeps (pipeline.leaderboard.intervals: "mean" of
+# per-query values, "average_precision" of scored pairs, "v_measure" of clustered sentences). Here, a leaf, so
+# that the config checks evaluate.rank_by without importing the kinds' scorers.
 TASK_KINDS = {
-    "retrieval": ("pipeline.evaluate.retrieval", "nDCG@10"),
-    "clustering": ("pipeline.evaluate.clustering", "v_measure"),
-    "pairclass": ("pipeline.evaluate.pairclass", "AP"),
-    "reranking": ("pipeline.evaluate.reranking", "map"),
+    "retrieval": ("pipeline.evaluate.retrieval", "nDCG@10", "mean"),
+    "clustering": ("pipeline.evaluate.clustering", "v_measure", "v_measure"),
+    "pairclass": ("pipeline.evaluate.pairclass", "AP", "average_precision"),
+    "reranking": ("pipeline.evaluate.reranking", "map", "mean"),
 }
 
 
@@ -91,7 +93,7 @@ def is_kind_column(column: str) -> bool:
     """Whether `column` can be a task kind's: "avg <kind>", or "<task> <its main metric>"."""
     if column in (kind_average(k) for k in TASK_KINDS):
         return True
-    return any(column.endswith(f" {main}") and len(column) > len(main) + 1 for _, main in TASK_KINDS.values())
+    return any(column.endswith(f" {main}") and len(column) > len(main) + 1 for _, main, _ in TASK_KINDS.values())
 
 
 def rankable_columns() -> list[str]:

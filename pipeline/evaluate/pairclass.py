@@ -78,4 +78,5 @@ def score(task: kinds.Task, embed, seed: int) -> list[dict]:
     scores = cosines(embed, sent1, sent2)
     values = {MAIN: average_precision_score(labels, scores), "accuracy": best_accuracy(scores, labels),
               "F1": best_f1(scores, labels)}
+    kinds.keep_items(embed, task, scores, labels)
     return kinds.rows(KIND, task.name, values, len(labels))

@@ -379,6 +379,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 # STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
 # 6: the test items' predictions and gold scores or labels beside the scores (items.parquet), for the bootstrap;
 # the initial encoder's row is named for its base model when there is one.
-STAGE = Stage(name="evaluate", version="6", flow="evaluate", section="evaluate", config=config, inputs=inputs,
+STAGE = Stage(name="evaluate", version="7", flow="evaluate", section="evaluate", config=config, inputs=inputs,
               instances=instances, run=run, schema=SCHEMA, runtime=RUNTIME, check=check, needs_ray=needs_ray,
               side_by_side=side_by_side)

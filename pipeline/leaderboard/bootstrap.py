@@ -114,6 +114,46 @@ def f1(prediction: np.ndarray, gold: np.ndarray, w: Resample) -> np.ndarray:
         return np.nan_to_num(2 * tp / (2 * tp + wrong))
 
 
+def average_precision(score: np.ndarray, gold: np.ndarray, w: Resample) -> np.ndarray:
+    """(b,) average precision of ranking by `score` for the positives (gold 1), as scikit-learn's
+    average_precision_score on each resample: the precision at each distinct score, from the top, weighted by the
+    recall it adds. Tied scores are one threshold, so their counts are summed before the running totals."""
+    order = np.argsort(-score, kind="stable")
+    ordered = score[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    drawn = np.add.reduceat(w.w[order], starts, axis=0)
+    hits = np.add.reduceat(w.w[order] * (gold[order] == 1)[:, None], starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.nan_to_num(np.cumsum(hits, axis=0) / np.cumsum(drawn, axis=0))
+        return (hits * precision).sum(axis=0) / hits.sum(axis=0)  # nan for a resample without a positive
+
+
+def _entropy(counts: np.ndarray, total: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = counts / total
+        return -np.nansum(np.where(counts > 0, p * np.log(p), 0.0), axis=0)
+
+
+def v_measure(assignment: np.ndarray, gold: np.ndarray, w: Resample) -> np.ndarray:
+    """(b,) V-measure (beta 1) of the clusters `assignment` against the classes `gold` (both integer codes), as
+    scikit-learn's v_measure_score on each resample: from the resample's contingency table of counts, homogeneity
+    1 - H(C|K)/H(C), completeness 1 - H(K|C)/H(K) (1 where the entropy is 0), and their harmonic mean."""
+    classes, clusters = int(gold.max()) + 1, int(assignment.max()) + 1
+    cell = gold.astype(np.intp) * clusters + assignment.astype(np.intp)
+    table = np.zeros((classes * clusters, w.w.shape[1]))
+    np.add.at(table, cell, w.w)
+    table = table.reshape(classes, clusters, -1)
+    total = table.sum(axis=(0, 1))
+    per_class, per_cluster = table.sum(axis=1), table.sum(axis=0)
+    h_class, h_cluster = _entropy(per_class, total), _entropy(per_cluster, total)
+    h_joint = _entropy(table.reshape(classes * clusters, -1), total)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        homogeneity = np.where(h_class > 0, 1 - (h_joint - h_cluster) / h_class, 1.0)
+        completeness = np.where(h_cluster > 0, 1 - (h_joint - h_class) / h_cluster, 1.0)
+        both = homogeneity + completeness
+        return np.where(both > 0, 2 * homogeneity * completeness / both, 0.0)
+
+
 def interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """The percentile interval of each row's replicates (the last axis)."""
     tail = (1 - level) / 2 * 100

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from pipeline.evaluate.items import run_group
 from pipeline.evaluate.names import (AVG_PAIRS, RELATEDNESS_TASKS, STS_AVERAGES, STS_YEARS, TASK_KINDS,
                                      TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer, is_pair_column, kind_average)
 from pipeline.leaderboard import bootstrap
@@ -38,7 +39,8 @@ class Spec(NamedTuple):
 
     task: str
     protocol: str
-    statistic: str  # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1", "mean" (of the predictions)
+    # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1", or a task kind's (names.TASK_KINDS)
+    statistic: str
 
 
 class Comparison(NamedTuple):
@@ -61,9 +63,9 @@ def spec(column: str) -> Spec | None:
         return Spec("MRPC", protocol, "f1")
     if task == _MRPC_BOTH:
         return Spec("MRPC", protocol, "accuracy_f1")
-    # A task kind's column: the mean of its per-query items, where the kind keeps them (pipeline.evaluate.kinds).
-    kind = next((k for k, (_, main) in TASK_KINDS.items() if protocol == main), None)
-    return Spec(task, kind, "mean") if kind is not None and task else None
+    # A task kind's column, recomputed from its items as the kind says (names.TASK_KINDS).
+    kind = next((k for k, (_, main, _) in TASK_KINDS.items() if protocol == main), None)
+    return Spec(task, kind, TASK_KINDS[kind][2]) if kind is not None and task else None
 
 
 def averages(columns: Sequence[str]) -> dict[str, list[str]]:
@@ -138,6 +140,10 @@ class _Scorer:
     def __call__(self, statistic: str, strata: list[bootstrap.Resample], pooled: bootstrap.Resample) -> np.ndarray:
         if statistic == "mean":
             return bootstrap.accuracy(self.pooled_pred, pooled)
+        if statistic == "average_precision":
+            return bootstrap.average_precision(self.pooled_pred, self.pooled_gold, pooled)
+        if statistic == "v_measure":
+            return self._v_measure(strata)
         if statistic == "spearman":
             return bootstrap.spearman(self.rankers(self.pooled_pred), self.rankers(self.pooled_gold), pooled)
         if statistic == "mean_spearman":
@@ -148,6 +154,15 @@ class _Scorer:
             return accuracy
         f1 = bootstrap.f1(self.pooled_pred, self.pooled_gold, pooled)
         return f1 if statistic == "f1" else (accuracy + f1) / 2
+
+
+    def _v_measure(self, strata: list[bootstrap.Resample]) -> np.ndarray:
+        """The mean over sets of each set's mean over its runs, every run of a set on its first run's draws."""
+        draws, per_set = {}, {}
+        for name, p, g, w in zip(self.strata.names, self.strata.predictions, self.strata.golds, strata):
+            group = run_group(name)
+            per_set.setdefault(group, []).append(bootstrap.v_measure(p, g, draws.setdefault(group, w)))
+        return np.mean([np.mean(runs, axis=0) for runs in per_set.values()], axis=0)
 
 
 def replicates(specs: dict[str, Spec], models: Sequence[str], items: Index,
