@@ -20,9 +20,10 @@ from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import make_encoder, train_step
-from pipeline.train.tsdae_decoder import TsdaeDecoder
 from tests.conftest import make_document
 from tests.test_train_step import tiny_encoder
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_deletion_keeps_forty_percent_in_order_and_never_nothing():
