@@ -347,8 +347,8 @@ def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_tra
     pairs = run_stage(augment.STAGE, augment.config(cfg, run),
                       augment.inputs(cfg, {"filter": built["filter"], "tokenizer": built["tokenizer"]}, run),
                       built["artifacts"])
-    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(), {"tokenizer": built["tokenizer"]},
-                         built["artifacts"])
+    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(),
+                         {"tokenizer": built["tokenizer"]}, built["artifacts"])
     hf = f"{init_dir}/{HF_DIR}"
     tok = load_tokenizer(hf)
     train = TrainConfig(objective="tsdae", batch_size=4, lr=1e-3, max_length=64, checkpoint_every=2,

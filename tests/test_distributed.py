@@ -52,7 +52,8 @@ def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[flo
 
 
 CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_bank": 8},
-         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8}, "simcse": {"objective": "simcse"}, "tsdae": {"objective": "tsdae"}}
+         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8}, "simcse": {"objective": "simcse"},
+         "tsdae": {"objective": "tsdae"}}
 
 
 def configs() -> dict[str, tuple[dict, int]]:

@@ -162,10 +162,11 @@ class SpanEncoder(nn.Module):
 
     def forward(self, input_ids, attention_mask, mlm_positions=None, chunks=None, targets=None):
         """(pooled embeddings, projected when there is a head; MLM logits at `mlm_positions`, in their
-        row-major order), or with `targets` (ids, mask) the decoder's logits for them in place of MLM's. `chunks`: (rows, width) pairs splitting the rows, in order, into consecutive
-        blocks each encoded apart, cut to its first `width` columns; when the rows are right-padded and
-        no row of a block is longer than its width, only padding is left out, and neither attention
-        (which masks it), position ids (counted from the left) nor pooling (over real tokens) change.
+        row-major order), or with `targets` (ids, mask) the decoder's logits for them in place of MLM's.
+        `chunks`: (rows, width) pairs splitting the rows, in order, into consecutive blocks each encoded apart,
+        cut to its first `width` columns; when the rows are right-padded and no row of a block is longer than
+        its width, only padding is left out, and neither attention (which masks it), position ids (counted from
+        the left) nor pooling (over real tokens) change.
         None, or packing: every row at once, at full width."""
         pooled, logits, start = [], [], 0
         for rows, width in (None if self.packing else chunks) or [(input_ids.size(0), input_ids.size(1))]:
