@@ -192,3 +192,20 @@ def test_tsdae_config_takes_the_papers_settings_and_refuses_the_others():
             TrainConfig(objective="tsdae", **bad)
     with pytest.raises(ValueError, match="denoising"):
         TrainConfig(objective="simcse", loss="denoising")
+
+
+def test_micro_batches_of_unequal_token_counts_take_the_whole_batchs_step(tokenizer):
+    """grad_accumulation: the step's loss is the token mean over all its micro-batches, not a mean of means."""
+    special, table = special_ids(tokenizer), hand_pairs(tokenizer)  # 7 and 19 tokens, then 12 and 30
+    grads = []
+    for k in (1, 2):
+        cfg = tsdae_cfg(batch_size=4 // k, grad_accumulation=k)
+        model = roberta_encoder(tokenizer, cfg)
+        optimizer, scheduler = make_optimizer(model, cfg, 1)
+        batches = [collate(table.slice(i * 4 // k, 4 // k), special, 64, True) for i in range(k)]
+        loss = train_step(model, optimizer, scheduler, batches, cfg, special, None)["loss"]
+        grads.append((loss, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (whole, g1), (accumulated, g2) = grads
+    assert accumulated == pytest.approx(whole, rel=1e-5) and g1.keys() == g2.keys()
+    for name in g1:
+        torch.testing.assert_close(g2[name], g1[name], rtol=1e-4, atol=1e-6, msg=name)
