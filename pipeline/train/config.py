@@ -30,8 +30,8 @@ OBJECTIVE_DEFAULTS = {
     "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
              "schedule": "slanted-triangular"},
     # TSDAE: [CLS] into a decoder that rebuilds the sentence (pipeline.train.tsdae_decoder), no contrastive loss
-    # and no MLM; sentence-transformers' example's constant schedule (its lr 3e-5, batch 8 and weight decay 0:
-    # configs/objectives.yaml).
+    # and no MLM; sentence-transformers' TSDAE example's constant schedule. Its lr 3e-5, batch 8 and weight decay
+    # 0 are not fields this table fills (lr, batch_size and weight_decay have non-null defaults).
     "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant"},
 }
 
