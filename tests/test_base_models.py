@@ -330,3 +330,42 @@ def test_sentence_objectives_encode_whole_sentences_whatever_the_tokenizer_says(
         ids = "original_ids" if objective is clear else "anchor_ids"
         assert out.rows and all(r[ids] == whole_ids(plain, r[text]) for r in out.rows), objective.NAME
         assert tok.pad_token_id not in {i for r in out.rows for i in r[ids]}
+
+
+def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_transformers_loads(
+        bases, corpus_path, tmp_path):
+    """TSDAE's pairs, the training loop and the train stage's export, from a sentence-transformers directory
+    (a bare BertModel: the decoder takes the encoder's layers and a fresh MLM head as its LM head)."""
+    from safetensors import safe_open
+    from sentence_transformers import SentenceTransformer
+
+    from pipeline.train.step import make_encoder
+
+    base, _ = bases["st"]
+    built = stages(base, corpus_path)
+    cfg, run = Config(augment=AugmentConfig(epochs=1, max_sentences=8)), TrainConfig(objective="tsdae")
+    pairs = run_stage(augment.STAGE, augment.config(cfg, run),
+                      augment.inputs(cfg, {"filter": built["filter"], "tokenizer": built["tokenizer"]}, run),
+                      built["artifacts"])
+    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(),
+                         {"tokenizer": built["tokenizer"]}, built["artifacts"])
+    hf = f"{init_dir}/{HF_DIR}"
+    tok = load_tokenizer(hf)
+    train = TrainConfig(objective="tsdae", batch_size=4, lr=1e-3, max_length=64, checkpoint_every=2,
+                        torch_threads=1).model_dump()
+    reports = run_train_loop({"train": train, "init": hf, "total_steps": 2, "special": special_ids(tok, 64)},
+                             read_table(pairs))
+    assert [m["step"] for m in reports[-1]["metrics"]] == [1, 2]
+    assert all(np.isfinite(m["reconstruction_loss"]) and m["reconstruction_loss"] > 0 for m in reports[-1]["metrics"])
+    encoder = make_encoder(build_model({"base": hf, "seed": 0}, tok), train)  # as the train stage exports
+    encoder.load_state_dict(reports[-1]["model"])
+    export(encoder.mlm_model, tok, str(tmp_path), train["pooling"])
+    with safe_open(str(tmp_path / HF_DIR / "model.safetensors"), "pt") as f:
+        assert not any("crossattention" in name for name in f.keys())
+    st = SentenceTransformer(str(tmp_path / ST_DIR), device="cpu")
+    assert st[1].get_config_dict()["pooling_mode"] == "cls"
+    sentence = ["kabar lodos mifen"]
+    ids = tok(sentence, return_tensors="pt")
+    with torch.no_grad():
+        cls = encoder.eval().mlm_model.base_model(**ids).last_hidden_state[:, 0]
+    torch.testing.assert_close(torch.as_tensor(st.encode(sentence)), cls, rtol=1e-4, atol=1e-5)

@@ -74,6 +74,27 @@ def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
     assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[2])
 
 
+def test_tsdae_pairs_a_sentence_with_its_copy_less_60_percent_of_tokens_afresh_each_epoch(documents):
+    docs, tok, art = documents
+    config = pairs_config("tsdae", epochs=2, min_chars=10, max_sentences=12)
+    assert config != pairs_config("tsdae", epochs=2, min_chars=10, max_sentences=12, tsdae_deletion=0.5)
+    rows = read_table(run_stage(augment.STAGE, config, {"documents": docs, "tokenizer": tok}, art)).to_pylist()
+    assert len(rows) == 2 * 12
+    tokenizer = load_tokenizer(tok)
+    texts = {s for t in read_table(docs).column("text").to_pylist() for s in sentences(t) if len(s) >= 10}
+    kept = total = 0
+    for row in rows:
+        original = row["positive_ids"][0]
+        assert row["objective"] == "tsdae" and row["positive_text"][0] in texts
+        assert original == tokenizer(row["positive_text"][0], add_special_tokens=False)["input_ids"]
+        rest = iter(original)  # the anchor is the original with tokens left out, in order, never all of them
+        assert row["anchor_ids"] and all(t in rest for t in row["anchor_ids"])
+        kept, total = kept + len(row["anchor_ids"]), total + len(original)
+    assert abs(kept / total - 0.4) < 0.1  # some hundreds of tokens
+    by_epoch = [{r["pair_id"].split("-", 1)[1]: r["anchor_ids"] for r in rows if r["epoch"] == e} for e in range(2)]
+    assert by_epoch[0].keys() == by_epoch[1].keys() and by_epoch[0] != by_epoch[1]
+
+
 def clear_rows(documents, augmentation: str, epochs: int = 2, **clear) -> tuple[list[dict], str]:
     docs, tok, art = documents
     config = pairs_config("clear", augmentation, epochs=epochs, min_chars=10, clear=clear)

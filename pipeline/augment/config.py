@@ -53,6 +53,8 @@ class AugmentConfig(Strict):
                            description="sentence objectives (simcse, clear): shorter sentences are left out")
     max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
     clear: ClearConfig = Field(default_factory=ClearConfig)
+    tsdae_deletion: float = Field(0.6, gt=0, lt=1, description="tsdae: the probability that each token of a "
+                                  "sentence is deleted (one is always kept); 0.6, the TSDAE paper's best")
     num_anchors: int = Field(2, ge=1)
     num_positives: int = Field(2, ge=1)
     min_length: int = Field(32, ge=1)

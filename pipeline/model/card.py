@@ -27,9 +27,11 @@ OBJECTIVE_TITLES = {
     "simcse": "unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
     "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
     "clear": "CLEAR (Wu et al., 2020): two augmented views of a sentence",
+    "tsdae": "TSDAE (Wang et al., 2021): a sentence rebuilt by a decoder from the embedding of its corrupted copy",
 }
 LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
-          "info-nce": "InfoNCE (one direction, N-1 negatives)"}
+          "info-nce": "InfoNCE (one direction, N-1 negatives)",
+          "denoising": "the decoder's cross-entropy over the original sentence's tokens (the decoder is not exported)"}
 
 
 def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
@@ -98,8 +100,9 @@ def _training(info: dict) -> list[tuple[str, str]]:
     objective = OBJECTIVE_TITLES.get(info["objective"], info["objective"])
     if info.get("augmentation"):
         objective += f" ({info['augmentation']})"
-    loss = (f"{LOSSES.get(info['loss'], info['loss'])}, temperature {info['temperature']:g}"
-            if info["contrastive"] else "no contrastive loss")
+    loss = LOSSES.get(info["loss"], info["loss"]) if info["contrastive"] else "no contrastive loss"
+    if info["contrastive"] and info["temperature"] is not None:  # TSDAE's loss has none
+        loss += f", temperature {info['temperature']:g}"
     if info["mlm"]:
         loss += f" + masked language modelling ({info['mlm_probability']:.0%} of tokens, 80/10/10)"
     pairs = info["pairs"]

@@ -137,15 +137,18 @@ class SpanEncoder(nn.Module):
     `compile` runs the transformer body under torch.compile: the part whose shapes are a chunk's
     (rows, width) and where nearly all the FLOPs are. The head's gather of the masked tokens, whose
     count changes every step, stays eager, so it neither recompiles nor breaks the graph.
+    `decoder`: a training-only module reading the embeddings (TSDAE's, pipeline.train.tsdae_decoder), run in the
+    same forward so that DDP sees one forward a step; like the head, it is never exported.
     """
 
     def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None,
-                 compile: bool = False, packing: bool = False):
+                 compile: bool = False, packing: bool = False, decoder: nn.Module | None = None):
         super().__init__()
         self.mlm_model = mlm_model
         self.head = getattr(mlm_model, mlm_head_name(mlm_model))
         self.pooling = pooling
         self.projection = projection_head(projection, mlm_model.config.hidden_size)
+        self.decoder = decoder
         self.packing = packing
         if packing:
             if not packable(mlm_model):
@@ -157,12 +160,13 @@ class SpanEncoder(nn.Module):
             # Dynamic shapes, as chunks' widths and rows change every step.
             mlm_model.base_model.compile(dynamic=True, backend=COMPILE_BACKEND)
 
-    def forward(self, input_ids, attention_mask, mlm_positions=None, chunks=None):
+    def forward(self, input_ids, attention_mask, mlm_positions=None, chunks=None, targets=None):
         """(pooled embeddings, projected when there is a head; MLM logits at `mlm_positions`, in their
-        row-major order). `chunks`: (rows, width) pairs splitting the rows, in order, into consecutive
-        blocks each encoded apart, cut to its first `width` columns; when the rows are right-padded and
-        no row of a block is longer than its width, only padding is left out, and neither attention
-        (which masks it), position ids (counted from the left) nor pooling (over real tokens) change.
+        row-major order), or with `targets` (ids, mask) the decoder's logits for them in place of MLM's.
+        `chunks`: (rows, width) pairs splitting the rows, in order, into consecutive blocks each encoded apart,
+        cut to its first `width` columns; when the rows are right-padded and no row of a block is longer than
+        its width, only padding is left out, and neither attention (which masks it), position ids (counted from
+        the left) nor pooling (over real tokens) change.
         None, or packing: every row at once, at full width."""
         pooled, logits, start = [], [], 0
         for rows, width in (None if self.packing else chunks) or [(input_ids.size(0), input_ids.size(1))]:
@@ -181,6 +185,8 @@ class SpanEncoder(nn.Module):
         pooled = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
         if self.projection is not None:
             pooled = self.projection(pooled)
+        if targets is not None:
+            return pooled, self.decoder(pooled, *targets)
         if mlm_positions is None:
             return pooled, None
         return pooled, torch.cat(logits) if len(logits) > 1 else logits[0]

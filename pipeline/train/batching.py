@@ -71,15 +71,17 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     those (`keys`); for CLEAR's MLM, the original sentences. MLM masks the originals where there are any
     (CLEAR eq. 3: MLM on the original sentence, the contrastive loss between the two unmasked views), else
     the anchors (DeCLUTR). `positions` marks the masked tokens and `original` holds the true ids.
+    TSDAE's positives are the original sentences its decoder rebuilds (`targets`), not encoded.
     The rows are sorted longest first (`lengths`), so that consecutive rows encode together with little
-    padding (length_blocks); `unsort` puts their embeddings back in the order above."""
+    padding (length_blocks); `unsort` puts their embeddings back in the order above (targets come sorted)."""
     moco = cfg["contrastive"] and cfg["momentum"] is not None
+    denoise = cfg["contrastive"] and cfg["loss"] == "denoising"
     if cfg["mlm"] and cfg["objective"] == "clear" and "originals" not in batch:
         raise InputError("train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
                          "rebuild the augment stage, or set mlm: false")
     target = ("originals" if "originals" in batch else "anchors") if cfg["mlm"] else None
     parts = [name for name, wanted in (("anchors", cfg["contrastive"] or target == "anchors"),
-                                       ("positives", cfg["contrastive"] and not moco),
+                                       ("positives", cfg["contrastive"] and not (moco or denoise)),
                                        ("originals", target == "originals")) if wanted]
     width = max(batch[name][0].size(1) for name in parts)
     ids, masks, originals, positions = [], [], [], []
@@ -99,7 +101,8 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     return {"ids": torch.cat(ids)[order], "mask": mask[order], "original": torch.cat(originals)[order],
             "positions": torch.cat(positions)[order] if target else None, "lengths": lengths[order].tolist(),
             "unsort": torch.argsort(order), "anchors": batch["anchors"][0].size(0),
-            "keys": batch["positives"] if moco else None}
+            "keys": batch["positives"] if moco else None,
+            "targets": tuple(t[order] for t in batch["positives"]) if denoise else None}
 
 
 def length_blocks(lengths: list[int], min_tokens: int | None) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ from pipeline.config_base import Strict, absolute
 from pipeline.train.splits import why_test_split
 
 # The objectives: pipeline.augment.objectives.OBJECTIVES's names, spelled here so that the config imports none.
-OBJECTIVES = ("declutr", "cert", "simcse", "clear")
+OBJECTIVES = ("declutr", "cert", "simcse", "clear", "tsdae")
 
 # What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
 # (dropped at export), the pooling, whether MLM is added, the temperature.
@@ -29,6 +29,10 @@ OBJECTIVE_DEFAULTS = {
     # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head (its builder.py, mlp=True), InfoNCE at 0.07.
     "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
              "schedule": "slanted-triangular"},
+    # TSDAE: [CLS] into a decoder that rebuilds the sentence (pipeline.train.tsdae_decoder), no contrastive loss
+    # and no MLM; sentence-transformers' TSDAE example's constant schedule. Its lr 3e-5, batch 8 and weight decay
+    # 0 are not fields this table fills (lr, batch_size and weight_decay have non-null defaults).
+    "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant"},
 }
 
 
@@ -51,7 +55,8 @@ class TrainConfig(Strict):
 
     objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: two "
                                            "back-translations of a sentence; simcse: a sentence twice (dropout); "
-                                           "clear: two augmented views of a sentence")
+                                           "clear: two augmented views of a sentence; tsdae: a sentence with 60% of "
+                                           "its tokens deleted, and the original its decoder rebuilds")
     augmentation: str | None = Field(None, description="clear only: del-word, del-span, reorder, subs, or two "
                                      "joined by '+' (subs needs synonyms); null = del-span+reorder")
     contrastive: bool = True
@@ -60,17 +65,18 @@ class TrainConfig(Strict):
         "(e.g. an MLM-only run first, as the papers start from a pretrained LM); null = the init stage's"))
     mlm: bool | None = Field(None, description="add masked language modelling (15%, 80/10/10): on the anchors "
                              "(declutr), on the original sentence (clear); null = the objective's default")
-    loss: Literal["nt-xent", "info-nce"] | None = Field(None, description=(
+    loss: Literal["nt-xent", "info-nce", "denoising"] | None = Field(None, description=(
         "nt-xent: symmetric, 2N-2 negatives (SimCLR; DeCLUTR, CLEAR); info-nce: one direction, N-1 negatives "
-        "(SimCSE's cl_forward; MoCo/CERT); null = the objective's default"))
+        "(SimCSE's cl_forward; MoCo/CERT); denoising: TSDAE's reconstruction, tsdae's only; "
+        "null = the objective's default"))
     batch_size: int = Field(16, ge=2, description="anchors per step (N documents x A anchors)")
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
     lr: float = Field(5e-5, gt=0)
     weight_decay: float = Field(0.1, ge=0)
-    schedule: Literal["slanted-triangular", "linear"] | None = Field(None, description=(
+    schedule: Literal["slanted-triangular", "linear", "constant"] | None = Field(None, description=(
         "the learning rate's course: slanted-triangular (ULMFiT's: up for cut_frac of the steps, then down to "
-        "lr / lr_ratio; DeCLUTR) or linear (from lr down to 0, no warmup: the HF Trainer's default, SimCSE's); "
-        "null = the objective's default"))
+        "lr / lr_ratio; DeCLUTR), linear (from lr down to 0, no warmup: the HF Trainer's default, SimCSE's) or "
+        "constant (TSDAE's); null = the objective's default"))
     cut_frac: float = Field(0.1, gt=0, lt=1)
     lr_ratio: float = Field(32.0, ge=1, description="slanted-triangular max/min learning-rate ratio")
     grad_clip: float = Field(1.0, gt=0)
@@ -137,6 +143,13 @@ class TrainConfig(Strict):
         for name, value in OBJECTIVE_DEFAULTS[self.objective].items():
             if getattr(self, name) is None:
                 self.__dict__[name] = value
+        if (self.objective == "tsdae") != (self.loss == "denoising"):
+            raise ValueError(f"loss {self.loss!r} does not fit objective {self.objective!r}: loss denoising "
+                             "(TSDAE's decoder) trains on tsdae's pairs only, and tsdae on it only")
+        if self.objective == "tsdae" and (self.mlm or not self.contrastive or self.momentum or self.memory_bank
+                                          or self.grad_cache):
+            raise ValueError("tsdae trains its denoising loss alone: set no mlm, momentum, memory_bank or "
+                             "grad_cache, and leave contrastive true (it switches the denoising loss)")
         if self.batch_size % self.num_workers:
             raise ValueError(uneven_batch(self.batch_size, self.num_workers))
         if not (self.contrastive or self.mlm):
@@ -159,7 +172,9 @@ class TrainConfig(Strict):
         """The hyperparameters that tell runs apart, for the leaderboard's row: always the loss, head and pooling."""
         head = "no head" if self.projection == "none" else f"{self.projection} head"
         parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g} {self.schedule}"]
-        if self.contrastive:
+        if self.loss == "denoising":
+            parts += ["denoising decoder", head]
+        elif self.contrastive:
             parts += [f"{self.loss} tau {self.temperature:g}", head]
         parts.append(f"{self.pooling} pooling")
         bank = f"{'MoCo queue' if self.momentum else 'XBM'} {self.memory_bank}"

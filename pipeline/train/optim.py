@@ -16,6 +16,8 @@ def make_optimizer(model, cfg: dict, total_steps: int):
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg["lr"], fused=fused)
 
     def peak_share(step: int) -> float:
+        if cfg["schedule"] == "constant":  # TSDAE's (sentence-transformers' constantlr, no warmup)
+            return 1.0
         if cfg["schedule"] == "linear":
             return linear_decay(step, total_steps)
         return slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"])

@@ -24,7 +24,7 @@ from pipeline.init.stage import init_label
 from pipeline.errors import InputError
 from pipeline.evaluate.sts_data import data_hash
 from pipeline.model.card import train_info, write_card
-from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, export, load_mlm
+from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.ray_session import ray_init, started_here
 from pipeline.stage import Stage, runtime
 from pipeline.tokenizer.loading import load_tokenizer
@@ -35,7 +35,7 @@ from pipeline.train.curves import write_curves
 from pipeline.train.devset import best, read_dev
 from pipeline.train.loop import load_state, train_loop
 from pipeline.train.resources import check_before_ray, check_resources
-from pipeline.train.step import make_scaler
+from pipeline.train.step import make_encoder, make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove, shards
 
 # Ray is imported where the driver uses it (run, checkpoint_config): the stage registry, which imports every
@@ -185,7 +185,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     resume.finished(f"{runs}/train-{out.fp}")  # not on an exception: a stopped run's step is read after it
     saved = _load(result.checkpoint)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
-    encoder = SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"])
+    # The trained modules (the head, TSDAE's decoder) to load the checkpoint into; the encoder alone is exported.
+    encoder = make_encoder(mlm_model, {**cfg, "compile": False, "packing": False})
     if dev is None:
         encoder.load_state_dict(saved["model"])
     else:
@@ -193,7 +194,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         encoder.load_state_dict(_load(chosen["checkpoint"])["model"])
         out.extra.update({"best_step": chosen["step"], "best_dev_spearman": chosen["dev_spearman"]})
         log.info("train: exporting step %d, dev Spearman %.4f", chosen["step"], chosen["dev_spearman"])
-    export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"])  # the projection head stays behind
+    export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"])  # the head and decoder stay behind
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
     write_curves(saved["metrics"], out.local_dir)

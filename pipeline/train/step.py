@@ -4,7 +4,8 @@ The step: lay out the rows (pipeline.train.batching.step_inputs), zero the gradi
 every micro-batch under `autocast` (the encoder only; the losses in float32), GradCache where train.grad_cache
 cuts a micro-batch into chunks (pipeline.train.gradcache), MoCo's keys from the momentum encoder
 (`embed_keys`), every worker's rows `gather`ed for the contrastive loss; then unscale (fp16's `make_scaler`),
-clip, update, advance the schedule and the key encoder, unless fp16's gradients overflowed.
+clip, update, advance the schedule and the key encoder, unless fp16's gradients overflowed. TSDAE's step
+(`reconstruct`) has no contrastive term: its decoder rebuilds each original sentence from the embedding.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pipeline.errors import InputError
 from pipeline.model.transformer import SpanEncoder
 from pipeline.train.batching import encode_ranges, length_blocks, padded_tokens, step_inputs
 from pipeline.train.gradcache import cached_step
-from pipeline.train.losses import LOSSES
+from pipeline.train.losses import LOSSES, denoising
+from pipeline.train.tsdae_decoder import TsdaeDecoder
 
 
 def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, generator, bank=None,
@@ -37,12 +39,14 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
         scaler = torch.amp.GradScaler(next(model.parameters()).device.type, enabled=False)
     inputs = [step_inputs(batch, cfg, special, generator) for batch in batches]
     n_masked = sum(int(x["positions"].sum()) for x in inputs if x["positions"] is not None)
+    n_targets = target_tokens(inputs, next(model.parameters()).device) if inputs[0]["targets"] is not None else 0
     optimizer.zero_grad(set_to_none=True)
     losses, tokens = {}, {"tokens": sum(int(x["mask"].sum()) + _tokens(x["keys"]) for x in inputs),
                           "padded_tokens": sum(padded_tokens(x, cfg) for x in inputs)}
     for i, (batch, x) in enumerate(zip(batches, inputs)):
         for name, share in accumulate(model, batch, x, cfg, n_masked, len(batches), bank, scaler.scale,
-                                      last=i == len(batches) - 1, key_encoder=key_encoder).items():
+                                      last=i == len(batches) - 1, key_encoder=key_encoder,
+                                      n_targets=n_targets).items():
             losses[name] = losses.get(name, 0.0) + share
     if not losses:  # an MLM-only step that drew no masked token has no gradient to step with
         return {"loss": 0.0, "grad_norm": 0.0, "lr": scheduler.get_last_lr()[0], "skipped": True,
@@ -70,7 +74,7 @@ def _tokens(keys) -> int:
 
 
 def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, bank, scale, last: bool,
-               key_encoder=None) -> dict:
+               key_encoder=None, n_targets: int = 0) -> dict:
     """Forward and backward of one of a step's `k` micro-batches: the rows of step_inputs through the
     encoder; the run's contrastive loss (train.loss) between each anchor and the mean of its positives
     (embedded by the key encoder with MoCo), with a memory bank's or MoCo queue's negatives if any, plus
@@ -81,6 +85,8 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
     longest first; each range of them the encoder sees is cut into length_blocks, so that it computes
     little padding, and the losses see the embeddings in step_inputs' order."""
     device, n, b = next(model.parameters()).device, x["ids"].size(0), x["anchors"]
+    if x["targets"] is not None:
+        return {"reconstruction_loss": reconstruct(model, x, cfg, n_targets, scale, last, device)}
     keys = embed_keys(key_encoder, x["keys"], batch["num_positives"], cfg, device) if x["keys"] is not None else None
 
     def encode(start: int, end: int):
@@ -124,6 +130,38 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
     return {name: loss.detach() for name, loss in losses.items()}
 
 
+def reconstruct(model, x: dict, cfg: dict, n_targets: int, scale, last: bool, device) -> torch.Tensor:
+    """TSDAE's forward and backward of one micro-batch: its corrupted sentences encoded, the decoder rebuilding
+    the originals from their embeddings. Its share of the step's loss is its summed cross-entropy over the
+    tokens of the whole step, every worker's (n_targets), so the step's loss is the token mean over the global
+    batch however the tokens fall to workers; DDP averages the workers' gradients, which `world` undoes.
+    Returns the share summed over workers (detached): what one worker with the whole batch reports."""
+    ids, mask = (t.to(device) for t in x["targets"])
+    with model.no_sync() if not last and hasattr(model, "no_sync") else nullcontext(), \
+            autocast(cfg["precision"], device.type):
+        _, logits = model(x["ids"].to(device), x["mask"].to(device), None,
+                          length_blocks(x["lengths"], cfg["block_tokens"]), targets=(ids, mask))
+    loss = denoising(logits.float(), ids, mask) / n_targets
+    scale(loss * _world()).backward()
+    share = loss.detach()
+    if _world() > 1:
+        torch.distributed.all_reduce(share)
+    return share
+
+
+def target_tokens(inputs: list[dict], device) -> int:
+    """The tokens TSDAE's decoder predicts in a step (all but each sentence's first), on every worker."""
+    n = torch.tensor(sum(int(x["targets"][1][:, 1:].sum()) for x in inputs), device=device)
+    if _world() > 1:
+        torch.distributed.all_reduce(n)
+    return int(n)
+
+
+def _world() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) -> torch.Tensor:
     """MoCo's keys: each anchor's positives through the momentum encoder, no gradient, averaged; in
     chunks of grad_cache rows where that is set, to bound the forward's memory as the query side's."""
@@ -139,8 +177,7 @@ def gather(t: torch.Tensor) -> torch.Tensor:
     """Every worker's rows, so negatives span the global batch. The differentiable all_gather sends each
     worker's gradient for every row back to the row's owner; every worker computes the same global
     loss, so a row's gradient arrives world-size times, which DDP's averaging over workers undoes."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
-            or torch.distributed.get_world_size() == 1:
+    if _world() == 1:
         return t
     from torch.distributed.nn.functional import all_gather  # only where torch.distributed is initialised
 
@@ -174,8 +211,10 @@ def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
 
 
 def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
-    """The encoder a run trains, under torch.compile with train.compile."""
-    return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"])
+    """The encoder a run trains, under torch.compile with train.compile; with TSDAE's decoder for its loss."""
+    decoder = TsdaeDecoder(mlm_model, cfg["seed"]) if cfg["loss"] == "denoising" else None
+    return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"],
+                       decoder=decoder)
 
 
 def ddp_options(cfg: dict) -> dict:

@@ -7,6 +7,6 @@ and `pairs(config, inputs, tokenizer, out)`. Every objective's pairs share one
 schema, so the train stage runs them all with one step.
 """
 
-from pipeline.augment.objectives import cert, clear, declutr, simcse
+from pipeline.augment.objectives import cert, clear, declutr, simcse, tsdae
 
-PAIR_MAKERS = {m.NAME: m for m in (declutr, cert, simcse, clear)}
+PAIR_MAKERS = {m.NAME: m for m in (declutr, cert, simcse, clear, tsdae)}

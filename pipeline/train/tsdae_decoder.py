@@ -1,0 +1,58 @@
+"""TSDAE's decoder (Wang, Reimers & Gurevych, 2021): a training-only head that rebuilds the original sentence
+from the sentence embedding of its corrupted copy.
+
+It is the encoder's own architecture as a causal LM (transformers' *ForCausalLM: is_decoder, with
+cross-attention), started from the encoder's weights (the masked-LM head included, as the LM head the
+decoder predicts with); only the cross-attention is new. Its token embeddings and output projection are the
+encoder's embedding matrix itself, one tensor (the paper's tied setting). Its cross-attention's memory is the
+sentence embedding alone, a sequence of length 1: the decoder sees nothing else of the encoder, so the
+embedding has to carry the sentence (the paper's bottleneck, section 3). It lives beside the encoder in the
+trained SpanEncoder and is never exported (pipeline.model.transformer.export saves the encoder only).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from pipeline.errors import InputError
+
+
+def decoder_config(encoder_config):
+    """The encoder's configuration as a decoder's; a copy, so the exported encoder's config.json stays an encoder's."""
+    config = copy.deepcopy(encoder_config)
+    config.is_decoder, config.add_cross_attention = True, True
+    return config
+
+
+class TsdaeDecoder(nn.Module):
+    """`forward(embedding, ids, mask)`: the decoder's next-token logits for the original sentences `ids`
+    ([CLS]/<s> ... [SEP]/</s>, right-padded; `mask` their attention mask), read with teacher forcing: position t
+    sees tokens 0..t and the embedding, and predicts token t + 1. So logits[:, t] scores ids[:, t + 1]."""
+
+    def __init__(self, mlm_model: nn.Module, seed: int = 0):
+        super().__init__()
+        # Its own RNG for the new cross-attention weights, which neither depend on nor move the caller's draws.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                self.model = AutoModelForCausalLM.from_config(decoder_config(mlm_model.config))
+            except ValueError:
+                raise InputError(f"tsdae: {type(mlm_model).__name__} has no causal-LM form with cross-attention "
+                                 "for TSDAE's decoder; use a BERT- or RoBERTa-family model") from None
+        loaded = self.model.load_state_dict(mlm_model.state_dict(), strict=False)
+        foreign = [k for k in loaded.missing_keys if ".crossattention." not in k] + loaded.unexpected_keys
+        if foreign:
+            raise InputError(f"tsdae: the decoder built from {type(mlm_model).__name__} does not take its weights "
+                             f"({len(foreign)} differ, e.g. {foreign[0]}); use a BERT- or RoBERTa-family model")
+        embeddings = mlm_model.get_input_embeddings()
+        self.model.set_input_embeddings(embeddings)
+        self.model.get_output_embeddings().weight = embeddings.weight
+
+    def forward(self, embedding: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        memory = embedding.unsqueeze(1)  # (rows, 1, hidden): the sentence embedding is all it attends to
+        return self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], encoder_hidden_states=memory,
+                          encoder_attention_mask=mask.new_ones(ids.size(0), 1)).logits
