@@ -37,7 +37,8 @@ def files(cfg) -> dict:
     and test ones are evaluation tasks."""
     paths = cfg.augment.simcse_sup.nli
     if not paths:
-        found = find_file(Path(cfg.evaluate.data), SICK_FILES["train"]) if cfg.evaluate.data else None
+        data = cfg.evaluate.data  # a directory, or pair files that hold no SICK
+        found = find_file(Path(data), SICK_FILES["train"]) if isinstance(data, str) and os.path.isdir(data) else None
         if found is None:
             raise InputError("augment: simcse-sup needs NLI triplets: set augment.simcse_sup.nli to SNLI / MultiNLI "
                              f".jsonl files, or put {SICK_FILES['train']} under evaluate.data")
