@@ -174,3 +174,25 @@ def test_the_export_keeps_the_head_and_sentence_transformers_embeds_as_we_do(tmp
             expected = torch.tanh(linear.weight @ cls + linear.bias).numpy()
         np.testing.assert_allclose(vector, expected, atol=1e-5)
     assert not math.isclose(float(np.abs(st).max()), 0.0)
+
+
+def test_the_profile_and_the_objective_train_what_the_paper_does():
+    """run_sup_example.sh: batch 4 x 128, lr 5e-5, max_seq_length 32, 3 epochs, temp 0.05, pooler_type cls
+    (the MLP kept), eval_steps 125, fp16; hard_negative_weight 0 (its default)."""
+    from pipeline.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "simcse-sup.yaml")
+    run = cfg.run_configs()["simcse-sup"]
+    assert (run.batch_size, run.lr, run.max_length, run.temperature, run.eval_every) == (512, 5e-5, 32, 0.05, 125)
+    assert (run.pooling, run.projection, run.keep_head, run.loss, run.mlm) == ("cls", "tanh", True, "info-nce", False)
+    assert run.hard_negative_weight == 0 and run.precision == "fp16" and run.grad_cache < run.batch_size
+    assert cfg.augment.simcse_sup.epochs == 3 and AugmentConfig().simcse_sup.epochs == 3
+    assert "tanh head kept" in run.recipe() and "hard negatives (weight 0)" in run.recipe()
+    plain = TrainConfig(objective="simcse-sup")
+    assert (plain.keep_head, plain.pooling, plain.projection) == (True, "cls", "tanh")
+    assert not TrainConfig(objective="simcse").keep_head
+    for bad in ({"loss": "nt-xent"}, {"projection": "none"}):
+        with pytest.raises(ValueError, match="info-nce|keep_head"):
+            TrainConfig(objective="simcse-sup", **bad)
+    with pytest.raises(ValueError, match="hard_negative_weight"):
+        TrainConfig(objective="simcse", hard_negative_weight=1.0)
