@@ -1,6 +1,7 @@
 """Two gloo workers on one global batch take the same step as one worker: the contrastive loss sees
 every worker's embeddings (all-gathered) and the gradients come out exact, not world-size times off.
-With MoCo, the keys are all-gathered before they join the queue, and the key encoders stay equal.
+With MoCo, the keys are all-gathered before they join the queue, and the key encoders stay equal; with
+supervised SimCSE's hard negatives (tests.test_simcse_sup), each anchor's own is found among the gathered rows.
 TSDAE's loss is the token mean over the global batch, though the workers' halves hold unequal token counts."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, make_encoder, train_step
 from tests.conftest import free_port
+from tests.test_simcse_sup import with_negatives
 from tests.test_train_step import pairs, tiny_encoder
 
 CFG = dict(lr=1e-3, batch_size=8, mlm=False, grad_clip=1e9)  # clipping would hide a scale error
@@ -31,19 +33,22 @@ def tsdae_pairs(tok) -> pa.Table:
 
 def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[float, dict]:
     """Two steps on this worker's half (or all) of one batch of 8 pairs; the second step's loss and gradients
-    (and the key encoder's weights, with MoCo)."""
+    (and the key encoder's weights, with MoCo). simcse-sup's first: Adam's first update moves a weight whose
+    gradient is float noise (~1e-9) by the full lr, its sign the noise's, and its hard negatives' extra rows
+    leave a few such embedding entries, whose second gradients then differ by 1%; the first step's match."""
     model = make_encoder(tiny_encoder(tok).mlm_model, cfg)  # with its head, and TSDAE's decoder
     key = MomentumEncoder(model, cfg["momentum"]) if cfg["momentum"] else None
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_options(cfg))
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     special = special_ids(tok)
-    rows = tsdae_pairs(tok) if cfg["objective"] == "tsdae" else pairs(tok, n=8)
+    rows = {"tsdae": lambda: tsdae_pairs(tok), "simcse-sup": lambda: with_negatives(pairs(tok, n=8))}.get(
+        cfg["objective"], lambda: pairs(tok, n=8))()
     share = rows.num_rows // world
     batch = collate(rows.slice(rank * share, share), special, 64, True)
     bank = MemoryBank(bank_size, 32) if bank_size else None
     metrics = [train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
-               for _ in range(2)][-1]
+               for _ in range(1 if cfg["objective"] == "simcse-sup" else 2)][-1]
     module = model.module if world > 1 else model
     result = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
     if key is not None:
@@ -53,7 +58,8 @@ def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[flo
 
 CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_bank": 8},
          "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8}, "simcse": {"objective": "simcse"},
-         "tsdae": {"objective": "tsdae"}}
+         "tsdae": {"objective": "tsdae"},
+         "simcse-sup": {"objective": "simcse-sup", "hard_negative_weight": 0.5, "grad_cache": 5}}
 
 
 def configs() -> dict[str, tuple[dict, int]]:

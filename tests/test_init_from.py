@@ -109,6 +109,6 @@ def test_the_objectives_profile_continues_every_objective_from_one_mlm_run():
     runs = cfg.run_configs()
     assert not runs["mlm"].contrastive and runs["mlm"].mlm
     continuing = {name for name, r in runs.items() if r.init_from == "mlm"}
-    assert continuing == {"declutr", "simcse", "clear", "tsdae"} and not runs["tsdae"].mlm
+    assert continuing == {"declutr", "simcse", "clear", "tsdae", "simcse-sup"} and not runs["tsdae"].mlm
     assert len({r.max_steps for r in runs.values()}) == 1
     assert cfg.training_order()[0] == "mlm"

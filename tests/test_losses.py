@@ -94,6 +94,37 @@ def test_info_nce_hand_computed_case():
     assert info_nce(eye, eye, 1.0).item() == pytest.approx(-math.log(math.e / (math.e + 1)), rel=1e-12)
 
 
+def cl_forward_hard_loop(z1, z2, z3, tau, weight):
+    """SimCSE's cl_forward with a hard negative (num_sent == 3): row i's logits are cos(z1_i, z2_j) / temp for
+    every j, then cos(z1_i, z3_j) / temp for every j, the weight added to column N + i (its own z3) after the
+    temperature; label i; one cross-entropy averaged over the rows."""
+    n = z1.size(0)
+    total = 0.0
+    for i in range(n):
+        logits = [cos(z1[i], z2[j]) / tau for j in range(n)]
+        logits += [cos(z1[i], z3[j]) / tau + (weight if j == i else 0.0) for j in range(n)]
+        total += -(logits[i] - math.log(sum(math.exp(x) for x in logits)))
+    return total / n
+
+
+@pytest.mark.parametrize("n, tau, weight", [(2, 0.05, 0.0), (5, 0.05, 0.0), (4, 0.05, 1.0), (3, 0.5, -2.5)])
+def test_info_nce_with_hard_negatives_is_supervised_simcse_cl_forward(n, tau, weight):
+    torch.manual_seed(n)
+    z1, z2, z3 = (torch.randn(n, 8, dtype=torch.float64) for _ in range(3))
+    got = info_nce(z1, z2, tau, hard_negatives=z3, hard_negative_weight=weight)
+    assert got.item() == pytest.approx(cl_forward_hard_loop(z1, z2, z3, tau, weight), rel=1e-9)
+    assert got.item() != pytest.approx(cl_forward_loop(z1, z2, tau), rel=1e-3)  # the negatives count
+
+
+def test_hard_negative_weight_reaches_only_each_rows_own_negative():
+    """e1, e2 at temperature 1, hard negatives -e1, -e2, weight log 2: row 0's candidates are e1 (1), e2 (0),
+    -e1 (-1, doubled by the weight: 2/e) and -e2 (0); row 1's likewise. Both rows alike."""
+    eye = torch.eye(2, dtype=torch.float64)
+    expected = -math.log(math.e / (math.e + 1 + 2 / math.e + 1))
+    got = info_nce(eye, eye, 1.0, hard_negatives=-eye, hard_negative_weight=math.log(2))
+    assert got.item() == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("n, k, tau", [(3, 0, 0.07), (4, 5, 0.07), (2, 9, 0.5)])
 def test_info_nce_with_a_queue_is_moco(n, k, tau):
     torch.manual_seed(k)

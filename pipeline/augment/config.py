@@ -43,6 +43,18 @@ class ClearConfig(ClearOperations):
         return v if v in (None, "corpus", "wordnet") else absolute(v)
 
 
+class SimcseSupConfig(Strict):
+    """Supervised SimCSE's triplets (premise, entailment, contradiction) and their epochs."""
+
+    nli: list[str] = Field(default_factory=list, description=(
+        "SNLI / MultiNLI .jsonl or SICK .txt train files (as evaluate.baselines.infersent.nli; dev, trial and "
+        "test files are refused); [] = SICK_train.txt under evaluate.data"))
+    epochs: int = Field(3, ge=1, description="in place of augment.epochs: SimCSE's run_sup_example.sh trains 3")
+
+    @field_validator("nli")
+    @classmethod
+    def _absolute_nli(cls, v: list[str]) -> list[str]:
+        return [absolute(p) for p in v]
 
 
 class AugmentConfig(Strict):
@@ -55,6 +67,7 @@ class AugmentConfig(Strict):
     clear: ClearConfig = Field(default_factory=ClearConfig)
     tsdae_deletion: float = Field(0.6, gt=0, lt=1, description="tsdae: the probability that each token of a "
                                   "sentence is deleted (one is always kept); 0.6, the TSDAE paper's best")
+    simcse_sup: SimcseSupConfig = Field(default_factory=SimcseSupConfig)
     num_anchors: int = Field(2, ge=1)
     num_positives: int = Field(2, ge=1)
     min_length: int = Field(32, ge=1)

@@ -30,6 +30,8 @@ SCHEMA = pa.schema([
     ("original_ids", pa.list_(pa.int32())),  # CLEAR: the original sentence (no special tokens); else null
     ("original_text", pa.string()),
     ("sources", pa.list_(pa.string())),      # CERT: the anchor's and the positives' pivot languages; else null
+    ("negative_ids", pa.list_(pa.int32())),  # simcse-sup: the anchor's hard negative (a contradiction); else null
+    ("negative_text", pa.string()),
     ("seed", pa.int64()),
 ])
 
@@ -52,8 +54,10 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     """Only the settings the run's objective uses, so changing span lengths does not rebuild CERT's pairs;
     the run's `views` pick CLEAR's combination. A repeat with seed s draws its pairs from augment.seed + s
     (pipeline.repeats): the same pairs as before for seed 0."""
-    augment = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}
-    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *PAIR_MAKERS[run.objective].SETTINGS)}}
+    augment, maker = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}, PAIR_MAKERS[run.objective]
+    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.SETTINGS)}}
+    if hasattr(maker, "files"):
+        settings["files"] = maker.files(cfg)
     return {**settings, "augmentation": run.views} if run.views else settings
 
 
@@ -67,5 +71,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     PAIR_MAKERS[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), out)
 
 
-STAGE = Stage(name="augment", version="3", flow="data", section="augment", config=config, inputs=inputs,
+# 4: the negative_ids / negative_text columns (simcse-sup's hard negatives; null for the other objectives).
+STAGE = Stage(name="augment", version="4", flow="data", section="augment", config=config, inputs=inputs,
               instances=instances, run=run, schema=SCHEMA)

@@ -28,6 +28,8 @@ OBJECTIVE_TITLES = {
     "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
     "clear": "CLEAR (Wu et al., 2020): two augmented views of a sentence",
     "tsdae": "TSDAE (Wang et al., 2021): a sentence rebuilt by a decoder from the embedding of its corrupted copy",
+    "simcse-sup": "supervised SimCSE (Gao et al., 2021): an NLI premise, a hypothesis it entails, and one it "
+                  "contradicts as the hard negative",
 }
 LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
           "info-nce": "InfoNCE (one direction, N-1 negatives)",

@@ -121,7 +121,7 @@ def embed_file(model_dir: str, input_path: str, output_path: str, batch_size: in
         # The first chunk is read before the model loads, so a bad header fails fast.
         chunk = list(islice(texts, chunk_rows))
         encoder = Encoder(model_dir, max_length=max_length, pooling=pooling)
-        dim = encoder.model.config.hidden_size
+        dim = encoder.dimension
         schema = pa.schema([("row", pa.int64()), ("text", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])
         out = Path(output_path)
         out.parent.mkdir(parents=True, exist_ok=True)

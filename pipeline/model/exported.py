@@ -1,4 +1,5 @@
-"""Load an exported encoder and embed sentences: the export's pooling, length-sorted batches."""
+"""Load an exported encoder and embed sentences: the export's pooling (and Dense head, where it keeps one),
+length-sorted batches."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
+from pipeline.model.head import load_head
 from pipeline.model.locate import hf_dir, resolve, why_not_a_model
 from pipeline.model.transformer import ST_DIR, pool, quiet_transformers
 from storage import local_copy
+
+
+def st_dir(path: str) -> str | None:
+    """A model directory's sentence-transformers modules: our export's `sentence-transformers/`, or the
+    directory itself when it is one; None for a plain Hugging Face model."""
+    return next((d for d in (f"{path}/{ST_DIR}", path) if os.path.isfile(f"{d}/modules.json")), None)
 
 
 def export_pooling(path: str) -> str | None:
@@ -44,8 +52,10 @@ def eval_length(model_config, tokenizer, max_length: int) -> int:
 
 
 @torch.inference_mode()
-def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int, batch_size: int = 128) -> np.ndarray:
-    """Sentence embeddings from a bare encoder (AutoModel, or an MLM's base_model), pooled by `pooling`."""
+def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int, batch_size: int = 128,
+          head: torch.nn.Module | None = None) -> np.ndarray:
+    """Sentence embeddings from a bare encoder (AutoModel, or an MLM's base_model), pooled by `pooling`,
+    then through `head` where the model keeps one (pipeline.model.head)."""
     device = next(model.parameters()).device
     # Sorting by length keeps padding, and so wasted compute, small; rows go back in input order.
     order = np.argsort([-len(s) for s in sentences], kind="stable")
@@ -55,7 +65,11 @@ def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int,
         enc = tokenizer([sentences[j] for j in idx], padding=True, truncation=True,
                         max_length=max_length, return_tensors="pt").to(device)
         hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-        out[idx] = pool(hidden, enc["attention_mask"], pooling).float().cpu().numpy()
+        pooled = pool(hidden, enc["attention_mask"], pooling)
+        vectors = (head(pooled) if head is not None else pooled).float().cpu().numpy()
+        if vectors.shape[1] != out.shape[1]:  # a head of another width than the encoder's
+            out = np.empty((len(sentences), vectors.shape[1]), dtype=np.float32)
+        out[idx] = vectors
     return out
 
 
@@ -82,18 +96,29 @@ class Encoder:
                                  f"({', '.join(sorted(missing)[:3])}{', ...' if len(missing) > 3 else ''})")
             self.model.eval()
             self.pooling = pooling or export_pooling(local) or "mean"
+            modules = st_dir(local)
+            self.head = load_head(modules) if modules else None
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device)
+        if self.head is not None:
+            self.head.to(self.device)
         self.max_length = eval_length(self.model.config, self.tokenizer, max_length)
 
     @property
     def parameters(self) -> int:
         # A BERT-style pooler (often freshly initialised when loading an MLM checkpoint) is never
-        # used by mean or cls pooling, so it does not count towards the model's size.
-        return sum(p.numel() for name, p in self.model.named_parameters() if not name.startswith("pooler."))
+        # used by mean or cls pooling, so it does not count towards the model's size; a kept head does.
+        head = sum(p.numel() for p in self.head.parameters()) if self.head is not None else 0
+        return head + sum(p.numel() for name, p in self.model.named_parameters() if not name.startswith("pooler."))
+
+    @property
+    def dimension(self) -> int:
+        """The embeddings' width: the kept head's output, else the encoder's hidden size."""
+        linears = [m for m in self.head.modules() if isinstance(m, torch.nn.Linear)] if self.head is not None else []
+        return linears[-1].out_features if linears else self.model.config.hidden_size
 
     def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
-        return embed(self.model, self.tokenizer, sentences, self.pooling, self.max_length, batch_size)
+        return embed(self.model, self.tokenizer, sentences, self.pooling, self.max_length, batch_size, self.head)
 
     @torch.inference_mode()
     def token_vectors(self, sentences: list[str], batch_size: int = 128) -> list[np.ndarray]:

@@ -12,6 +12,7 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 from transformers.utils import logging as hf_logging
 
 from pipeline.errors import InputError
+from pipeline.model.head import dense_layers
 from pipeline.model.locate import HF_DIR
 from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.tokenizer.loading import base_path
@@ -192,9 +193,10 @@ class SpanEncoder(nn.Module):
         return pooled, torch.cat(logits) if len(logits) > 1 else logits[0]
 
 
-def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean") -> None:
-    """Save `hf/` (AutoModelForMaskedLM + tokenizer) and `sentence-transformers/` (Transformer + Pooling);
-    the pooling is recorded in the latter, where our Encoder and sentence-transformers both read it."""
+def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean", head: nn.Module | None = None) -> None:
+    """Save `hf/` (AutoModelForMaskedLM + tokenizer) and `sentence-transformers/` (Transformer + Pooling, and
+    `head` as Dense modules after them where one is kept); the pooling and the head are recorded in the latter,
+    where our Encoder and sentence-transformers both read them."""
     from sentence_transformers import SentenceTransformer, models
 
     hf = f"{out_dir}/{HF_DIR}"
@@ -205,7 +207,11 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean")
         max_seq_length = min(tokenizer.model_max_length, position_limit(mlm_model))
         word = models.Transformer(hf, max_seq_length=max_seq_length)
         pooler = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
-        SentenceTransformer(modules=[word, pooler], device="cpu").save(f"{out_dir}/{ST_DIR}")
+        dense = [models.Dense(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                              activation_function=activation, init_weight=linear.weight.detach().clone(),
+                              init_bias=None if linear.bias is None else linear.bias.detach().clone())
+                 for linear, activation in (dense_layers(head) if head is not None else [])]
+        SentenceTransformer(modules=[word, pooler, *dense], device="cpu").save(f"{out_dir}/{ST_DIR}")
 
 
 def load_mlm(path: str) -> nn.Module:

@@ -49,7 +49,8 @@ def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]
 def collate(batch: pa.Table, special: dict, max_length: int, with_positives: bool) -> dict:
     """Wrap each span in <s> ... </s> (BERT: [CLS] ... [SEP]), as the tokenizer does for sentences, cut to
     max_length tokens or the model's position limit, and pad. CLEAR's pairs also hold the original
-    sentence (`original_ids`), which its MLM term reads. No token_type_ids: every token is segment 0."""
+    sentence (`original_ids`), which its MLM term reads; supervised SimCSE's a hard negative (`negative_ids`).
+    No token_type_ids: every token is segment 0."""
     max_length = min(max_length, special.get("positions") or max_length)
 
     def wrap(ids: list[int]) -> list[int]:
@@ -61,6 +62,8 @@ def collate(batch: pa.Table, special: dict, max_length: int, with_positives: boo
         positives = batch.column("positive_ids").to_pylist()
         out["num_positives"] = len(positives[0])
         out["positives"] = pad([wrap(p) for group in positives for p in group], special["pad"])
+    if with_positives and "negative_ids" in batch.column_names and batch.column("negative_ids").null_count == 0:
+        out["negatives"] = pad([wrap(n) for n in batch.column("negative_ids").to_pylist()], special["pad"])
     if "original_ids" in batch.column_names and batch.column("original_ids").null_count == 0:
         out["originals"] = pad([wrap(o) for o in batch.column("original_ids").to_pylist()], special["pad"])
     return out
@@ -68,7 +71,8 @@ def collate(batch: pa.Table, special: dict, max_length: int, with_positives: boo
 
 def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     """The rows the trained encoder embeds: anchors; their positives, unless a momentum encoder embeds
-    those (`keys`); for CLEAR's MLM, the original sentences. MLM masks the originals where there are any
+    those (`keys`); hard negatives where the pairs have them (from row `hard`; as cl_forward, the trained
+    encoder embeds them); for CLEAR's MLM, the original sentences. MLM masks the originals where there are any
     (CLEAR eq. 3: MLM on the original sentence, the contrastive loss between the two unmasked views), else
     the anchors (DeCLUTR). `positions` marks the masked tokens and `original` holds the true ids.
     TSDAE's positives are the original sentences its decoder rebuilds (`targets`), not encoded.
@@ -82,6 +86,7 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     target = ("originals" if "originals" in batch else "anchors") if cfg["mlm"] else None
     parts = [name for name, wanted in (("anchors", cfg["contrastive"] or target == "anchors"),
                                        ("positives", cfg["contrastive"] and not (moco or denoise)),
+                                       ("negatives", cfg["contrastive"] and "negatives" in batch),
                                        ("originals", target == "originals")) if wanted]
     width = max(batch[name][0].size(1) for name in parts)
     ids, masks, originals, positions = [], [], [], []
@@ -97,10 +102,11 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
         positions.append(_widen(chosen, width, False))
     mask = torch.cat(masks)
     lengths = mask.sum(1)
+    hard = sum(batch[name][0].size(0) for name in parts[:parts.index("negatives")]) if "negatives" in parts else None
     order = torch.argsort(lengths, descending=True, stable=True)
     return {"ids": torch.cat(ids)[order], "mask": mask[order], "original": torch.cat(originals)[order],
             "positions": torch.cat(positions)[order] if target else None, "lengths": lengths[order].tolist(),
-            "unsort": torch.argsort(order), "anchors": batch["anchors"][0].size(0),
+            "unsort": torch.argsort(order), "anchors": batch["anchors"][0].size(0), "hard": hard,
             "keys": batch["positives"] if moco else None,
             "targets": tuple(t[order] for t in batch["positives"]) if denoise else None}
 

@@ -12,7 +12,7 @@ from pipeline.config_base import Strict, absolute
 from pipeline.train.splits import why_test_split
 
 # The objectives: pipeline.augment.objectives.OBJECTIVES's names, spelled here so that the config imports none.
-OBJECTIVES = ("declutr", "cert", "simcse", "clear", "tsdae")
+OBJECTIVES = ("declutr", "cert", "simcse", "clear", "tsdae", "simcse-sup")
 
 # What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
 # (dropped at export), the pooling, whether MLM is added, the temperature.
@@ -33,6 +33,10 @@ OBJECTIVE_DEFAULTS = {
     # and no MLM; sentence-transformers' TSDAE example's constant schedule. Its lr 3e-5, batch 8 and weight decay
     # 0 are not fields this table fills (lr, batch_size and weight_decay have non-null defaults).
     "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant"},
+    # Supervised SimCSE (run_sup_example.sh, pooler_type cls): as unsupervised, but its `cls` pooler keeps the
+    # MLP at evaluation, so the head is exported. Its batch 512 and max_len 32: configs/objectives.yaml.
+    "simcse-sup": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
+                   "schedule": "linear", "keep_head": True},
 }
 
 
@@ -56,7 +60,8 @@ class TrainConfig(Strict):
     objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: two "
                                            "back-translations of a sentence; simcse: a sentence twice (dropout); "
                                            "clear: two augmented views of a sentence; tsdae: a sentence with 60% of "
-                                           "its tokens deleted, and the original its decoder rebuilds")
+                                           "its tokens deleted, and the original its decoder rebuilds; simcse-sup: "
+                                           "NLI premise, entailment and contradiction (hard negative)")
     augmentation: str | None = Field(None, description="clear only: del-word, del-span, reorder, subs, or two "
                                      "joined by '+' (subs needs synonyms); null = del-span+reorder")
     contrastive: bool = True
@@ -88,6 +93,13 @@ class TrainConfig(Strict):
     projection: Literal["none", "linear", "tanh", "mlp"] | None = Field(None, description=(
         "a head on the embeddings in training only, dropped at export: mlp (SimCLR's Linear-ReLU-Linear; CLEAR, "
         "CERT), tanh (SimCSE's Linear+Tanh), linear, none; null = the objective's default"))
+    keep_head: bool | None = Field(None, description=(
+        "export the projection head after the pooling (a Dense module of the sentence-transformers export), so "
+        "that evaluation embeds through it: supervised SimCSE's `cls` pooler; null = the objective's default "
+        "(simcse-sup: true; the others drop it)"))
+    hard_negative_weight: float = Field(0.0, description=(
+        "simcse-sup: added to the logit of each anchor's own hard negative (SimCSE's --hard_negative_weight, "
+        "a log-space weight; 0 as its scripts)"))
     momentum: float | None = Field(None, gt=0, lt=1, description=(
         "MoCo: a key encoder kept as this exponential moving average of the trained one embeds the positives "
         "without gradient, and memory_bank becomes MoCo's queue of its keys (CERT: 0.999); null = off"))
@@ -150,6 +162,16 @@ class TrainConfig(Strict):
                                           or self.grad_cache):
             raise ValueError("tsdae trains its denoising loss alone: set no mlm, momentum, memory_bank or "
                              "grad_cache, and leave contrastive true (it switches the denoising loss)")
+        if self.keep_head is None:
+            self.__dict__["keep_head"] = False
+        if self.objective == "simcse-sup" and self.contrastive and self.loss != "info-nce":
+            raise ValueError(f"simcse-sup's hard negatives are scored by info-nce (SimCSE's cl_forward); loss "
+                             f"{self.loss!r} takes none")
+        if self.hard_negative_weight and self.objective != "simcse-sup":
+            raise ValueError(f"hard_negative_weight is simcse-sup's setting; objective {self.objective!r} has no "
+                             "hard negatives")
+        if self.keep_head and self.projection == "none":
+            raise ValueError("keep_head: true needs a projection head to keep (projection: none)")
         if self.batch_size % self.num_workers:
             raise ValueError(uneven_batch(self.batch_size, self.num_workers))
         if not (self.contrastive or self.mlm):
@@ -175,7 +197,9 @@ class TrainConfig(Strict):
         if self.loss == "denoising":
             parts += ["denoising decoder", head]
         elif self.contrastive:
-            parts += [f"{self.loss} tau {self.temperature:g}", head]
+            parts += [f"{self.loss} tau {self.temperature:g}", head + (" kept" if self.keep_head else "")]
+            if self.objective == "simcse-sup":
+                parts.append(f"hard negatives (weight {self.hard_negative_weight:g})")
         parts.append(f"{self.pooling} pooling")
         bank = f"{'MoCo queue' if self.momentum else 'XBM'} {self.memory_bank}"
         parts += [label for on, label in ((not self.contrastive, "no contrastive"), (self.mlm, "+MLM"),

@@ -98,7 +98,8 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
             key_encoder.load_state_dict(saved["key_encoder"])
         generator.set_state(saved["generator"])  # so a resumed run masks as an unbroken one would
     dev = config.get("dev")
-    scorer = dev_scorer(model, load_tokenizer(config["init"]), cfg["pooling"], dev) if dev and rank == 0 else None
+    scorer = dev_scorer(model, load_tokenizer(config["init"]), cfg["pooling"], dev, cfg["keep_head"]) \
+        if dev and rank == 0 else None
     micro_batches = shard(cfg["batch_size"] // world)
     # "seconds" counts training time across restarts, not since the latest one.
     step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
@@ -135,9 +136,10 @@ def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
         cfg["eval_every"] and step % cfg["eval_every"] == 0)
 
 
-def dev_scorer(model, tokenizer, pooling: str, dev: dict):
+def dev_scorer(model, tokenizer, pooling: str, dev: dict, keep_head: bool = False):
     """A function scoring the model as it is now on the dev pairs: the evaluation's tokenisation, the run's
-    pooling, eval mode (no dropout), no gradient; training mode is restored after."""
+    pooling (and head, where the export keeps it), eval mode (no dropout), no gradient; training mode is
+    restored after."""
     module = getattr(model, "module", model)
     encoder = module.mlm_model.base_model
     max_length = eval_length(encoder.config, tokenizer, dev["max_length"])
@@ -145,7 +147,8 @@ def dev_scorer(model, tokenizer, pooling: str, dev: dict):
     def score() -> float:
         module.eval()
         try:
-            return dev_spearman(lambda sentences: embed(encoder, tokenizer, sentences, pooling, max_length),
+            return dev_spearman(lambda sentences: embed(encoder, tokenizer, sentences, pooling, max_length,
+                                                        head=module.projection if keep_head else None),
                                 dev["subset"])
         finally:
             module.train()

@@ -11,6 +11,9 @@ mean cross-entropy of picking each row's positive. They differ in their candidat
 
 `negatives` are K further candidates (a memory bank's or MoCo's queue of earlier
 keys), added to the anchors'/queries' rows only: they stand in for other positives.
+`hard_negatives` (supervised SimCSE: each query's contradiction) are N more candidates
+for every query, as `cl_forward` scores them; `hard_negative_weight` is added to the
+logit of each query's own one (a log-space weight, after the temperature, as there).
 """
 
 from __future__ import annotations
@@ -39,11 +42,17 @@ def nt_xent(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,
 
 
 def info_nce(queries: torch.Tensor, keys: torch.Tensor, temperature: float,
-             negatives: torch.Tensor | None = None) -> torch.Tensor:
-    """Row i of `queries` picks key i among all N `keys` and the K `negatives`; the mean over the N queries."""
-    candidates = keys if negatives is None or not negatives.numel() else torch.cat([keys, negatives.to(keys)])
-    sim = _similarities(queries, candidates, temperature)
-    return F.cross_entropy(sim, torch.arange(queries.size(0), device=queries.device))
+             negatives: torch.Tensor | None = None, hard_negatives: torch.Tensor | None = None,
+             hard_negative_weight: float = 0.0) -> torch.Tensor:
+    """Row i of `queries` picks key i among all N `keys`, the N `hard_negatives` (if any) and the K
+    `negatives`; the mean over the N queries."""
+    n = queries.size(0)
+    parts = [keys, *(t.to(keys) for t in (hard_negatives, negatives) if t is not None and t.numel())]
+    sim = _similarities(queries, torch.cat(parts) if len(parts) > 1 else keys, temperature)
+    if hard_negatives is not None and hard_negative_weight:
+        own = torch.arange(n, device=sim.device)
+        sim = sim.index_put((own, own + keys.size(0)), sim[own, own + keys.size(0)] + hard_negative_weight)
+    return F.cross_entropy(sim, torch.arange(n, device=queries.device))
 
 
 LOSSES = {"nt-xent": nt_xent, "info-nce": info_nce}

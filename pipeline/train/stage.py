@@ -153,6 +153,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
     data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead
     columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
+    if cfg["contrastive"] and cfg["objective"] == "simcse-sup":  # the hard negatives
+        columns.append("negative_ids")
     if cfg["mlm"] and cfg["objective"] == "clear":  # CLEAR's MLM term reads the original sentences
         if "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
             raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
@@ -194,7 +196,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         encoder.load_state_dict(_load(chosen["checkpoint"])["model"])
         out.extra.update({"best_step": chosen["step"], "best_dev_spearman": chosen["dev_spearman"]})
         log.info("train: exporting step %d, dev Spearman %.4f", chosen["step"], chosen["dev_spearman"])
-    export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"])  # the head and decoder stay behind
+    # The projection head stays behind, unless the objective evaluates through it (keep_head); TSDAE's decoder always.
+    export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"], encoder.projection if cfg["keep_head"] else None)
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
     write_curves(saved["metrics"], out.local_dir)
@@ -212,6 +215,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 # computed, the same losses up to rounding); metrics count padded_tokens besides the real tokens;
 # log_every, checkpoint_every, max_failures, torch_threads and cpus_per_worker left the fingerprint (RUNTIME).
 # 5: blocks only with train.block_tokens (an H100 ran the default 4096 1.32x slower than one padded block);
-# train.packing.
-STAGE = Stage(name="train", version="5", flow="train", section="train", config=config, inputs=inputs,
+# train.packing. 6: train.keep_head exports the head as Dense modules (simcse-sup); hard negatives.
+STAGE = Stage(name="train", version="6", flow="train", section="train", config=config, inputs=inputs,
               instances=instances, run=run, runtime=RUNTIME, check=check, needs_ray=needs_ray)

@@ -77,8 +77,8 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
                key_encoder=None, n_targets: int = 0) -> dict:
     """Forward and backward of one of a step's `k` micro-batches: the rows of step_inputs through the
     encoder; the run's contrastive loss (train.loss) between each anchor and the mean of its positives
-    (embedded by the key encoder with MoCo), with a memory bank's or MoCo queue's negatives if any, plus
-    MLM. Returns the micro-batch's shares of the step's losses (detached, on the device), which its
+    (embedded by the key encoder with MoCo), with the pairs' hard negatives and a memory bank's or MoCo
+    queue's negatives if any, plus MLM. Returns the micro-batch's shares of the step's losses (detached, on the device), which its
     backward adds (`scale`d) into `.grad`. With `grad_cache` smaller than its rows, the encoder sees that
     many rows at a time and the gradients are still the whole micro-batch's (pipeline.train.gradcache).
     The rows are those of step_inputs,
@@ -111,7 +111,9 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         negatives = bank.negatives() if bank is not None else None
         if bank is not None:
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
-        return LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives) / k
+        hard = {} if x["hard"] is None else {"hard_negatives": gather(z[x["hard"]:x["hard"] + b]),
+                                             "hard_negative_weight": cfg["hard_negative_weight"]}
+        return LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives, **hard) / k
 
     losses = {}
     if len(encode_ranges(n, cfg)) > 1:

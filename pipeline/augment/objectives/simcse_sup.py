@@ -1,0 +1,95 @@
+"""Supervised SimCSE (Gao et al., 2021, section 4): NLI triplets. A premise is the anchor, a hypothesis it
+entails the positive, and a hypothesis it contradicts the hard negative.
+
+The triplets come from SNLI / MultiNLI JSONL or SICK files (augment.simcse_sup.nli), else from SICK's train
+split under evaluate.data. Rows are grouped by premise (its exact text): each entailment of a premise makes
+one triplet, with the premise's contradictions taken in turn as negatives (the k-th entailment with the
+(k mod C)-th of its C contradictions); a premise lacking an entailment or a contradiction makes none, and is
+counted. Neutral pairs are not used, as SimCSE uses none.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.augment.objectives.common import epoch_seed, pair
+from pipeline.baselines.infersent.model import LABELS, read_nli
+from pipeline.errors import InputError
+from pipeline.evaluate.sts_data import SICK_FILES, find_file
+from pipeline.file_snapshot import snapshot
+from pipeline.tokenizer.loading import encode_whole
+
+NAME = "simcse-sup"
+INPUTS: dict[str, str] = {}
+SETTINGS = ("simcse_sup",)
+ENTAILMENT, CONTRADICTION = LABELS.index("entailment"), LABELS.index("contradiction")
+log = logging.getLogger("cpipe")
+
+
+def files(cfg) -> dict:
+    """The NLI files the triplets are read from, with their snapshot (an edited file rebuilds the pairs):
+    augment.simcse_sup.nli, else SICK_train.txt under evaluate.data. Only train splits: dev ones select models
+    and test ones are evaluation tasks."""
+    paths = cfg.augment.simcse_sup.nli
+    if not paths:
+        data = cfg.evaluate.data  # a directory, or pair files that hold no SICK
+        found = find_file(Path(data), SICK_FILES["train"]) if isinstance(data, str) and os.path.isdir(data) else None
+        if found is None:
+            raise InputError("augment: simcse-sup needs NLI triplets: set augment.simcse_sup.nli to SNLI / MultiNLI "
+                             f".jsonl files, or put {SICK_FILES['train']} under evaluate.data")
+        paths = [str(found)]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise InputError(f"augment.simcse_sup.nli: no such file: {path}")
+        if any(split in os.path.basename(path).lower() for split in ("test", "dev", "trial")):
+            raise InputError(f"augment.simcse_sup.nli: {path} is not a train split; supervised SimCSE trains on "
+                             "train files only (dev files select models, test files are evaluated)")
+    return {"nli": paths, "snapshot": {path: snapshot(path) for path in paths}}
+
+
+def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> tuple[list[tuple[str, str, str]], dict]:
+    """(premise, entailment, contradiction) triplets in the premises' first-seen order, and the counts of
+    premises left out for lacking an entailment or a contradiction."""
+    groups: dict[str, tuple[list[str], list[str]]] = {}
+    for premise, hypothesis, label in zip(premises, hypotheses, labels):
+        entailed, contradicted = groups.setdefault(premise, ([], []))
+        if label == ENTAILMENT:
+            entailed.append(hypothesis)
+        elif label == CONTRADICTION:
+            contradicted.append(hypothesis)
+    out, dropped = [], {"premise_without_entailment": 0, "premise_without_contradiction": 0}
+    for premise, (entailed, contradicted) in groups.items():
+        if not entailed:
+            dropped["premise_without_entailment"] += 1
+        elif not contradicted:
+            dropped["premise_without_contradiction"] += 1
+        else:
+            out += [(premise, e, contradicted[k % len(contradicted)]) for k, e in enumerate(entailed)]
+    return out, dropped
+
+
+def pairs(config: dict, inputs: dict, tok, out) -> None:
+    read = [read_nli(path) for path in config["files"]["nli"]]
+    rows, dropped = triplets(*(sum((getattr(r, f) for r in read), []) for f in ("premise", "hypothesis", "labels")))
+    for reason, n in {**dropped, "no_gold_label": sum(r.dropped for r in read)}.items():
+        if n:
+            out.count(reason, n)
+    if not rows:
+        raise InputError(f"augment: no premise with both an entailment and a contradiction in "
+                         f"{', '.join(config['files']['nli'])}")
+    texts = sorted({t for row in rows for t in row})
+    ids = dict(zip(texts, encode_whole(tok.backend_tokenizer, texts)))
+    epochs = config["simcse_sup"]["epochs"]
+    for epoch in tqdm(range(epochs), desc="augment simcse-sup", unit="epoch"):
+        seed = epoch_seed(config, epoch)
+        for k in np.random.default_rng(seed).permutation(len(rows)):
+            premise, entailed, contradicted = rows[k]
+            out.write([pair(f"{epoch}-{k}", f"triplet-{k}", NAME, epoch, seed, ids[premise], premise, [ids[entailed]],
+                            [entailed], negative_ids=ids[contradicted], negative_text=contradicted)])
+    out.extra["triplets"] = len(rows)
+    log.info("augment: %d NLI triplets x %d epochs", len(rows), epochs)
