@@ -105,7 +105,8 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         negatives = bank.negatives() if bank is not None else None
         if bank is not None:
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
-        return LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives) / k
+        loss = LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives) / k
+        return loss if cfg["scale_fix"] else gradient_scaled(loss, 1 / world_size())
 
     losses = {}
     if len(encode_ranges(n, cfg)) > 1:
@@ -135,12 +136,24 @@ def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) 
     return z.view(-1, num_positives, z.size(1)).mean(1)
 
 
+def gradient_scaled(loss: torch.Tensor, factor: float) -> torch.Tensor:
+    """`loss`'s value with `factor` times its gradient. train.scale_fix false: DeCLUTR's replicas each
+    back-propagated the global contrastive loss into their own rows only, and DDP averaged, so its contrastive
+    gradient was 1 / W of the global loss's against MLM's (its model.py, scale_fix false); the logged loss
+    stays the loss."""
+    return loss * factor + (loss * (1 - factor)).detach()
+
+
+def world_size() -> int:
+    initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_world_size() if initialized else 1
+
+
 def gather(t: torch.Tensor) -> torch.Tensor:
     """Every worker's rows, so negatives span the global batch. The differentiable all_gather sends each
     worker's gradient for every row back to the row's owner; every worker computes the same global
     loss, so a row's gradient arrives world-size times, which DDP's averaging over workers undoes."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
-            or torch.distributed.get_world_size() == 1:
+    if world_size() == 1:
         return t
     from torch.distributed.nn.functional import all_gather  # only where torch.distributed is initialised
 
@@ -175,7 +188,8 @@ def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
 
 def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
     """The encoder a run trains, under torch.compile with train.compile."""
-    return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"])
+    return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"],
+                       projection_dim=cfg["projection_dim"])
 
 
 def ddp_options(cfg: dict) -> dict:
