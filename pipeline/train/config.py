@@ -188,8 +188,10 @@ class TrainConfig(Strict):
         if self.loss == "info-nce" and self.momentum is not None:
             raise ValueError("with momentum, loss is moco (each query against its own key and the queue, MoCo's "
                              "builder) or moco-inbatch (against every key of the batch and the queue)")
-        if self.projection_dim is not None and self.projection == "none":
-            raise ValueError("projection_dim sets the head's width: projection none has no head")
+        if self.projection == "none" and self.projection_dim is not None:
+            if "projection_dim" in self.model_fields_set:
+                raise ValueError("projection_dim sets the head's width: projection none has no head")
+            self.__dict__["projection_dim"] = None  # the objective's head width, for a run that dropped the head
         if self.augmentation is not None:
             if self.objective != "clear":
                 raise ValueError(f"augmentation is CLEAR's setting; objective {self.objective!r} takes none")
