@@ -57,8 +57,9 @@ class UncorrectedAdamW(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 state = self.state[p]
-                if not state:
-                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
+                if not state:  # the state torch's and HF's AdamW keep; "step" counts updates, unused here
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
