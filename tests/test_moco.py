@@ -8,7 +8,7 @@ import torch
 
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
-from pipeline.train.memory_bank import MemoryBank, run_bank
+from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
