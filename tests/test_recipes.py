@@ -14,6 +14,7 @@ from pipeline.errors import ConfigError
 from pipeline.train.config import TrainConfig
 from pipeline.train.optim import make_optimizer
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 # objective: (lr, batch, max length, weight decay, optimizer, eps, bias correction, SGD momentum, schedule, head width)
