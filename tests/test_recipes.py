@@ -12,6 +12,7 @@ import torch
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError
 from pipeline.train.config import TrainConfig
+from pipeline.train import stage as train_stage
 from pipeline.train.optim import make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -126,3 +127,14 @@ def test_cosine_and_allennlp_lazy_schedules_follow_their_formulas(schedule):
     else:  # AllenNLP 1.1 without a step count: the peak for batch 0, then peak / 32
         expected = [peak] + [peak / 32] * (total - 1)
     assert seen == pytest.approx(expected, rel=1e-9)
+
+
+def test_new_settings_at_their_old_values_leave_the_train_fingerprint_as_it_was():
+    """A run the new settings do not change (CLEAR's AdamW: eps 1e-8, bias-corrected, one worker) has a stage
+    config without them, so its fingerprint, and the datasets trained before them, stay; DeCLUTR's new AdamW
+    settings are in its own."""
+    cfg = Config(runs={"clear": {"objective": "clear"}, "declutr": {}})
+    new = {"optimizer", "adam_eps", "correct_bias", "sgd_momentum", "projection_dim", "scale_fix"}
+    assert not new & set(train_stage.config(cfg, "clear")["train"])
+    declutr = train_stage.config(cfg, "declutr")["train"]
+    assert (declutr["adam_eps"], declutr["correct_bias"]) == (1e-6, False) and "optimizer" not in declutr

@@ -56,7 +56,6 @@ class MemoryBank:
         self.queue = state["queue"][-self.size:]
 
 
-
 def run_bank(cfg: dict, dim: int) -> MemoryBank | None:
     """The run's bank of `dim`-wide embeddings: none without train.memory_bank; MoCo's random queue with loss moco."""
     if not cfg["memory_bank"]:

@@ -40,8 +40,8 @@ def make_optimizer(model, cfg: dict, total_steps: int):
 
 
 class UncorrectedAdamW(torch.optim.Optimizer):
-    """The HF (transformers < 4.x `AdamW`) update with correct_bias=False, which DeCLUTR's configs train with
-    (AllenNLP's `huggingface_adamw`); torch's AdamW always corrects the moments' bias. Per step:
+    """transformers' own `AdamW` (since deprecated for torch's) with correct_bias=False, which DeCLUTR's configs
+    train with (AllenNLP's `huggingface_adamw`); torch's AdamW always corrects the moments' bias. Per step:
     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr m / (sqrt(v) + eps);  then p -= lr wd p
     (the decay on the updated weights, as HF's). Without the correction the first steps are larger:
     m / sqrt(v) starts at (1 - b1) / sqrt(1 - b2) = 3.2 times the corrected ratio."""
