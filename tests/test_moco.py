@@ -6,6 +6,7 @@ after the loss; moco-inbatch is InfoNCE over the batch's keys and the queue; a c
 import pytest
 import torch
 
+from pipeline.model.transformer import SpanEncoder, load_mlm
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import run_bank
@@ -111,6 +112,10 @@ def test_a_checkpoint_restores_the_key_encoder_and_the_queue(tokenizer, tmp_path
     a, b = calm[-1], resumed[-1]
     assert [m["loss"] for m in b["metrics"]] == pytest.approx([m["loss"] for m in a["metrics"]], rel=1e-6)
     assert torch.equal(b["bank"]["queue"], a["bank"]["queue"]) and len(a["bank"]["queue"]) == 6
+    assert a["bank"]["queue"].size(1) == 128  # CERT's head width, which the queue holds
+    # The export loads the checkpoint into the encoder the train stage builds from the run's settings.
+    SpanEncoder(load_mlm(str(tmp_path / "init")), cfg.pooling, cfg.projection,
+                projection_dim=cfg.projection_dim).load_state_dict(a["model"])
     for part in ("model", "key_encoder"):
         state_a = a[part] if part == "model" else a[part]["module"]
         state_b = b[part] if part == "model" else b[part]["module"]
