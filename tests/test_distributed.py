@@ -2,7 +2,8 @@
 every worker's embeddings (all-gathered) and the gradients come out exact, not world-size times off.
 With MoCo, the keys are all-gathered before they join the queue, and the key encoders stay equal; with
 supervised SimCSE's hard negatives (tests.test_simcse_sup), each anchor's own is found among the gathered rows.
-TSDAE's loss is the token mean over the global batch, though the workers' halves hold unequal token counts."""
+TSDAE's loss is the token mean over the global batch, though the workers' halves hold unequal token counts.
+With scale_fix false, the contrastive gradient is DeCLUTR's multi-GPU one: 1 / world size of one worker's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.multiprocessing as mp
 
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
-from pipeline.train.memory_bank import MemoryBank
+from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, make_encoder, train_step
@@ -31,7 +32,7 @@ def tsdae_pairs(tok) -> pa.Table:
                                  for i, ids in enumerate(rows)])
 
 
-def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[float, dict]:
+def step(tok, rank: int, world: int, cfg: dict) -> tuple[float, dict]:
     """Two steps on this worker's half (or all) of one batch of 8 pairs; the second step's loss and gradients
     (and the key encoder's weights, with MoCo). simcse-sup's first: Adam's first update moves a weight whose
     gradient is float noise (~1e-9) by the full lr, its sign the noise's, and its hard negatives' extra rows
@@ -46,7 +47,7 @@ def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[flo
         cfg["objective"], lambda: pairs(tok, n=8))()
     share = rows.num_rows // world
     batch = collate(rows.slice(rank * share, share), special, 64, True)
-    bank = MemoryBank(bank_size, 32) if bank_size else None
+    bank = run_bank(cfg, 32)
     metrics = [train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
                for _ in range(1 if cfg["objective"] == "simcse-sup" else 2)][-1]
     module = model.module if world > 1 else model
@@ -57,18 +58,21 @@ def step(tok, rank: int, world: int, cfg: dict, bank_size: int = 0) -> tuple[flo
 
 
 CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_bank": 8},
-         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8}, "simcse": {"objective": "simcse"},
+         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8, "optimizer": "adamw"},
+         # The earlier MoCo case as it was: the in-batch loss under the optimisation every objective then had.
+         "moco-inbatch": {"objective": "cert", "momentum": 0.9, "memory_bank": 8, "loss": "moco-inbatch",
+                          "optimizer": "adamw", "weight_decay": 0.1, "schedule": "slanted-triangular",
+                          "max_length": 512, "projection_dim": None},
+         "simcse": {"objective": "simcse"},
          "tsdae": {"objective": "tsdae"},
-         "simcse-sup": {"objective": "simcse-sup", "hard_negative_weight": 0.5, "grad_cache": 5}}
+         "simcse-sup": {"objective": "simcse-sup", "hard_negative_weight": 0.5, "grad_cache": 5},
+         # lr 1e-9: the first step leaves the weights as they were, so the second step's gradients are the first's.
+         "unscaled": {"scale_fix": False, "lr": 1e-9}}
+SCALE = {"unscaled": 0.5}  # DeCLUTR's (scale_fix false): the contrastive gradient over the 2 workers
 
 
-def configs() -> dict[str, tuple[dict, int]]:
-    """Each case's train config and memory-bank size."""
-    result = {}
-    for name, overrides in CASES.items():
-        cfg = TrainConfig(**CFG, **overrides).model_dump()
-        result[name] = cfg, cfg.pop("memory_bank")
-    return result
+def configs() -> dict[str, dict]:
+    return {name: TrainConfig(**{**CFG, **overrides}).model_dump() for name, overrides in CASES.items()}
 
 
 def worker(rank: int, world: int, port: int, tok, out: str) -> None:
@@ -76,7 +80,7 @@ def worker(rank: int, world: int, port: int, tok, out: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
-        torch.save({name: step(tok, rank, world, cfg, bank) for name, (cfg, bank) in configs().items()},
+        torch.save({name: step(tok, rank, world, cfg) for name, cfg in configs().items()},
                    f"{out}.{rank}")
     finally:
         torch.distributed.destroy_process_group()
@@ -85,7 +89,7 @@ def worker(rank: int, world: int, port: int, tok, out: str) -> None:
 @pytest.mark.slow  # two worker processes
 def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path):
     torch.set_num_threads(1)
-    single = {name: step(tokenizer, 0, 1, cfg, bank) for name, (cfg, bank) in configs().items()}
+    single = {name: step(tokenizer, 0, 1, cfg) for name, cfg in configs().items()}
     out = str(tmp_path / "result")
     mp.spawn(worker, args=(2, free_port(), tokenizer, out), nprocs=2, join=True)
     for rank in range(2):
@@ -97,4 +101,5 @@ def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path):
             for name, g in grads.items():
                 # Weights (O(0.1)) after an Adam step, which magnifies float noise in near-zero gradients.
                 atol = 1e-5 if name.startswith("key.") else 1e-6
-                torch.testing.assert_close(rank_grads[name], g, rtol=1e-4, atol=atol, msg=f"{case}: {name}")
+                torch.testing.assert_close(rank_grads[name], g * SCALE.get(case, 1.0), rtol=1e-4, atol=atol,
+                                           msg=f"{case}: {name}")

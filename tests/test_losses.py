@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pipeline.train.losses import info_nce, mask_tokens, nt_xent
+from pipeline.train.losses import LOSSES, info_nce, mask_tokens, moco, nt_xent
 from pipeline.train.optim import slanted_triangular
 
 
@@ -39,8 +39,18 @@ def cl_forward_loop(z1, z2, tau):
 
 
 def moco_loop(q, k, queue, tau):
-    """MoCo's InfoNCE (builder.py) on normalised q, k: l_pos = q_i.k_i, l_neg = q_i.queue_j; here with the
-    other rows' keys as negatives too (they are the next batch's queue entries in MoCo)."""
+    """MoCo's builder.py: logits_i = [q_i.k_i, q_i.queue_1, ..., q_i.queue_K] / tau (normalised q, k and
+    queue), label 0; the batch's other keys are no negatives."""
+    total = 0.0
+    for i in range(q.size(0)):
+        logits = [cos(q[i], k[i]) / tau] + [cos(q[i], m) / tau for m in queue]
+        total += -(logits[0] - math.log(sum(math.exp(x) for x in logits)))
+    return total / q.size(0)
+
+
+def moco_inbatch_loop(q, k, queue, tau):
+    """MoCo's InfoNCE with the other rows' keys as negatives too (they are the next batch's queue entries in
+    MoCo): this project's earlier MoCo, loss moco-inbatch."""
     n = q.size(0)
     total = 0.0
     for i in range(n):
@@ -49,6 +59,13 @@ def moco_loop(q, k, queue, tau):
         queued = sum(math.exp(cos(q[i], m) / tau) for m in queue)
         total += -math.log(positive / (positive + others + queued))
     return total / n
+
+
+@pytest.mark.parametrize("n, k, dim", [(1, 1, 3), (4, 6, 8)])
+def test_moco_matches_a_loop_over_own_key_and_queue(n, k, dim):
+    torch.manual_seed(n + k)
+    q, keys, queue = (torch.randn(rows, dim, dtype=torch.float64) for rows in (n, n, k))
+    assert moco(q, keys, 0.07, queue).item() == pytest.approx(moco_loop(q, keys, queue, 0.07), rel=1e-9)
 
 
 @pytest.mark.parametrize("n, dim, tau", [(2, 3, 0.05), (5, 8, 0.05), (4, 16, 1.0)])
@@ -126,10 +143,11 @@ def test_hard_negative_weight_reaches_only_each_rows_own_negative():
 
 
 @pytest.mark.parametrize("n, k, tau", [(3, 0, 0.07), (4, 5, 0.07), (2, 9, 0.5)])
-def test_info_nce_with_a_queue_is_moco(n, k, tau):
+def test_info_nce_with_a_queue_is_moco_inbatch(n, k, tau):
     torch.manual_seed(k)
     q, keys, queue = (torch.randn(m, 8, dtype=torch.float64) for m in (n, n, k))
-    assert info_nce(q, keys, tau, queue).item() == pytest.approx(moco_loop(q, keys, queue, tau), rel=1e-9)
+    assert LOSSES["moco-inbatch"](q, keys, tau, queue).item() == \
+        pytest.approx(moco_inbatch_loop(q, keys, queue, tau), rel=1e-9)
 
 
 @pytest.mark.parametrize("loss", [nt_xent, info_nce])

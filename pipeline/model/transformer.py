@@ -36,18 +36,20 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
     return hidden[:, 0] if pooling == "cls" else mean_pool(hidden, attention_mask)
 
 
-def projection_head(kind: str | None, dim: int) -> nn.Module | None:
+def projection_head(kind: str | None, dim: int, out: int | None = None) -> nn.Module | None:
     """A head on the pooled embedding that only the loss sees; the exported encoder does not (the head is
     never saved), which keeps the representation general. "mlp": SimCLR's Linear-ReLU-Linear (CLEAR;
-    MoCo v2, as CERT trains); "tanh": SimCSE's MLPLayer, Linear + Tanh; "linear"; "none" or None: no head."""
+    MoCo v2, as CERT trains); "tanh": SimCSE's MLPLayer, Linear + Tanh; "linear"; "none" or None: no head.
+    `out`: the head's output width (MoCo's dim, CERT's 128), `dim` when None."""
+    out = out or dim
     if kind in (None, "none"):
         return None
     if kind == "linear":
-        return nn.Linear(dim, dim)
+        return nn.Linear(dim, out)
     if kind == "tanh":
-        return nn.Sequential(nn.Linear(dim, dim), nn.Tanh())
+        return nn.Sequential(nn.Linear(dim, out), nn.Tanh())
     if kind == "mlp":
-        return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
+        return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, out))
     raise ValueError(f"unknown projection head {kind!r}: none, linear, tanh or mlp")
 
 
@@ -143,12 +145,13 @@ class SpanEncoder(nn.Module):
     """
 
     def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None,
-                 compile: bool = False, packing: bool = False, decoder: nn.Module | None = None):
+                 compile: bool = False, packing: bool = False, projection_dim: int | None = None,
+                 decoder: nn.Module | None = None):
         super().__init__()
         self.mlm_model = mlm_model
         self.head = getattr(mlm_model, mlm_head_name(mlm_model))
         self.pooling = pooling
-        self.projection = projection_head(projection, mlm_model.config.hidden_size)
+        self.projection = projection_head(projection, mlm_model.config.hidden_size, projection_dim)
         self.decoder = decoder
         self.packing = packing
         if packing:

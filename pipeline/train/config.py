@@ -15,29 +15,48 @@ from pipeline.train.splits import why_test_split
 OBJECTIVES = ("declutr", "cert", "simcse", "clear", "tsdae", "simcse-sup")
 
 # What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
-# (dropped at export), the pooling, whether MLM is added, the temperature.
+# (dropped at export), the pooling, whether MLM is added, the temperature, and the optimisation: learning
+# rate, batch size, max length, weight decay, optimizer and schedule. A setting a run or the train section
+# makes explicitly wins. One line per objective; a key a line leaves out takes TrainConfig's default.
 OBJECTIVE_DEFAULTS = {
-    # DeCLUTR's AllenNLP config: ULMFiT's slanted triangular schedule.
+    # DeCLUTR's declutr_small.jsonnet: HF AdamW (eps 1e-6, correct_bias false), lr 5e-5, weight decay 0.1,
+    # AllenNLP's slanted triangular schedule (ULMFiT's), spans up to 512 tokens.
     "declutr": {"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05,
-                "schedule": "slanted-triangular"},
+                "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
+                "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-6, "correct_bias": False},
     "clear": {"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05,
-              "schedule": "slanted-triangular"},
-    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; the HF
-    # Trainer's default schedule, which its train.py keeps: linear decay to 0, no warmup.
+              "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
+              "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
+    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; its
+    # run_unsup_example.sh (lr 3e-5, batch 64, max_seq_length 32) under the HF Trainer's defaults, which its
+    # train.py keeps: torch AdamW (eps 1e-8), weight decay 0, linear decay to 0, no warmup.
     "simcse": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
-               "schedule": "linear"},
-    # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head (its builder.py, mlp=True), InfoNCE at 0.07.
+               "schedule": "linear", "lr": 3e-5, "batch_size": 64, "max_length": 32, "weight_decay": 0.0,
+               "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
+    # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head down to 128 dimensions (its builder.py, mlp=True,
+    # moco-dim 128), InfoNCE at 0.07; its MOCO.py: SGD (momentum 0.9, weight decay 1e-5 on every weight),
+    # lr 4e-5, cosine schedule, batch 32, sentences of 64 tokens.
     "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
-             "schedule": "slanted-triangular"},
+             "schedule": "cosine", "lr": 4e-5, "batch_size": 32, "max_length": 64, "weight_decay": 1e-5,
+             "optimizer": "sgd", "sgd_momentum": 0.9, "projection_dim": 128},
     # TSDAE: [CLS] into a decoder that rebuilds the sentence (pipeline.train.tsdae_decoder), no contrastive loss
-    # and no MLM; sentence-transformers' TSDAE example's constant schedule. Its lr 3e-5, batch 8 and weight decay
-    # 0 are not fields this table fills (lr, batch_size and weight_decay have non-null defaults).
-    "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant"},
+    # and no MLM; the paper's (and sentence-transformers' TSDAE example's) AdamW at lr 3e-5, batch 8, weight
+    # decay 0, constant schedule.
+    "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant",
+              "lr": 3e-5, "batch_size": 8, "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8,
+              "correct_bias": True},
     # Supervised SimCSE (run_sup_example.sh, pooler_type cls): as unsupervised, but its `cls` pooler keeps the
-    # MLP at evaluation, so the head is exported. Its batch 512 and max_len 32: configs/objectives.yaml.
+    # MLP at evaluation, so the head is exported; lr 5e-5, batch 512 (on a small machine through grad_cache:
+    # configs/simcse-sup.yaml), max_seq_length 32, the HF Trainer's AdamW with weight decay 0.
     "simcse-sup": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
-                   "schedule": "linear", "keep_head": True},
+                   "schedule": "linear", "keep_head": True, "lr": 5e-5, "batch_size": 512, "max_length": 32,
+                   "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
 }
+# The recipe keys with a value of their own in TrainConfig (the library's: torch's AdamW, or the value every
+# objective used before presets carried it), so a key is the objective's unless set explicitly; for the
+# other keys, null means the objective's.
+RECIPE_KEYS = ("lr", "batch_size", "max_length", "weight_decay", "optimizer", "adam_eps", "correct_bias",
+               "sgd_momentum", "projection_dim")
 
 
 def uneven_batch(batch_size: int, num_workers: int) -> str:
@@ -54,8 +73,9 @@ def uneven_batch(batch_size: int, num_workers: int) -> str:
 
 
 class TrainConfig(Strict):
-    """One run's training. loss, projection, pooling, mlm and temperature left null take the objective's
-    paper's values (OBJECTIVE_DEFAULTS); a value set here, or in a run, wins."""
+    """One run's training. The settings its objective's paper fixes (OBJECTIVE_DEFAULTS: loss, head, pooling,
+    MLM, temperature, learning rate, batch size, max length, weight decay, optimizer, schedule) take the
+    paper's values unless set here or in a run, where they win."""
 
     objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: two "
                                            "back-translations of a sentence; simcse: a sentence twice (dropout); "
@@ -70,24 +90,37 @@ class TrainConfig(Strict):
         "(e.g. an MLM-only run first, as the papers start from a pretrained LM); null = the init stage's"))
     mlm: bool | None = Field(None, description="add masked language modelling (15%, 80/10/10): on the anchors "
                              "(declutr), on the original sentence (clear); null = the objective's default")
-    loss: Literal["nt-xent", "info-nce", "denoising"] | None = Field(None, description=(
+    loss: Literal["nt-xent", "info-nce", "moco", "moco-inbatch", "denoising"] | None = Field(None, description=(
         "nt-xent: symmetric, 2N-2 negatives (SimCLR; DeCLUTR, CLEAR); info-nce: one direction, N-1 negatives "
-        "(SimCSE's cl_forward; MoCo/CERT); denoising: TSDAE's reconstruction, tsdae's only; "
-        "null = the objective's default"))
-    batch_size: int = Field(16, ge=2, description="anchors per step (N documents x A anchors)")
+        "(SimCSE's cl_forward); with momentum: moco (MoCo's builder, CERT: each query against its own key and "
+        "the queue only) or moco-inbatch (against all N keys and the queue, which starts empty); denoising: "
+        "TSDAE's reconstruction, tsdae's only; null = the objective's default, moco with momentum"))
+    batch_size: int = Field(16, ge=2, description="anchors per step (N documents x A anchors); the objective's "
+                            "paper's unless set")
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
-    lr: float = Field(5e-5, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    schedule: Literal["slanted-triangular", "linear", "constant"] | None = Field(None, description=(
-        "the learning rate's course: slanted-triangular (ULMFiT's: up for cut_frac of the steps, then down to "
-        "lr / lr_ratio; DeCLUTR), linear (from lr down to 0, no warmup: the HF Trainer's default, SimCSE's) or "
-        "constant (TSDAE's); null = the objective's default"))
+    lr: float = Field(5e-5, gt=0, description="the peak learning rate; the objective's paper's unless set")
+    weight_decay: float = Field(0.1, ge=0, description="the objective's paper's unless set")
+    optimizer: Literal["adamw", "sgd"] = Field("adamw", description=(
+        "adamw (decoupled weight decay, biases and LayerNorm undecayed, as BERT) or sgd (with sgd_momentum, "
+        "weight decay on every weight: CERT's MOCO.py); the objective's paper's unless set"))
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW's epsilon (DeCLUTR: 1e-6)")
+    correct_bias: bool = Field(True, description=(
+        "AdamW's bias correction; false is the HF AdamW's correct_bias=False that DeCLUTR's configs train with"))
+    sgd_momentum: float = Field(0.0, ge=0, lt=1, description="sgd's momentum (CERT: 0.9)")
+    schedule: Literal["slanted-triangular", "linear", "cosine", "allennlp-lazy", "constant"] | None = Field(
+        None, description=(
+            "the learning rate's course: slanted-triangular (ULMFiT's: up for cut_frac of the steps, then down to "
+            "lr / lr_ratio; DeCLUTR), linear (from lr down to 0, no warmup: the HF Trainer's default, SimCSE's), "
+            "cosine (half a cosine from lr to 0: MoCo v2's, CERT's), allennlp-lazy (lr for the first step, then "
+            "lr / lr_ratio: what AllenNLP 1.1's slanted triangle does when its lazy reader gives it no step count, "
+            "as DeCLUTR's shipped configs ran), constant (TSDAE's); null = the objective's default"))
     cut_frac: float = Field(0.1, gt=0, lt=1)
     lr_ratio: float = Field(32.0, ge=1, description="slanted-triangular max/min learning-rate ratio")
     grad_clip: float = Field(1.0, gt=0)
     temperature: float | None = Field(None, gt=0, description="null = the objective's default (0.05; cert 0.07)")
     mlm_probability: float = Field(0.15, gt=0, lt=1)
-    max_length: int = Field(512, ge=8, description="truncate spans to this many tokens (model limit)")
+    max_length: int = Field(512, ge=8, description="truncate spans to this many tokens (model limit); the "
+                            "objective's paper's unless set")
     pooling: Literal["mean", "cls"] | None = Field(None, description="mean (DeCLUTR) or cls (SimCSE, CERT); the "
                                                     "export records it; null = the objective's default")
     projection: Literal["none", "linear", "tanh", "mlp"] | None = Field(None, description=(
@@ -100,6 +133,8 @@ class TrainConfig(Strict):
     hard_negative_weight: float = Field(0.0, description=(
         "simcse-sup: added to the logit of each anchor's own hard negative (SimCSE's --hard_negative_weight, "
         "a log-space weight; 0 as its scripts)"))
+    projection_dim: int | None = Field(None, ge=1, description=(
+        "the head's output width (CERT's moco-dim: 128); null = the encoder's hidden size"))
     momentum: float | None = Field(None, gt=0, lt=1, description=(
         "MoCo: a key encoder kept as this exponential moving average of the trained one embeds the positives "
         "without gradient, and memory_bank becomes MoCo's queue of its keys (CERT: 0.999); null = off"))
@@ -113,6 +148,9 @@ class TrainConfig(Strict):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="the encoder's forward under autocast "
                                                         "(fp16 with loss scaling); weights and losses stay float32")
     num_workers: int = Field(1, ge=1)
+    scale_fix: bool = Field(True, description=(
+        "with num_workers > 1, the contrastive gradient is the global batch's, as with one worker; false "
+        "scales it by 1 / num_workers against MLM's, as DeCLUTR's multi-GPU runs did (its scale_fix: false)"))
     use_gpu: bool = False
     compile: bool = Field(False, description=(
         "run the encoder's transformer under torch.compile (dynamic shapes: every step's blocks of rows differ); "
@@ -152,8 +190,11 @@ class TrainConfig(Strict):
     def _objective(self) -> "TrainConfig":
         # Written past validate_assignment so that the fields stay unset: a run built from this config's
         # explicit settings (Config.run_configs) then takes its own objective's defaults.
+        # MoCo's loss is MoCo's wherever momentum is on and the loss unset.
+        if self.momentum is not None and self.loss is None:
+            self.__dict__["loss"] = "moco"
         for name, value in OBJECTIVE_DEFAULTS[self.objective].items():
-            if getattr(self, name) is None:
+            if getattr(self, name) is None or (name in RECIPE_KEYS and name not in self.model_fields_set):
                 self.__dict__[name] = value
         if (self.objective == "tsdae") != (self.loss == "denoising"):
             raise ValueError(f"loss {self.loss!r} does not fit objective {self.objective!r}: loss denoising "
@@ -178,6 +219,18 @@ class TrainConfig(Strict):
             raise ValueError("at least one of contrastive and mlm must be true")
         if self.momentum is not None and not self.contrastive:
             raise ValueError("momentum (MoCo's key encoder) needs the contrastive loss")
+        if self.loss in ("moco", "moco-inbatch") and self.momentum is None:
+            raise ValueError(f"loss {self.loss} scores queries against MoCo's keys: set momentum (CERT: 0.999)")
+        if self.loss == "moco" and not self.memory_bank:
+            raise ValueError("loss moco scores each query against its own key and MoCo's queue only: set "
+                             "memory_bank to the queue's size (CERT: 6720), or use loss moco-inbatch")
+        if self.loss == "info-nce" and self.momentum is not None:
+            raise ValueError("with momentum, loss is moco (each query against its own key and the queue, MoCo's "
+                             "builder) or moco-inbatch (against every key of the batch and the queue)")
+        if self.projection == "none" and self.projection_dim is not None:
+            if "projection_dim" in self.model_fields_set:
+                raise ValueError("projection_dim sets the head's width: projection none has no head")
+            self.__dict__["projection_dim"] = None  # the objective's head width, for a run that dropped the head
         if self.augmentation is not None:
             if self.objective != "clear":
                 raise ValueError(f"augmentation is CLEAR's setting; objective {self.objective!r} takes none")
@@ -193,11 +246,13 @@ class TrainConfig(Strict):
     def recipe(self) -> str:
         """The hyperparameters that tell runs apart, for the leaderboard's row: always the loss, head and pooling."""
         head = "no head" if self.projection == "none" else f"{self.projection} head"
-        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g} {self.schedule}"]
+        width = f" to {self.projection_dim}" if self.projection_dim else ""
+        parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g} {self.schedule}",
+                 self.optimizer_recipe(), f"weight decay {self.weight_decay:g}", f"max length {self.max_length}"]
         if self.loss == "denoising":
             parts += ["denoising decoder", head]
         elif self.contrastive:
-            parts += [f"{self.loss} tau {self.temperature:g}", head + (" kept" if self.keep_head else "")]
+            parts += [f"{self.loss} tau {self.temperature:g}", head + width + (" kept" if self.keep_head else "")]
             if self.objective == "simcse-sup":
                 parts.append(f"hard negatives (weight {self.hard_negative_weight:g})")
         parts.append(f"{self.pooling} pooling")
@@ -207,8 +262,15 @@ class TrainConfig(Strict):
                                           (self.memory_bank, bank),
                                           (self.grad_cache, f"grad cache {self.grad_cache}"),
                                           (self.grad_accumulation > 1, f"grad accumulation {self.grad_accumulation}"),
-                                          (self.precision != "fp32", self.precision)) if on]
+                                          (self.precision != "fp32", self.precision),
+                                          (not self.scale_fix and self.num_workers > 1,
+                                           f"contrastive gradient / {self.num_workers} (scale_fix false)")) if on]
         return ", ".join(parts)
+
+    def optimizer_recipe(self) -> str:
+        if self.optimizer == "sgd":
+            return f"SGD momentum {self.sgd_momentum:g}"
+        return f"AdamW eps {self.adam_eps:g}" + ("" if self.correct_bias else " no bias correction")
 
     @property
     def pairs(self) -> str:

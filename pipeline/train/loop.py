@@ -26,7 +26,7 @@ from pipeline.model.transformer import load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate
 from pipeline.train.devset import dev_spearman
-from pipeline.train.memory_bank import MemoryBank
+from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
@@ -75,7 +75,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
     model = make_encoder(load_mlm(config["init"]), cfg)
     model.train()
     optimizer, scheduler = make_optimizer(model, cfg, config["total_steps"])
-    bank = MemoryBank(cfg["memory_bank"], model.mlm_model.config.hidden_size) if cfg["memory_bank"] else None
+    bank = run_bank(cfg, cfg["projection_dim"] or model.mlm_model.config.hidden_size)
     state = {"step": 0, "metrics": []}
     if saved is not None:
         model.load_state_dict(saved["model"])

@@ -6,8 +6,12 @@ mean cross-entropy of picking each row's positive. They differ in their candidat
 - `nt_xent` (SimCLR's NT-Xent; DeCLUTR eq. 2, CLEAR eq. 2): symmetric. Each of the
   2N embeddings picks its partner among the other 2N-1, so the other rows of its
   own view are negatives too.
-- `info_nce` (SimCSE's `cl_forward`; MoCo's and so CERT's InfoNCE): one direction.
-  Each query picks its key among the N keys, so N-1 negatives.
+- `info_nce` (SimCSE's `cl_forward`): one direction. Each query picks its key among
+  the N keys, so N-1 negatives.
+- `moco` (MoCo's builder.py, as CERT's MOCO.py trains): one direction, each query
+  against its own key (logit 0) and the K queued keys only; the batch's other keys
+  are not negatives until they are queued. `moco-inbatch` is `info_nce` over the
+  batch's keys and the queue (this project's earlier MoCo).
 
 `negatives` are K further candidates (a memory bank's or MoCo's queue of earlier
 keys), added to the anchors'/queries' rows only: they stand in for other positives.
@@ -55,7 +59,14 @@ def info_nce(queries: torch.Tensor, keys: torch.Tensor, temperature: float,
     return F.cross_entropy(sim, torch.arange(n, device=queries.device))
 
 
-LOSSES = {"nt-xent": nt_xent, "info-nce": info_nce}
+def moco(queries: torch.Tensor, keys: torch.Tensor, temperature: float, negatives: torch.Tensor) -> torch.Tensor:
+    """Row i of `queries` picks key i, at logit 0, among [key i, the K `negatives`]; the mean over the N queries."""
+    q, k = F.normalize(queries, dim=-1), F.normalize(keys.to(queries), dim=-1)
+    logits = torch.cat([(q * k).sum(-1, keepdim=True), _similarities(q, negatives, 1.0)], dim=1) / temperature
+    return F.cross_entropy(logits, torch.zeros(q.size(0), dtype=torch.long, device=q.device))
+
+
+LOSSES = {"nt-xent": nt_xent, "info-nce": info_nce, "moco": moco, "moco-inbatch": info_nce}
 
 
 def denoising(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

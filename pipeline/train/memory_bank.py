@@ -12,6 +12,10 @@ tokens while positives are clean, so positives are the better stand-ins for
 The entries are detached: they come from earlier versions of the encoder and
 get no gradient (XBM's premise is that embeddings drift slowly once training
 has settled, so start pushing after the first steps of warm-up).
+
+XBM's bank, and `loss: moco-inbatch`'s queue, start empty. MoCo's queue (`loss: moco`) starts full, as
+its builder.py registers it: K random unit vectors, drawn here from the run's seed so that every worker
+starts from the same queue and a rerun from the same one.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import torch
 class MemoryBank:
     """A FIFO queue of the last `size` embeddings pushed, oldest first."""
 
-    def __init__(self, size: int, dim: int):
+    def __init__(self, size: int, dim: int, seed: int | None = None):
+        """Empty, or with a seed K = `size` random unit vectors (MoCo's initial queue)."""
         if size < 1:
             raise ValueError(f"memory bank size must be positive, got {size}")
         self.size, self.dim = size, dim
-        self.queue = torch.empty(0, dim)
+        self.queue = torch.empty(0, dim) if seed is None else torch.nn.functional.normalize(
+            torch.randn(size, dim, generator=torch.Generator().manual_seed(seed)), dim=1)
 
     def __len__(self) -> int:
         return self.queue.size(0)
@@ -49,3 +55,9 @@ class MemoryBank:
         # A bank shrunk since the checkpoint keeps its newest entries.
         self.queue = state["queue"][-self.size:]
 
+
+def run_bank(cfg: dict, dim: int) -> MemoryBank | None:
+    """The run's bank of `dim`-wide embeddings: none without train.memory_bank; MoCo's random queue with loss moco."""
+    if not cfg["memory_bank"]:
+        return None
+    return MemoryBank(cfg["memory_bank"], dim, seed=cfg["seed"] if cfg["loss"] == "moco" else None)

@@ -47,6 +47,10 @@ from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifes
 # so checkpoint_every is fingerprinted then.
 RUNTIME = {k: TrainConfig.model_fields[k].default
            for k in ("log_every", "checkpoint_every", "max_failures", "torch_threads", "cpus_per_worker")}
+# Settings added after version 5, at the value every run trained with before them, stay out of the stage config
+# (and so the fingerprint), which run() fills them back into: runs they leave as they were keep their datasets.
+UNCHANGED = {"optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True, "sgd_momentum": 0.0,
+             "projection_dim": None, "scale_fix": True}
 METRICS = "metrics.parquet"
 log = logging.getLogger("cpipe")
 
@@ -63,8 +67,9 @@ def config(cfg: Config, row: str) -> dict:
     run = cfg.trainings()[row].config
     settings = run.model_dump(exclude={"init_from"})
     moved = [k for k in RUNTIME if not (k == "checkpoint_every" and run.eval_every)]
+    left = [*moved, *(k for k, v in UNCHANGED.items() if settings[k] == v)]
     dev = devset.stage_config(settings, cfg.evaluate.data, cfg.evaluate.max_length)
-    return {"train": {k: v for k, v in settings.items() if k not in moved}, **({"dev": dev} if dev else {}),
+    return {"train": {k: v for k, v in settings.items() if k not in left}, **({"dev": dev} if dev else {}),
             "runtime": {k: settings[k] for k in moved}}
 
 
@@ -135,7 +140,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray.data
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
-    cfg = {**runtime(config, RUNTIME), **config["train"]}  # the loop reads both
+    cfg = {**UNCHANGED, **runtime(config, RUNTIME), **config["train"]}  # the loop reads all three
     pairs = inputs["pairs"]
     rows = read_manifest(pairs)["rows"]
     per_step = cfg["batch_size"] * cfg["grad_accumulation"]

@@ -113,7 +113,8 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
         hard = {} if x["hard"] is None else {"hard_negatives": gather(z[x["hard"]:x["hard"] + b]),
                                              "hard_negative_weight": cfg["hard_negative_weight"]}
-        return LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives, **hard) / k
+        loss = LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives, **hard) / k
+        return loss if cfg["scale_fix"] else gradient_scaled(loss, 1 / world_size())
 
     losses = {}
     if len(encode_ranges(n, cfg)) > 1:
@@ -144,9 +145,9 @@ def reconstruct(model, x: dict, cfg: dict, n_targets: int, scale, last: bool, de
         _, logits = model(x["ids"].to(device), x["mask"].to(device), None,
                           length_blocks(x["lengths"], cfg["block_tokens"]), targets=(ids, mask))
     loss = denoising(logits.float(), ids, mask) / n_targets
-    scale(loss * _world()).backward()
+    scale(loss * world_size()).backward()
     share = loss.detach()
-    if _world() > 1:
+    if world_size() > 1:
         torch.distributed.all_reduce(share)
     return share
 
@@ -154,14 +155,9 @@ def reconstruct(model, x: dict, cfg: dict, n_targets: int, scale, last: bool, de
 def target_tokens(inputs: list[dict], device) -> int:
     """The tokens TSDAE's decoder predicts in a step (all but each sentence's first), on every worker."""
     n = torch.tensor(sum(int(x["targets"][1][:, 1:].sum()) for x in inputs), device=device)
-    if _world() > 1:
+    if world_size() > 1:
         torch.distributed.all_reduce(n)
     return int(n)
-
-
-def _world() -> int:
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) -> torch.Tensor:
@@ -175,11 +171,24 @@ def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) 
     return z.view(-1, num_positives, z.size(1)).mean(1)
 
 
+def gradient_scaled(loss: torch.Tensor, factor: float) -> torch.Tensor:
+    """`loss`'s value with `factor` times its gradient. train.scale_fix false: DeCLUTR's replicas each
+    back-propagated the global contrastive loss into their own rows only, and DDP averaged, so its contrastive
+    gradient was 1 / W of the global loss's against MLM's (its model.py, scale_fix false); the logged loss
+    stays the loss."""
+    return loss * factor + (loss * (1 - factor)).detach()
+
+
+def world_size() -> int:
+    initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_world_size() if initialized else 1
+
+
 def gather(t: torch.Tensor) -> torch.Tensor:
     """Every worker's rows, so negatives span the global batch. The differentiable all_gather sends each
     worker's gradient for every row back to the row's owner; every worker computes the same global
     loss, so a row's gradient arrives world-size times, which DDP's averaging over workers undoes."""
-    if _world() == 1:
+    if world_size() == 1:
         return t
     from torch.distributed.nn.functional import all_gather  # only where torch.distributed is initialised
 
@@ -216,7 +225,7 @@ def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
     """The encoder a run trains, under torch.compile with train.compile; with TSDAE's decoder for its loss."""
     decoder = TsdaeDecoder(mlm_model, cfg["seed"]) if cfg["loss"] == "denoising" else None
     return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"],
-                       decoder=decoder)
+                       projection_dim=cfg["projection_dim"], decoder=decoder)
 
 
 def ddp_options(cfg: dict) -> dict:
