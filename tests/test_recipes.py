@@ -67,7 +67,7 @@ def test_recipe_settings_are_validated():
     for bad in (["train.optimizer=adam"], ["train.adam_eps=0"], ["train.sgd_momentum=1"],
                 ["train.projection=none", "train.projection_dim=64"], ["train.loss=moco"],
                 ["train.momentum=0.9", "train.loss=info-nce", "train.memory_bank=8"],
-                ["train.momentum=0.9", "train.loss=moco"], ["train.schedule=constant"]):
+                ["train.momentum=0.9", "train.loss=moco"], ["train.schedule=cyclic"]):
         with pytest.raises(ConfigError):
             load_config(None, bad)
 
