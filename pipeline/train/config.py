@@ -152,8 +152,8 @@ class TrainConfig(Strict):
         if self.select_by is not None and self.eval_every is None:
             raise ValueError(f"select_by {self.select_by!r} chooses what eval_every scores: set eval_every too")
         if self.select_by == HELDOUT_LOSS and not self.contrastive:
-            raise ValueError("select_by heldout-loss is the contrastive loss on held-out pairs: this run has "
-                             "contrastive: false; select it by sts-dev or a task")
+            raise ValueError("select_by heldout-loss is the contrastive loss on held-out pairs, and this run has "
+                             "contrastive: false: give it select_by sts-dev or a task, or eval_every: null")
         if self.dev_split == "test":
             raise ValueError("dev_split test: selecting on the test split would leak it into the reported scores")
         if not (self.contrastive or self.mlm):
