@@ -5,10 +5,10 @@ its own clock, and the one-line config errors."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from types import SimpleNamespace
 
-import pyarrow as pa
 import pytest
 import torch
 from torch import nn
@@ -20,14 +20,19 @@ from pipeline.config import Config, load_config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
 from pipeline.errors import ConfigError
+from pipeline.evaluate import retrieval
+from pipeline.model.card import render
+from pipeline.model.exported import embed
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer_stage
 from pipeline.train import loop, selection
 from pipeline.train.batching import special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.heldout import heldout_batches, heldout_scores
+from pipeline.train.scorers import make_scorer, task_score
 from storage import read_manifest, read_table
 from tests.conftest import write_corpus
+from tests.test_model_card import INFO
 from tests.test_train_step import pairs, tiny_encoder
 
 FRACTION = 0.3
@@ -216,3 +221,32 @@ def test_select_by_errors_are_one_line(tmp_path):
     (tmp_path / "eval" / "other.pairclass.jsonl").write_bytes((tmp_path / "dev" / "mine.pairclass.jsonl").read_bytes())
     one_line_error(r"is a copy of a test file", selection.stage_config, {**train, "select_by": "mine"},
                    str(tmp_path / "eval"), 64)
+
+
+def test_a_retrieval_task_selects_on_its_dev_queries_by_its_own_scorer(tokenizer, tmp_path):
+    """select_by a retrieval task in evaluate.data: the scorer reads qrels/dev.tsv, never test.tsv, and returns
+    the kind's main metric (nDCG@10) of the model in eval mode."""
+    task_dir = tmp_path / "eval" / "mine"
+    (task_dir / "qrels").mkdir(parents=True)
+    passages = ["kabar lobar mifen", "tosu rami feli", "pona kiva lumo", "sela dori maku"]
+    (task_dir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"p{i}", "text": t}) + "\n"
+                                                   for i, t in enumerate(passages)))
+    (task_dir / "queries.jsonl").write_text('{"_id": "q0", "text": "kabar mifen"}\n{"_id": "q1", "text": "rami"}\n')
+    (task_dir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tp0\t1\nq1\tp1\t1\n")
+    (task_dir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tp3\t1\nq1\tp2\t1\n")
+    train = TrainConfig(eval_every=5, select_by="mine").model_dump()
+    config = {"train": train, "dev": selection.stage_config(train, str(tmp_path / "eval"), 64)}
+    dev = selection.load(config, "unused", special_ids(tokenizer))
+    model = tiny_encoder(tokenizer, pooling="mean")
+    model.train()
+    got = make_scorer(model, tokenizer, train, dev)()
+    assert model.training, "training mode restored"
+    model.eval()
+    encode = lambda s: embed(model.mlm_model.base_model, tokenizer, s, "mean", 64)  # noqa: E731
+    assert got == {"dev_score": task_score(retrieval.read(task_dir, "dev"), encode)}
+    assert got["dev_score"] != task_score(retrieval.read(task_dir, "test"), encode)
+
+
+def test_the_card_says_which_step_and_by_what():
+    card = render({**INFO, "best_step": 600, "selected_by": selection.label("heldout-loss", 1.2341)})
+    assert "| selected | step 600 by heldout-loss 1.234 |" in card
