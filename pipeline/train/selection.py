@@ -89,7 +89,8 @@ def find_task(name: str, dev_set: str | None, split: str, eval_data: str | None)
     if task.kind != "retrieval" and dev_set is None:
         raise ConfigError(f"train.select_by {name}: {task.files[0]} is the {task.kind} task's test split "
                           "(evaluate.data); put its dev split in a directory and name it train.dev_set")
-    evaluated = {_digest(f) for t in kinds.find_all(eval_data) for f in t.files} if dev_set else set()
+    scored = kinds.find_all(eval_data) if dev_set and isinstance(eval_data, str) else []
+    evaluated = {_digest(f) for t in scored for f in t.files}
     if task.kind != "retrieval" and any(_digest(f) in evaluated for f in task.files):
         raise ConfigError(f"train.select_by {name}: {task.files[0]} is a copy of a test file of {eval_data}; "
                           "a test split is never a dev set")
