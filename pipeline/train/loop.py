@@ -130,7 +130,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
             state["metrics"][-1].update(scorer())
             keep_best(state, getattr(model, "module", model), dev["by"])
             key = score_key(dev["by"])
-            print(f"step {step}/{config['total_steps']} {dev['by']} {key} {state['metrics'][-1][key]:.4f}", flush=True)
+            print(f"step {step}/{config['total_steps']} {key} {state['metrics'][-1][key]:.4f}", flush=True)
         if checkpoint_due(step, cfg, config["total_steps"]):
             _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, generator, state, rank)
         if step % cfg["log_every"] == 0 and rank == 0:
