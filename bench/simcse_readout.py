@@ -31,7 +31,7 @@ from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.devset import read_dev
-from pipeline.train.loop import dev_scorer
+from pipeline.train.scorers import dev_scorer
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import make_encoder, train_step
 

@@ -23,7 +23,7 @@ from pipeline.filter.config import FilterConfig
 from pipeline.init.config import ModelConfig
 from pipeline.repeats import seed_list, seeded
 from pipeline.tokenizer.config import TokenizerConfig
-from pipeline.train.config import TrainConfig
+from pipeline.train.config import HELDOUT_LOSS, TrainConfig
 
 
 class ParallelConfig(Strict):
@@ -105,6 +105,9 @@ class Config(Strict):
             if run.objective == "cert" and len(self.backtranslate.pivots) < 2:
                 raise ValueError(f"runs.{name}: CERT pairs two back-translations through two different pivots: "
                                  f"backtranslate.pivots needs at least two, got {self.backtranslate.pivots}")
+            if run.select_by == HELDOUT_LOSS and not self.augment.heldout_fraction:
+                raise ValueError(f"runs.{name}: select_by heldout-loss scores documents held out of training: set "
+                                 "augment.heldout_fraction above 0 (0.05, say); it is 0, none is held out")
             if run.objective == "declutr" and run.batch_size % self.augment.num_anchors:
                 raise ValueError(f"runs.{name}: train.batch_size ({run.batch_size}) must be a multiple of "
                                  f"augment.num_anchors ({self.augment.num_anchors}) so batches hold whole documents")

@@ -47,7 +47,7 @@ def step(tok, rank: int, world: int, cfg: dict) -> tuple[float, dict]:
         cfg["objective"], lambda: pairs(tok, n=8))()
     share = rows.num_rows // world
     batch = collate(rows.slice(rank * share, share), special, 64, True)
-    bank = run_bank(cfg, 32)
+    bank = run_bank(cfg, cfg["projection_dim"] or 32)  # the head's width, as the loop sizes it
     metrics = [train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
                for _ in range(1 if cfg["objective"] == "simcse-sup" else 2)][-1]
     module = model.module if world > 1 else model

@@ -12,11 +12,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pipeline import registry
-from storage import list_datasets, read_manifest
+from pipeline.augment.heldout import read_heldout
+from pipeline.model.transformer import SpanEncoder, load_mlm
+from pipeline.tokenizer.loading import load_tokenizer
+from pipeline.train.batching import collate, special_ids
+from storage import dataset_path, list_datasets, read_manifest
 from tests.conftest import CPIPE, cpipe
+from tests.test_select_by import nt_xent_loop
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +38,9 @@ def first_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
     args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
             "--artifacts", str(artifacts),
             # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
-            "--set", "runs.continued={init_from: mlm-only, lr: 1.0e-9}"]
+            "--set", "runs.continued={init_from: mlm-only, lr: 1.0e-9}",
+            # The declutr run selected by its loss on documents held out of training, scored every 2 steps.
+            "--set", "augment.heldout_fraction=0.25", "--set", "runs.declutr={eval_every: 2, select_by: heldout-loss}"]
     result = cpipe(*args)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return args, artifacts, result.stdout + result.stderr
@@ -104,6 +112,33 @@ def test_exported_model_loads_in_sentence_transformers_without_our_code(first_ru
                          text=True, cwd="/", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("(2, 32)")
+
+
+def test_a_run_selected_by_heldout_loss_exports_its_lowest_scoring_step(first_run):
+    """The exported weights' held-out loss, by a loop over NT-Xent on the held-out pairs, is the manifest's best
+    score, the lowest of the steps scored; the leaderboard row says which step and by what."""
+    _, artifacts, output = first_run
+    path = re.search(r" - train-declutr: built (\S+)", output).group(1)
+    manifest = read_manifest(path)
+    scored = pd.read_parquet(f"{path}/metrics.parquet").dropna(subset=["heldout_loss"])
+    assert list(scored["step"]) == [2, 4, 6] and scored["heldout_uniformity"].notna().all()
+    assert scored["heldout_loss"].nunique() == 3, "the scores should differ for the test to mean much"
+    best = scored.loc[scored["heldout_loss"].idxmin()]
+    assert manifest["best_step"] == best["step"] and manifest["best_score"] == pytest.approx(best["heldout_loss"])
+
+    heldout = read_heldout(dataset_path(str(artifacts), "augment", manifest["inputs"]["pairs"]))
+    encoder = SpanEncoder(load_mlm(f"{path}/hf"), "mean", None).eval()
+    special = special_ids(load_tokenizer(f"{path}/hf"))
+    losses = []
+    for start in range(0, heldout.num_rows - 3, 4):  # batch_size 4, a short last batch dropped
+        batch = collate(heldout.slice(start, 4), special, 34, True)
+        with torch.no_grad():
+            anchors = encoder(*batch["anchors"])[0].double().tolist()
+            positives = encoder(*batch["positives"])[0].double().view(4, 2, -1).mean(1).tolist()
+        losses.append(nt_xent_loop(anchors, positives, 0.05))
+    assert sum(losses) / len(losses) == pytest.approx(manifest["best_score"], rel=1e-4)
+    recipe = pd.read_csv(artifacts / "leaderboard.csv").set_index("model").loc["declutr", "recipe"]
+    assert recipe.endswith(f"selected at step {manifest['best_step']} of 6 by heldout-loss {best['heldout_loss']:.3f}")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, build_model
 from pipeline.stage import run_stage
 from pipeline.tokenizer.loading import SPECIAL
-from pipeline.train import devset
+from pipeline.train import devset, selection
 from pipeline.train import stage as train
 from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, read_manifest
@@ -145,14 +145,26 @@ def test_the_dev_set_content_enters_the_train_fingerprint(tmp_path):
     assert "dev" not in train.config(Config(evaluate={"data": str(tmp_path)}), "declutr")
 
 
+def chosen(scores: list[tuple[int, float]], by: str) -> int:
+    best = None
+    for step, value in scores:
+        if selection.improves(value, best[1] if best else None, by):
+            best = (step, value)
+    return best[0]
+
+
 def test_the_best_is_the_highest_score_earliest_among_ties_never_nan():
-    reports = [{"step": 2, "dev_spearman": 0.5}, {"step": 4, "dev_spearman": float("nan")},
-               {"step": 6, "dev_spearman": 0.7}, {"step": 8, "dev_spearman": 0.7}]
-    assert devset.best(reports)["step"] == 6
-    assert devset.best([{"step": 2, "dev_spearman": float("nan")}, {"step": 4, "dev_spearman": -0.2}])["step"] == 4
+    reports = [(2, 0.5), (4, float("nan")), (6, 0.7), (8, 0.7)]
+    assert chosen(reports, "sts-dev") == 6
+    assert chosen([(2, float("nan")), (4, -0.2)], "sts-dev") == 4
+    assert chosen([(2, 0.5), (4, 0.3), (6, 0.3), (8, 0.4)], "heldout-loss") == 4  # lower is better
+    assert chosen([(2, 0.1), (4, 0.3)], "mine") == 4  # a task's main metric: higher is better
 
 
-def test_the_leaderboard_recipe_names_the_selected_step():
+def test_the_leaderboard_recipe_names_the_selected_step_and_what_selected_it():
     assert devset.selected({"steps": 1000, "best_step": 300, "best_dev_spearman": 0.71234}) == \
-        "selected at step 300 of 1000 (dev Spearman 0.712)"
+        "selected at step 300 of 1000 by sts-dev Spearman 0.712"
+    assert devset.selected({"steps": 1000, "best_step": 600, "selected_by": selection.label("heldout-loss", 1.2341)}) \
+        == "selected at step 600 of 1000 by heldout-loss 1.234"
+    assert selection.label("mine", 0.41234, "retrieval") == "mine dev nDCG@10 0.412"
     assert devset.selected({"steps": 1000}) is None

@@ -90,11 +90,13 @@ def test_logging_and_checkpointing_leave_the_train_fingerprint_but_the_learning_
     assert _train_fingerprint("num_workers=2") != base  # the workers split each batch
 
 
-def test_checkpoint_every_is_fingerprinted_when_checkpoints_are_scored_for_selection(tiny_sts, tmp_path):
+def test_checkpoint_every_leaves_the_fingerprint_of_a_selected_run_too(tiny_sts, tmp_path):
+    """Scoring keeps its own clock (eval_every) and the best step's weights, so checkpoints change no export."""
     # tiny_sts's STS-B dev is a copy of its test split: a dev set of other pairs
     dev = f"dev_set={write_sts(tmp_path, seed=2) / 'STSBenchmark' / 'sts-dev.csv'}"
     selected = _train_fingerprint("eval_every=5", "checkpoint_every=7", dev, eval_data=str(tiny_sts))
-    assert selected != _train_fingerprint("eval_every=5", dev, eval_data=str(tiny_sts))
+    assert selected == _train_fingerprint("eval_every=5", dev, eval_data=str(tiny_sts))
+    assert selected != _train_fingerprint("eval_every=10", dev, eval_data=str(tiny_sts))
 
 
 def test_runtime_reads_defaults_and_refuses_unknown_keys():

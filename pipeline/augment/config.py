@@ -74,6 +74,10 @@ class AugmentConfig(Strict):
     max_length: int = Field(512, ge=2, description="l_max: also the least gap between two anchors of a document")
     collapse_whitespace: bool = Field(True, description="declutr: runs of whitespace (newlines included) become "
                                       "one space before tokenising, as DeCLUTR's reference does")
+    heldout_fraction: float = Field(0.0, ge=0, lt=1, description=(
+        "share of the documents (by a hash of doc_id: the same whatever the seed or epoch) never trained on, "
+        "whose first epoch's pairs score train.select_by: heldout-loss; 0 = none held out (every document "
+        "trains, as the papers train)"))
     seed: int = 0
     rows_per_shard: int = Field(50_000, ge=1)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from pipeline.augment.heldout import HeldOutSplit
 from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.config import Config
 from pipeline.repeats import label
@@ -58,6 +59,8 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.SETTINGS)}}
     if hasattr(maker, "files"):
         settings["files"] = maker.files(cfg)
+    if augment["heldout_fraction"]:  # only then: the datasets built before the setting keep their fingerprints
+        settings["heldout_fraction"] = augment["heldout_fraction"]
     return {**settings, "augmentation": run.views} if run.views else settings
 
 
@@ -68,7 +71,11 @@ def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    PAIR_MAKERS[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), out)
+    fraction = config.get("heldout_fraction")
+    writer = HeldOutSplit(out, fraction, SCHEMA) if fraction else out
+    PAIR_MAKERS[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), writer)
+    if fraction:
+        writer.close()
 
 
 # 4: the negative_ids / negative_text columns (simcse-sup's hard negatives; null for the other objectives).

@@ -97,11 +97,12 @@ def _qrels(path: Path) -> dict[str, set[str]]:
     return relevant
 
 
-def read(directory: Path) -> kinds.Task:
+def read(directory: Path, split: str = SPLIT) -> kinds.Task:
+    """The task in `directory`, its queries those of qrels/<split>.tsv (train.select_by reads the dev split)."""
     corpus, queries = _file(directory, "corpus.jsonl"), _file(directory, "queries.jsonl")
-    qrels = _file(directory / "qrels", f"{SPLIT}.tsv")
+    qrels = _file(directory / "qrels", f"{split}.tsv")
     if queries is None or qrels is None:
-        missing = "queries.jsonl" if queries is None else f"qrels/{SPLIT}.tsv"
+        missing = "queries.jsonl" if queries is None else f"qrels/{split}.tsv"
         raise EvalDataError(f"{directory}: a retrieval task (BEIR's layout) without {missing}")
     try:
         passage_ids, passages = _texts(corpus, title=True)
@@ -119,11 +120,11 @@ def read(directory: Path) -> kinds.Task:
     return kinds.Task(KIND, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
 
 
-def find(data_dir: Path) -> list[kinds.Task]:
+def find(data_dir: Path, split: str = SPLIT) -> list[kinds.Task]:
     """Every directory under data_dir with a corpus.jsonl (or .gz) beside a queries file or a qrels directory
     (a corpus file alone is no retrieval task)."""
     found = sorted({p.parent for name in ("corpus.jsonl", "corpus.jsonl.gz") for p in data_dir.rglob(name)})
-    return [read(d) for d in found if _file(d, "queries.jsonl") is not None or (d / "qrels").is_dir()]
+    return [read(d, split) for d in found if _file(d, "queries.jsonl") is not None or (d / "qrels").is_dir()]
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

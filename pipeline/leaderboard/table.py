@@ -341,9 +341,11 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
                      "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
                      "sentences' embeddings.")
     if "recipe" in columns and table["recipe"].astype(str).str.contains(SELECTED, regex=False).any():
-        notes.append(f"A recipe that says \"{SELECTED} N\" is a dev-selected run (train.eval_every, as SimCSE's "
-                     "load_best_model_at_end): its model is the checkpoint of step N, the best by Spearman of cosine "
-                     "on the dev set (STS-B dev unless train.dev_set names another), not the last.")
+        notes.append(f"A recipe that says \"{SELECTED} N ... by X\" is a dev-selected run (train.eval_every, as "
+                     "SimCSE's load_best_model_at_end): its model is step N's, the best by X (train.select_by: "
+                     "sts-dev Spearman of cosine on the dev set, STS-B dev unless train.dev_set names another; "
+                     "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
+                     "a task's main metric on its dev split), not the last.")
     notes += _interval_notes(table, compare_to)
     if rank_by:
         notes.append(f"Ranked by {rank_by}.")

@@ -59,7 +59,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
         "parameters": parent["parameters"] if parent else init.get("parameters"),
         "continues": {"fingerprint": init["fingerprint"], "recipe": parent["recipe"]} if parent else None,
         "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]}, "sources": sources,
-        **{k: extra.get(k) for k in ("steps", "final_loss", "best_step", "best_dev_spearman")},
+        **{k: extra.get(k) for k in ("steps", "final_loss", "best_step", "best_dev_spearman", "selected_by")},
     }
 
 
@@ -111,7 +111,8 @@ def _training(info: dict) -> list[tuple[str, str]]:
     sources = "; ".join(f"{s['stage']} {name} `{s['fingerprint']}`"
                         + (f" ({s['rows']:,} rows)" if s.get("rows") is not None else "")
                         for name, s in info["sources"].items())
-    best = (f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
+    best = (f"step {info['best_step']} by {info['selected_by']}" if info.get("selected_by") else
+            f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
             if info.get("best_dev_spearman") is not None else "not evaluated during training")
     rows = [("base model", info.get("base_model") or "none: from scratch"), ("architecture", info["architecture"])]
     if info.get("continues"):
@@ -124,7 +125,7 @@ def _training(info: dict) -> list[tuple[str, str]]:
     return rows + [("objective", objective), ("loss", loss), ("recipe", info["recipe"]),
                    ("training pairs", f"`{pairs['fingerprint']}`: {pairs['rows']:,} pairs"
                     + (f", made from {sources}" if sources else "")),
-                   ("steps", steps), ("best dev score", best)]
+                   ("steps", steps), ("selected", best)]
 
 
 def _scores(scores: dict | None) -> list[str]:

@@ -13,6 +13,8 @@ from pipeline.train.splits import why_test_split
 
 # The objectives: pipeline.augment.objectives.OBJECTIVES's names, spelled here so that the config imports none.
 OBJECTIVES = ("declutr", "cert", "simcse", "clear", "tsdae", "simcse-sup")
+# train.select_by's values beside a task's name.
+STS_DEV, HELDOUT_LOSS = "sts-dev", "heldout-loss"
 
 # What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
 # (dropped at export), the pooling, whether MLM is added, the temperature, and the optimisation: learning
@@ -168,12 +170,20 @@ class TrainConfig(Strict):
     torch_threads: int | None = Field(None, ge=1, description="null = every core of the machine")
     checkpoint_every: int = Field(100, ge=1)
     eval_every: int | None = Field(None, ge=1, description=(
-        "dev-set model selection (SimCSE's load_best_model_at_end): every this many steps and at the last, "
-        "score the model by Spearman of cosine on the dev set and export the best-scoring checkpoint, not the "
-        "last; every checkpoint is scored, and every evaluation checkpointed; null = off, the last is exported"))
+        "model selection (SimCSE's load_best_model_at_end): every this many steps and at the last, score the "
+        "model by select_by and export the best-scoring step's weights, not the last; checkpoints for resuming "
+        "keep their own clock (checkpoint_every); null = off, the last is exported"))
+    select_by: str | None = Field(None, description=(
+        "what eval_every scores: sts-dev (Spearman of cosine on an STS-B-format dev file, dev_set), "
+        "heldout-loss (the run's contrastive loss on the pairs of the documents augment.heldout_fraction holds "
+        "out; lower is better), or the name of a task of another kind (retrieval, clustering, pairclass, "
+        "reranking) found in dev_set, scored by its main metric; null = sts-dev"))
     dev_set: str | None = Field(None, description=(
-        "the STS-B-format file eval_every selects on (never a test split); null = sts-dev.csv (STS-B dev) "
-        "under evaluate.data"))
+        "the dev data eval_every scores (never a test split): for sts-dev an STS-B-format file (null = "
+        "sts-dev.csv, STS-B dev, under evaluate.data); for a task, a directory in --eval-data's layouts "
+        "holding it (null = evaluate.data, for a retrieval task's dev qrels)"))
+    dev_split: str = Field("dev", description="select_by a retrieval task: the qrels read, qrels/<dev_split>.tsv "
+                           "(BEIR's dev queries); never test")
     max_failures: int = Field(2, ge=0, description="worker failures Ray Train recovers from")
     log_every: int = Field(10, ge=1)
     seed: int = 0
@@ -215,6 +225,13 @@ class TrainConfig(Strict):
             raise ValueError("keep_head: true needs a projection head to keep (projection: none)")
         if self.batch_size % self.num_workers:
             raise ValueError(uneven_batch(self.batch_size, self.num_workers))
+        if self.select_by is not None and self.eval_every is None:
+            raise ValueError(f"select_by {self.select_by!r} chooses what eval_every scores: set eval_every too")
+        if self.select_by == HELDOUT_LOSS and not self.contrastive:
+            raise ValueError("select_by heldout-loss is the contrastive loss on held-out pairs, and this run has "
+                             "contrastive: false: give it select_by sts-dev or a task, or eval_every: null")
+        if self.dev_split == "test":
+            raise ValueError("dev_split test: selecting on the test split would leak it into the reported scores")
         if not (self.contrastive or self.mlm):
             raise ValueError("at least one of contrastive and mlm must be true")
         if self.momentum is not None and not self.contrastive:

@@ -20,6 +20,10 @@ TAGS = {
     "optim/grad_norm": "grad_norm",
     "data/wait_seconds": "data_seconds",
     "dev/spearman": "dev_spearman",
+    "dev/score": "dev_score",
+    "heldout/loss": "heldout_loss",
+    "heldout/alignment": "heldout_alignment",
+    "heldout/uniformity": "heldout_uniformity",
 }
 
 

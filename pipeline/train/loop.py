@@ -1,11 +1,14 @@
-"""The training loop each Ray Train worker runs: the run's steps over its shard of the pairs, checkpoints, and
-with train.eval_every the dev set's score at every checkpoint (rank 0).
+"""The training loop each Ray Train worker runs: the run's steps over its shard of the pairs, checkpoints every
+train.checkpoint_every steps, and with train.eval_every rank 0's score of the model by train.select_by every
+eval_every steps (pipeline.train.selection), each on its own clock.
 
 `run_loop` takes what it needs of Ray Train as plain arguments (the worker's rank, the state to resume from,
 its micro-batches, the model's placement, the reports), so that tests and benchmarks run it in one process;
 `train_loop`, the function Ray Train's workers run, builds them from `ray.train`. A checkpoint is a directory
-holding one file, `state.pt`: the model, optimizer, schedule, loss scale, RNGs, memory bank, key encoder and
-the metrics so far.
+holding one file, `state.pt`: the model, optimizer, schedule, loss scale, RNGs, memory bank, key encoder,
+the metrics so far and, with eval_every, the best-scoring step so far with its weights ("best"): a scored step
+need not be a checkpoint's, and the export is always a scored step's weights, kept in memory (on the host) from
+its evaluation on and saved in every checkpoint after it.
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 import torch
 
-from pipeline.model.exported import embed, eval_length
 from pipeline.model.transformer import load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate
-from pipeline.train.devset import dev_spearman
 from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
+from pipeline.train.scorers import make_scorer
+from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
 
 STATE = "state.pt"  # a checkpoint directory's file
@@ -62,13 +65,15 @@ def train_loop(config: dict) -> None:
 
 
 def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
-             shard: Callable[[int], Iterable[pa.Table]], prepare_model, report) -> None:
+             shard: Callable[[int], Iterable[pa.Table]], prepare_model, report, scorer=None) -> None:
     """Worker `rank` of `world`'s training: `config` is the driver's (train's settings, the init model, the
     step count, the special ids, the dev set). `saved`: the state to resume from (load_state of the latest
     checkpoint), or None. `shard(rows)`: this worker's pairs in tables of `rows`, in order, a short last
     one dropped. `prepare_model(model, ddp_kwargs)`: the model placed on the worker's device (and wrapped in
     DDP where there are several workers). `report(metrics, directory)`: every worker's at every checkpoint;
-    rank 0 passes the checkpoint's directory, which lasts as long as the call, the others None."""
+    rank 0 passes the checkpoint's directory, which lasts as long as the call, the others None.
+    `scorer(model)`: rank 0's function scoring the placed model every eval_every steps, () -> {column: value}
+    (None: pipeline.train.scorers.make_scorer of config["dev"], selection.load's)."""
     cfg = config["train"]
     torch.set_num_threads(cfg["torch_threads"] or max(1, (os.cpu_count() or 1) // world))
     torch.manual_seed(cfg["seed"] + rank)
@@ -76,7 +81,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
     model.train()
     optimizer, scheduler = make_optimizer(model, cfg, config["total_steps"])
     bank = run_bank(cfg, cfg["projection_dim"] or model.mlm_model.config.hidden_size)
-    state = {"step": 0, "metrics": []}
+    state = {"step": 0, "metrics": [], "best": None}
     if saved is not None:
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -84,7 +89,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
         torch.set_rng_state(saved["rng"])
         if bank is not None:
             bank.load_state_dict(saved["bank"])
-        state = {"step": saved["step"], "metrics": saved["metrics"]}
+        state = {"step": saved["step"], "metrics": saved["metrics"], "best": saved.get("best")}
         if rank == 0:
             print(f"resuming from step {saved['step']}", flush=True)
     model = prepare_model(model, ddp_options(cfg))
@@ -98,8 +103,9 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
             key_encoder.load_state_dict(saved["key_encoder"])
         generator.set_state(saved["generator"])  # so a resumed run masks as an unbroken one would
     dev = config.get("dev")
-    scorer = dev_scorer(model, load_tokenizer(config["init"]), cfg["pooling"], dev, cfg["keep_head"]) \
-        if dev and rank == 0 else None
+    if dev and rank == 0:
+        scorer = (scorer or (lambda m: make_scorer(m, load_tokenizer(config["init"]), cfg, dev)))(model)
+    unscored = {k: None for k in columns(dev["by"])} if dev else {}
     micro_batches = shard(cfg["batch_size"] // world)
     # "seconds" counts training time across restarts, not since the latest one.
     step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
@@ -118,11 +124,14 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
         state["metrics"].append({"step": step, **metrics,
                                  "batch": zlib.crc32(batches[0]["anchors"][0].numpy().tobytes()),
                                  "data_seconds": data_seconds, "seconds": time.perf_counter() - started,
-                                 **({"dev_spearman": None} if dev else {})})
+                                 **unscored})
         state["step"] = step
+        if rank == 0 and dev and scoring_due(step, cfg, config["total_steps"]):
+            state["metrics"][-1].update(scorer())
+            keep_best(state, getattr(model, "module", model), dev["by"])
+            key = score_key(dev["by"])
+            print(f"step {step}/{config['total_steps']} {key} {state['metrics'][-1][key]:.4f}", flush=True)
         if checkpoint_due(step, cfg, config["total_steps"]):
-            if scorer is not None:
-                state["metrics"][-1]["dev_spearman"] = scorer()
             _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, generator, state, rank)
         if step % cfg["log_every"] == 0 and rank == 0:
             print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
@@ -130,30 +139,21 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
 
 
 def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
-    """Every checkpoint_every steps, every eval_every steps and at the last: with eval_every, every checkpoint
-    is scored (Ray orders them by the score) and every score checkpointed (so its model can be exported)."""
-    return step == total_steps or step % cfg["checkpoint_every"] == 0 or bool(
-        cfg["eval_every"] and step % cfg["eval_every"] == 0)
+    """Every checkpoint_every steps and at the last (what a restart resumes from, and what the export reads)."""
+    return step == total_steps or step % cfg["checkpoint_every"] == 0
 
 
-def dev_scorer(model, tokenizer, pooling: str, dev: dict, keep_head: bool = False):
-    """A function scoring the model as it is now on the dev pairs: the evaluation's tokenisation, the run's
-    pooling (and head, where the export keeps it), eval mode (no dropout), no gradient; training mode is
-    restored after."""
-    module = getattr(model, "module", model)
-    encoder = module.mlm_model.base_model
-    max_length = eval_length(encoder.config, tokenizer, dev["max_length"])
+def scoring_due(step: int, cfg: dict, total_steps: int) -> bool:
+    """Every eval_every steps and at the last, whatever checkpoint_every is."""
+    return bool(cfg["eval_every"]) and (step == total_steps or step % cfg["eval_every"] == 0)
 
-    def score() -> float:
-        module.eval()
-        try:
-            return dev_spearman(lambda sentences: embed(encoder, tokenizer, sentences, pooling, max_length,
-                                                        head=module.projection if keep_head else None),
-                                dev["subset"])
-        finally:
-            module.train()
 
-    return score
+def keep_best(state: dict, module, by: str) -> None:
+    """The latest evaluation's step and a host copy of its weights become state["best"] if its score improves."""
+    value = state["metrics"][-1][score_key(by)]
+    if improves(value, state["best"]["score"] if state["best"] else None, by):
+        state["best"] = {"step": state["step"], "score": value,
+                         "model": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}}
 
 
 def grouped(items, k: int):
@@ -176,10 +176,7 @@ def _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, gene
                         "key_encoder": key_encoder.state_dict() if key_encoder is not None else None, **state},
                        f"{d}/{STATE}")
             checkpoint = d
-        last = state["metrics"][-1]
-        # Only rank 0's metrics reach Ray's checkpoint bookkeeping, and only rank 0 scores the dev set.
-        score = {"dev_spearman": last["dev_spearman"]} if last.get("dev_spearman") is not None else {}
-        report({"step": state["step"], "loss": last["loss"], **score}, checkpoint)
+        report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint)
 
 
 def load_state(directory: str) -> dict:

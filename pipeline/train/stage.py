@@ -4,8 +4,9 @@ The driver (`run`) starts a TorchTrainer over a Ray Dataset of the pair shards;
 each worker runs pipeline.train.loop's `train_loop`, whose whole step is pipeline.train.step's `train_step`.
 Checkpoints go through `ray.train.report`; a rerun with the same fingerprint resumes from the
 latest one (Ray Train restores its run state from the same storage path). With train.eval_every, rank 0
-scores the model on the dev set at every checkpoint (pipeline.train.devset), Ray keeps the best-scoring
-checkpoints besides the latest, and the best one is exported, with its curves and model card (pipeline.model.card).
+scores the model by train.select_by every eval_every steps (pipeline.train.selection), the latest checkpoint
+carries the best-scoring step's weights, and those are exported, with the curves and model card
+(pipeline.model.card).
 """
 
 from __future__ import annotations
@@ -22,17 +23,15 @@ from pipeline.augment.stage import pairs_label
 from pipeline.config import Config
 from pipeline.init.stage import init_label
 from pipeline.errors import InputError
-from pipeline.evaluate.sts_data import data_hash
 from pipeline.model.card import train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.ray_session import ray_init, started_here
 from pipeline.stage import Stage, runtime
 from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.train import devset, resume
+from pipeline.train import resume, selection
 from pipeline.train.batching import special_ids
-from pipeline.train.config import TrainConfig
+from pipeline.train.config import HELDOUT_LOSS, STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
-from pipeline.train.devset import best, read_dev
 from pipeline.train.loop import load_state, train_loop
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
@@ -43,8 +42,7 @@ from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifes
 
 # How often to log and checkpoint, how many failures to survive, threads and CPUs: the same model either way.
 # num_workers and use_gpu stay in the fingerprint: the workers split each batch (and seed and shard by rank),
-# and a GPU computes other floats. With eval_every, every checkpoint is scored and may be the one exported,
-# so checkpoint_every is fingerprinted then.
+# and a GPU computes other floats. checkpoint_every too: scored steps keep their own weights whatever it is.
 RUNTIME = {k: TrainConfig.model_fields[k].default
            for k in ("log_every", "checkpoint_every", "max_failures", "torch_threads", "cpus_per_worker")}
 # Settings added after version 5, at the value every run trained with before them, stay out of the stage config
@@ -61,16 +59,18 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, str]:
 
 
 def config(cfg: Config, row: str) -> dict:
-    """The repeat's settings (its seed the repeat's); a dev-selected run's hold its dev set. init_from stays out:
+    """The repeat's settings (its seed the repeat's); a dev-selected run's hold its dev data. init_from stays out:
     the parent's dataset is an input, so its fingerprint is part of the child's, and renaming the parent rebuilds
-    nothing."""
+    nothing. So do the selection's settings where they select nothing (no eval_every; dev_split but for a
+    task), so that runs configured before them keep their fingerprints."""
     run = cfg.trainings()[row].config
-    settings = run.model_dump(exclude={"init_from"})
-    moved = [k for k in RUNTIME if not (k == "checkpoint_every" and run.eval_every)]
-    left = [*moved, *(k for k, v in UNCHANGED.items() if settings[k] == v)]
-    dev = devset.stage_config(settings, cfg.evaluate.data, cfg.evaluate.max_length)
+    unused = {"init_from", *(() if run.eval_every else ("select_by",)),
+              *(() if run.eval_every and run.select_by not in (None, STS_DEV, HELDOUT_LOSS) else ("dev_split",))}
+    settings = run.model_dump(exclude=unused)
+    left = [*RUNTIME, *(k for k, v in UNCHANGED.items() if settings[k] == v)]
+    dev = selection.stage_config(run.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
     return {"train": {k: v for k, v in settings.items() if k not in left}, **({"dev": dev} if dev else {}),
-            "runtime": {k: settings[k] for k in moved}}
+            "runtime": {k: settings[k] for k in RUNTIME}}
 
 
 def inputs(cfg: Config, done: dict[str, str], row: str) -> dict[str, str]:
@@ -85,38 +85,22 @@ def needs_ray(config: dict) -> bool:
 
 
 def check(cfg: Config) -> None:
-    """Before any work: every dev-selected run's dev set is found (not when its training starts), and the local
+    """Before any work: every dev-selected run's dev data is found (not when its training starts), and the local
     Ray the run will start can hold every run's workers (a cluster's resources are seen only once connected)."""
     runs = cfg.run_configs()
     for r in runs.values():
-        if r.eval_every is not None:
-            devset.find_dev(r.dev_set, cfg.evaluate.data)
+        selection.stage_config(r.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
     ray = sys.modules.get("ray")  # already up in this process: the stage sees what it is
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS") or (ray and ray.is_initialized())):
         check_before_ray({name: r.model_dump() for name, r in runs.items()}, cfg.ray.num_cpus, os.cpu_count() or 1)
 
 
-def dev_set(config: dict) -> dict | None:
-    """The dev pairs and the evaluation's max_length, read once here for the workers; None without eval_every."""
-    if config["train"]["eval_every"] is None:
-        return None
-    if not config.get("dev"):
-        raise InputError("train: eval_every is set but the stage config names no dev set "
-                         "(pipeline.train.devset.stage_config builds it)")
-    subset = read_dev(config["dev"]["file"])
-    if data_hash([subset]) != config["dev"]["hash"]:
-        raise InputError(f"train: {config['dev']['file']} changed after the run was configured; start it again")
-    return {"subset": subset, "max_length": config["dev"]["max_length"]}
-
-
-def checkpoint_config(scored: bool):
-    """Ray keeps the latest checkpoint (which a restart resumes from) whatever the ordering, and besides it the
-    best two by dev score when there is one, else the last two."""
+def checkpoint_config():
+    """Ray keeps the latest two checkpoints; the latest (which a restart resumes from) carries the best-scoring
+    step's weights, so no other need be kept."""
     from ray.train import CheckpointConfig
 
-    if not scored:
-        return CheckpointConfig(num_to_keep=2)
-    return CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="dev_spearman", checkpoint_score_order="max")
+    return CheckpointConfig(num_to_keep=2)
 
 
 def _load(checkpoint) -> dict:
@@ -153,7 +137,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     ray_init(None, None)  # a no-op when the caller already connected to Ray
     check_resources(cfg, ray.cluster_resources(), started_here())
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
-    dev = dev_set(config)
+    special = special_ids(tokenizer, cfg["max_length"])
+    dev = selection.load(config, pairs, special)
     data_context = ray.data.DataContext.get_current()
     data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
     data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead
@@ -173,12 +158,12 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     trainer = _trainer_class()(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
-                           "special": special_ids(tokenizer, cfg["max_length"]), "dev": dev},
+                           "special": special, "dev": dev},
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
                              storage_filesystem=arrow_filesystem(runs),
-                             checkpoint_config=checkpoint_config(dev is not None),
+                             checkpoint_config=checkpoint_config(),
                              failure_config=FailureConfig(max_failures=cfg["max_failures"]),
                              # Train's own INFO lines (resources requested, each report and checkpoint) are
                              # noise on the user's terminal; our steps are logged by the loop.
@@ -197,10 +182,13 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     if dev is None:
         encoder.load_state_dict(saved["model"])
     else:
-        chosen = best([{**metrics, "checkpoint": c} for c, metrics in result.best_checkpoints])
-        encoder.load_state_dict(_load(chosen["checkpoint"])["model"])
-        out.extra.update({"best_step": chosen["step"], "best_dev_spearman": chosen["dev_spearman"]})
-        log.info("train: exporting step %d, dev Spearman %.4f", chosen["step"], chosen["dev_spearman"])
+        best = saved["best"]
+        encoder.load_state_dict(best["model"])
+        by = dev["by"]
+        chosen = selection.label(by, best["score"], dev["task"].kind if "task" in dev else None)
+        out.extra.update({"best_step": best["step"], "select_by": by, "best_score": best["score"],
+                          "selected_by": chosen, **({"best_dev_spearman": best["score"]} if by == STS_DEV else {})})
+        log.info("train: exporting step %d, by %s", best["step"], chosen)
     # The projection head stays behind, unless the objective evaluates through it (keep_head); TSDAE's decoder always.
     export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"], encoder.projection if cfg["keep_head"] else None)
     metrics = pa.Table.from_pylist(saved["metrics"])
