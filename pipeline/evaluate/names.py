@@ -62,8 +62,8 @@ def avg_transfer(protocol: str) -> str:
 # MRPC as DeCLUTR's averages count it: once, as the mean of its accuracy and F1 (not a column of its own).
 MRPC_BOTH = "MRPC accuracy+F1"
 AVG_TRANSFER_SIMCSE, AVG_DOWNSTREAM_DECLUTR = "avg transfer (SimCSE 7)", "avg downstream (DeCLUTR 15)"
-# The papers' averages over SentEval's protocol, each over every column it names. SimCSE's table 2 "Avg.": seven
-# transfer tasks, MRPC by its accuracy, no SICK-E. DeCLUTR's "Downstream (-SNLI)" (its README's table; its
+# The papers' averages over SentEval's protocol, each over every column it names. SimCSE's transfer "Avg." (its
+# evaluation.py's): seven transfer tasks, MRPC by its accuracy, no SICK-E. DeCLUTR's "Downstream (-SNLI)" (its README's table; its
 # scripts/run_senteval.py's DOWNSTREAM_TASKS less SNLI) has 17 tasks, and 15 of them are scored here: all but
 # SST5 and COCO's image-caption retrieval; so this column is DeCLUTR's average over those 15, not its number.
 PAPER_AVERAGES = {

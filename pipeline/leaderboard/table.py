@@ -336,7 +336,7 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
                         "once as the mean of its accuracy and F1 (DeCLUTR)")
     if AVG_TRANSFER_SIMCSE in columns:
         averages.append(f"{AVG_TRANSFER_SIMCSE} = mean of MR, CR, SUBJ, MPQA, SST2, TREC and MRPC accuracy under "
-                        "senteval (SimCSE's table 2)")
+                        "senteval (SimCSE's transfer average, its evaluation.py's)")
     if AVG_DOWNSTREAM_DECLUTR in columns:
         averages.append(f"{AVG_DOWNSTREAM_DECLUTR} = mean of CR, MR, MPQA, SUBJ, SST2, TREC, MRPC (its accuracy and "
                         "F1 averaged), SICKE, and SICKR, STSB and STS12-16 under senteval: DeCLUTR's \"Downstream "
