@@ -135,13 +135,13 @@ def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
 
 
 def _paper_averages(similarity: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
-    """The papers' averages (PAPER_AVERAGES) on a table with transfer columns, each missing unless a row has all of
-    its columns; MRPC, where DeCLUTR's counts it once, as the mean of its senteval accuracy and F1."""
+    """The papers' averages (PAPER_AVERAGES) on a table with senteval transfer columns, each missing unless a row has
+    all of its columns; MRPC, where DeCLUTR's counts it once, as the mean of its senteval accuracy and F1."""
     parts = pd.concat([similarity, transfer], axis=1)
     if {"MRPC senteval", "MRPC F1 senteval"} <= set(parts.columns):
         parts[f"{MRPC_BOTH} senteval"] = (parts["MRPC senteval"] + parts["MRPC F1 senteval"]) / 2
     out = pd.DataFrame(index=parts.index)
-    if len(transfer.columns):
+    if any(c.endswith(" senteval") for c in transfer.columns):
         for name, columns in PAPER_AVERAGES.items():
             out[name] = _mean_of_all(parts, columns)
     return out
