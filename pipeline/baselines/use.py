@@ -1,8 +1,8 @@
 """The Universal Sentence Encoder (Cer et al., 2018) as a baseline row, from a TF-Hub SavedModel directory.
 
 Two USEs are published as TF2 SavedModels: universal-sentence-encoder/4, the
-deep averaging network (DAN, about 1 GB), and universal-sentence-encoder-large/5,
-the Transformer; both map a batch of strings to [batch, 512] float32. They
+deep averaging network (DAN), and universal-sentence-encoder-large/5, the
+Transformer; both map a batch of strings to [batch, 512] float32. They
 follow TF-Hub's Reusable SavedModel API for text embeddings: the loaded object
 is called on a 1-D string tensor and returns the embeddings (its
 `serving_default` signature, with input "inputs" and output "outputs", is the
