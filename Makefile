@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[test]"
+	# `use`: TensorFlow's CPU wheel (about 60 s and 1.4 GB more), so that the suite scores the USE row too.
+	$(BIN)/python -m pip install -q -e ".[test,use]"
 	touch $@
 
 venv: $(STAMP)

@@ -62,7 +62,8 @@ CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_b
          # The earlier MoCo case as it was: the in-batch loss under the optimisation every objective then had.
          "moco-inbatch": {"objective": "cert", "momentum": 0.9, "memory_bank": 8, "loss": "moco-inbatch",
                           "optimizer": "adamw", "weight_decay": 0.1, "schedule": "slanted-triangular",
-                          "max_length": 512, "projection_dim": None},
+                          "max_length": 512, "projection_dim": None,
+                          "lr": 1e-9},  # Adam's first step would magnify float noise in near-zero gradients
          "simcse": {"objective": "simcse"},
          "tsdae": {"objective": "tsdae"},
          "simcse-sup": {"objective": "simcse-sup", "hard_negative_weight": 0.5, "grad_cache": 5},

@@ -16,6 +16,7 @@ from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
 from pipeline.baselines.infersent import model as infersent
+from pipeline.baselines.infersent.config import InferSentBaseline
 from pipeline.errors import InputError
 from pipeline.evaluate import stage as evaluate
 from pipeline.stage import run_stage
@@ -44,13 +45,15 @@ def lstm_by_hand(x: np.ndarray, w_ih, w_hh, b_ih, b_hh) -> np.ndarray:
     return np.array(states)
 
 
-def test_max_pooling_over_bilstm_states_equals_a_loop_over_the_real_timesteps():
+def test_max_pooling_over_bilstm_states_equals_a_loop_over_the_timesteps_and_the_zero_padding():
+    """InferSent's encoder (models.py, version 1) max-pools pad_packed_sequence's output: a sentence shorter than
+    the batch's longest has zero states after its end, and they take part in the max."""
     torch.manual_seed(0)
     vectors = torch.randn(12, 5)
     encoder = infersent.BiLstmMax(vectors, hidden=6)
     sentences = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [10], [11, 3, 2, 0]]
     lengths = torch.tensor([len(s) for s in sentences])
-    ids = torch.full((4, 7), 11)  # padding with a real word: it must be ignored all the same
+    ids = torch.full((4, 7), 11)  # padding with a real word: the LSTM never reads it, its states are zeros
     for row, s in enumerate(sentences):
         ids[row, : len(s)] = torch.tensor(s)
     got = encoder(ids, lengths).detach().numpy()
@@ -62,9 +65,11 @@ def test_max_pooling_over_bilstm_states_equals_a_loop_over_the_real_timesteps():
         backward = lstm_by_hand(x[::-1], p["weight_ih_l0_reverse"], p["weight_hh_l0_reverse"],
                                 p["bias_ih_l0_reverse"], p["bias_hh_l0_reverse"])[::-1]
         states = np.concatenate([forward, backward], axis=1)  # (time, 2 * hidden)
-        expected.append([max(states[t, k] for t in range(len(s))) for k in range(states.shape[1])])
+        padded = [0.0] * (7 - len(s))  # the zero states of the steps after its end
+        expected.append([max([states[t, k] for t in range(len(s))] + padded) for k in range(states.shape[1])])
     expected = np.array(expected)
-    assert (expected < 0).any()  # zero-padded states taking part in the max would show here
+    assert (expected[0] < 0).any()  # the longest sentence has no padding: a negative maximum stays
+    assert (expected[1:] >= 0).all()  # the shorter ones: the padding's zeros bound every maximum from below
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -77,12 +82,36 @@ def test_the_classifier_sees_u_v_their_absolute_difference_and_product():
     torch.testing.assert_close(infersent.features(u, v), by_hand)
 
     net = infersent.NliNet(infersent.BiLstmMax(torch.randn(6, 3), hidden=2), fc_dim=512)
-    first, last = net.classifier[0], net.classifier[-1]
-    assert (first.in_features, first.out_features, last.out_features) == (16, 512, 3)  # one 512-unit hidden layer
     a, b = (torch.tensor([[1, 2, 3]]), torch.tensor([3])), (torch.tensor([[4, 5]]), torch.tensor([2]))
     ua, vb = net.encoder(*a)[0].tolist(), net.encoder(*b)[0].tolist()
     x = torch.tensor([ua + vb + [abs(p - q) for p, q in zip(ua, vb)] + [p * q for p, q in zip(ua, vb)]])
     torch.testing.assert_close(net(a, b), net.classifier(x))
+
+
+def test_the_classifier_is_train_nli_defaults_three_linear_layers_with_nothing_between():
+    """train_nli.py's defaults (nonlinear_fc 0, dpout_fc 0, fc_dim 512): Linear(4d, 512), Linear(512, 512),
+    Linear(512, 3), so the logits are one affine map of the features, computed here from the layers' weights."""
+    torch.manual_seed(2)
+    net = infersent.NliNet(infersent.BiLstmMax(torch.randn(6, 3), hidden=2), fc_dim=512)
+    layers = list(net.classifier)
+    assert [(m.in_features, m.out_features) for m in layers] == [(16, 512), (512, 512), (512, 3)]
+    assert all(type(m) is torch.nn.Linear for m in layers)
+    w = [m.weight.detach().double().numpy() for m in layers]
+    bias = [m.bias.detach().double().numpy() for m in layers]
+    x = np.random.default_rng(0).standard_normal((5, 16))
+    by_hand = x @ (w[2] @ w[1] @ w[0]).T + (w[2] @ (w[1] @ bias[0] + bias[1]) + bias[2])
+    with torch.no_grad():
+        got = net.classifier(torch.from_numpy(x).float()).double().numpy()
+    np.testing.assert_allclose(got, by_hand, rtol=1e-4, atol=1e-5)
+
+
+def test_the_defaults_are_train_nli_py_s():
+    """InferSent's train_nli.py: n_epochs 20, batch_size 64, sgd lr 0.1, decay 0.99, lrshrink 5, minlr 1e-5,
+    max_norm 5, fc_dim 512 (enc_lstm_dim 2048 is the one setting kept smaller here)."""
+    want = {"epochs": 20, "batch_size": 64, "lr": 0.1, "decay": 0.99, "shrink": 5.0, "min_lr": 1e-5,
+            "max_norm": 5.0, "fc_dim": 512}
+    for settings in (infersent.Settings(), InferSentBaseline()):
+        assert {k: getattr(settings, k) for k in want} == want
 
 
 SNLI_ROWS = [
@@ -193,15 +222,24 @@ def test_a_tiny_training_run_learns_and_its_export_encodes_as_the_trained_encode
                                    vocab)[0] for split, n, s in (("train", 300, 0), ("trial", 90, 1))]
     encoder, history = infersent.train(*data, vectors.matrix, infersent.Settings(**SMALL))
     best = max(history, key=lambda h: h["dev_accuracy"])
-    assert best["train_accuracy"] > 0.6 and best["dev_accuracy"] > 0.6  # chance is 1/3
+    assert best["train_accuracy"] > 0.5 and best["dev_accuracy"] > 0.6  # chance is 1/3
     infersent.export(encoder, vectors, str(tmp_path / "export"))
     loaded = infersent.InferSentEncoder(str(tmp_path / "export"))
     sentences = [a for a, _, _ in made_up_nli(20, 2)] + ["nobody", "unknown words only", ""]
     got = loaded.encode(sentences, batch_size=7)
     ids = [vocab.ids(s) for s in sentences]
+    # As the reference's encode batches: longest first, so a sentence's padding (which the max-pool sees) is
+    # that of its batch; a sentence with no known word is the zero vector.
+    order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: -len(ids[i]))
+    direct = np.zeros((len(sentences), 32), dtype=np.float32)
     with torch.no_grad():
-        direct = np.stack([encoder(*infersent.batch([x]))[0].numpy() if x else np.zeros(32) for x in ids])
+        for k in range(0, len(order), 7):
+            rows = order[k : k + 7]
+            direct[rows] = encoder(*infersent.batch([ids[i] for i in rows])).numpy()
     np.testing.assert_allclose(got, direct, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        alone = {i: encoder(*infersent.batch([ids[i]]))[0].numpy() for i in order}
+    assert any(not np.allclose(got[i], alone[i]) for i in order)  # padding in the max: batch-dependent vectors
     assert loaded.dim == 32 and loaded.parameters == sum(p.numel() for p in encoder.parameters())
 
 
@@ -227,7 +265,7 @@ def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path):
     assert list(rows) == ["evaluate/infersent"]
     row = rows["evaluate/infersent"]
     about, inputs = row.about, row.inputs
-    assert about["objective"] == "InferSent (NLI: SICK-E train)" and "BiLSTM-max 16x2, MLP 32" in about["recipe"]
+    assert about["objective"] == "InferSent (NLI: SICK-E train)" and "BiLSTM-max 16x2, linear classifier 32" in about["recipe"]
     manifest = read_manifest(inputs["model"])
     assert manifest["counts"]["train_pairs"] == 90 and len(manifest["epochs"]) <= 2
     assert manifest["counts"]["dropped_no_known_word"] == 0  # "</s>" is in every fastText vocabulary

@@ -7,6 +7,7 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate.config import EvaluateConfig
+from pipeline.leaderboard.intervals import averages
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 
 TITLE = "STS leaderboard (test)"
@@ -182,6 +183,44 @@ def test_transfer_analysis_and_what_each_model_is(scores):
     md = to_markdown(leaderboard(both), [], TITLE)
     assert "| 1,234 |" in md and "avg transfer (SentEval)" in md and "0.123" in md
     assert "senteval = SentEval's PyTorch classifier" in md and "Ethayarajh" in md
+
+
+def test_the_papers_transfer_averages_by_hand():
+    """avg transfer (SimCSE 7): MR, CR, SUBJ, MPQA, SST2, TREC and MRPC accuracy (SimCSE's evaluation.py, no
+    SICK-E).
+    avg downstream (DeCLUTR 15): CR, MR, MPQA, SUBJ, SST2, TREC, MRPC as (accuracy + F1) / 2, SICK-E, and SICK-R,
+    STS-B and STS12-16 by SentEval's protocol (DeCLUTR's Downstream (-SNLI) less SST5 and COCO)."""
+    acc = {"MR": 0.81, "CR": 0.87, "SUBJ": 0.94, "MPQA": 0.89, "SST2": 0.86, "TREC": 0.83, "MRPC": 0.73, "SICKE": 0.79}
+    sts = {"STS12": 0.61, "STS13": 0.67, "STS14": 0.64, "STS15": 0.75, "STS16": 0.72, "STSB": 0.77, "SICKR": 0.69}
+    rows = []
+    for model, shift in (("a", 0.0), ("b", 0.01)):
+        common = {"model": model, "subset": "all", "split": "test", "n": 10}
+        rows += [{**common, "task": t, "metric": "accuracy", "protocol": "senteval", "value": v + shift}
+                 for t, v in acc.items() if not (model == "b" and t == "SICKE")]  # b lacks SICK-E
+        rows += [{**common, "task": t, "metric": "accuracy", "protocol": "sklearn", "value": 0.5} for t in acc]
+        rows.append({**common, "task": "MRPC", "metric": "f1", "protocol": "senteval", "value": 0.81 + shift})
+        rows.append({**common, "task": "MRPC", "metric": "f1", "protocol": "sklearn", "value": 0.5})
+        rows += [{**common, "task": t, "metric": "spearman", "protocol": "senteval", "value": v + shift}
+                 for t, v in sts.items()]
+        rows += [{**common, "task": t, "metric": "spearman", "protocol": "simcse" if t.startswith("STS1") else
+                  "cosine", "value": 0.1} for t in sts]
+    table = leaderboard(pd.DataFrame(rows)).set_index("model")
+    simcse_a = (81 + 87 + 94 + 89 + 86 + 83 + 73) / 7
+    declutr_a = (87 + 81 + 89 + 94 + 86 + 83 + (73 + 81) / 2 + 79 + 69 + 77 + 61 + 67 + 64 + 75 + 72) / 15
+    assert table.loc["a", "avg transfer (SimCSE 7)"] == pytest.approx(simcse_a, abs=0.005)
+    assert table.loc["a", "avg downstream (DeCLUTR 15)"] == pytest.approx(declutr_a, abs=0.005)
+    assert table.loc["b", "avg transfer (SimCSE 7)"] == pytest.approx(simcse_a + 1, abs=0.005)  # SICK-E not in it
+    assert math.isnan(table.loc["b", "avg downstream (DeCLUTR 15)"])  # SICK-E is: never a mean of fewer
+    assert table.loc["a", "avg transfer (sklearn)"] == 50.0  # the papers' averages are senteval's alone
+    md = to_markdown(leaderboard(pd.DataFrame(rows)), [], TITLE)
+    assert "SimCSE's transfer average" in md and "less SST5 and COCO" in md
+    assert leaderboard(pd.DataFrame(rows), rank_by="avg downstream (DeCLUTR 15)")["model"].tolist() == ["a", "b"]
+    assert EvaluateConfig(rank_by="avg transfer (SimCSE 7)").rank_by == "avg transfer (SimCSE 7)"
+    # Their bootstrap intervals resample the same parts: MRPC by accuracy for SimCSE, by accuracy and F1 for DeCLUTR.
+    parts = averages(list(table.reset_index().columns))
+    assert parts["avg transfer (SimCSE 7)"][-1] == "MRPC senteval"
+    assert "MRPC accuracy+F1 senteval" in parts["avg downstream (DeCLUTR 15)"]
+    assert len(parts["avg downstream (DeCLUTR 15)"]) == 15
 
 
 def test_cumulative_leaderboard_replaces_a_rescored_model_and_keeps_others(scores):

@@ -33,6 +33,19 @@ class PostprocessBaseline(Strict):
     seed: int = 0
 
 
+class UseBaseline(Strict):
+    """The Universal Sentence Encoder from a TF-Hub SavedModel directory (pipeline.baselines.use); needs the
+    `use` extra (TensorFlow)."""
+
+    path: str = Field(description="universal-sentence-encoder/4 (DAN) or universal-sentence-encoder-large/5 "
+                      "(Transformer), unpacked")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, v: str) -> str:
+        return absolute(v)
+
+
 class Baselines(Strict):
     random: bool = Field(True, description="mean of random word vectors: the floor")
     random_dim: int = Field(300, ge=2)
@@ -40,6 +53,7 @@ class Baselines(Strict):
     models: list[ModelBaseline] = Field(default_factory=list)
     postprocess: list[PostprocessBaseline] = Field(default_factory=list)
     infersent: InferSentBaseline = Field(default_factory=InferSentBaseline)
+    use: UseBaseline | None = Field(None, description="the Universal Sentence Encoder's row, named use")
 
     @field_validator("vectors")
     @classmethod

@@ -1,6 +1,7 @@
 """Every kind of encoder the evaluate stage scores, built from a small spec: our exported models, the
 fastText bag of words, random and pretrained word vectors, any HF / sentence-transformers directory,
-an InferSent export, and a post-processed (whitened or flow-transformed) version of any of them."""
+an InferSent export, a Universal Sentence Encoder SavedModel, and a post-processed (whitened or
+flow-transformed) version of any of them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pipeline.baselines import postprocess
 from pipeline.baselines.fasttext.bow import FastTextEncoder
 from pipeline.baselines.fasttext.stage import MODEL_FILE
 from pipeline.baselines.infersent.model import InferSentEncoder
+from pipeline.baselines.use import UseEncoder
 from pipeline.baselines.vectors import RandomEncoder, WordVectorEncoder
 from pipeline.errors import InputError
 from pipeline.model.exported import Encoder
@@ -34,6 +36,8 @@ def load(spec: dict, inputs: dict, max_length: int):
         return WordVectorEncoder(spec["path"])
     if kind == "model":
         return Encoder(spec["path"], max_length=max_length, pooling=spec["pooling"])
+    if kind == "use":
+        return UseEncoder(spec["path"])
     raise ValueError(f"unknown encoder kind {kind!r}")
 
 

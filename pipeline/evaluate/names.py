@@ -59,9 +59,23 @@ def avg_transfer(protocol: str) -> str:
     return f"avg transfer ({TRANSFER_PROTOCOLS[protocol]})"
 
 
+# MRPC as DeCLUTR's averages count it: once, as the mean of its accuracy and F1 (not a column of its own).
+MRPC_BOTH = "MRPC accuracy+F1"
+AVG_TRANSFER_SIMCSE, AVG_DOWNSTREAM_DECLUTR = "avg transfer (SimCSE 7)", "avg downstream (DeCLUTR 15)"
+# The papers' averages over SentEval's protocol, each over every column it names. SimCSE's transfer "Avg." (its
+# evaluation.py's): seven transfer tasks, MRPC by its accuracy, no SICK-E. DeCLUTR's "Downstream (-SNLI)" (its README's table; its
+# scripts/run_senteval.py's DOWNSTREAM_TASKS less SNLI) has 17 tasks, and 15 of them are scored here: all but
+# SST5 and COCO's image-caption retrieval; so this column is DeCLUTR's average over those 15, not its number.
+PAPER_AVERAGES = {
+    AVG_TRANSFER_SIMCSE: [f"{t} senteval" for t in ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")],
+    AVG_DOWNSTREAM_DECLUTR: [f"{t} senteval" for t in ("CR", "MR", "MPQA", "SUBJ", "SST2", "TREC")]
+    + [f"{MRPC_BOTH} senteval", "SICKE senteval", "SICKR senteval", "STSB senteval"]
+    + [f"{t} senteval" for t in STS_YEARS],
+}
+
 # STS pair files are named by their files, so their columns are known only from the scores.
 PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
-AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS))
+AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS), *PAPER_AVERAGES)
 
 
 # The task kinds beside STS and transfer (pipeline.evaluate.kinds): each kind's module, the metric its

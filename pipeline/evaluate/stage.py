@@ -35,6 +35,7 @@ import pyarrow as pa
 from pipeline.config import Config
 from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
+from pipeline.baselines import use
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders, kinds
@@ -129,12 +130,14 @@ def side_by_side(cfg: Config) -> bool:
 
 def check(cfg: Config) -> None:
     """Before any work: evaluation data exists and every task's files parse, transfer tasks included (or the run
-    would train models before failing)."""
+    would train models before failing), and a USE row can be loaded here."""
     if not cfg.evaluate.data:
         raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
     find_sts(cfg.evaluate.data, required=not kinds.find_all(cfg.evaluate.data))
     if cfg.evaluate.transfer:
         find_transfer(cfg.evaluate.data)
+    if cfg.evaluate.baselines.use is not None and (why := use.problem(cfg.evaluate.baselines.use.path)):
+        raise ConfigError(f"evaluate.baselines.use.path: {why}")
 
 
 def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> dict:
@@ -208,6 +211,10 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
         rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": snapshot(path)},
                         {}, {"objective": "pretrained word vectors"}))
     rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
+    if base.use is not None:
+        rows.append(Row("use", {"kind": "use", "path": base.use.path, "snapshot": snapshot(base.use.path)}, {},
+                        {"objective": "pretrained (Universal Sentence Encoder)",
+                         "recipe": f"TF SavedModel {Path(base.use.path).name}"}))
     initial = initial_row(cfg)[0] if ev.untrained else None
     for pp in base.postprocess:  # a row with repeats is post-processed repeat by repeat
         model = initial if pp.model == UNTRAINED and initial is not None else pp.model

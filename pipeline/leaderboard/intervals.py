@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline.evaluate.items import run_group
-from pipeline.evaluate.names import (AVG_PAIRS, RELATEDNESS_TASKS, STS_AVERAGES, STS_YEARS, TASK_KINDS,
-                                     TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer, is_pair_column, kind_average)
+from pipeline.evaluate.names import (AVG_PAIRS, MRPC_BOTH, PAPER_AVERAGES, RELATEDNESS_TASKS, STS_AVERAGES,
+                                     STS_YEARS, TASK_KINDS, TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer,
+                                     is_pair_column, kind_average)
 from pipeline.leaderboard import bootstrap
 from pipeline.repeats import seeded
 
@@ -28,7 +29,7 @@ LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT = "lo", "hi", "diff", "diff lo", "di
 # A row trained over several seeds (pipeline.leaderboard.seeds): its seeds, and per column the spread over them.
 SEEDS, STD, PER_SEED = "seeds", "std", "per seed"
 SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT, STD, PER_SEED)
-_MRPC_BOTH = "MRPC accuracy+F1"  # MRPC as DeCLUTR's transfer average counts it
+_MRPC_BOTH = MRPC_BOTH
 # (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
 Draw = Callable[[str, list[int], int], Iterator[list[np.ndarray]]]
 DRAW: Draw = partial(bootstrap.chunks, seed=bootstrap.SEED)
@@ -81,6 +82,7 @@ def averages(columns: Sequence[str]) -> dict[str, list[str]]:
         if avg_transfer(protocol) in present:
             out[avg_transfer(protocol)] = [f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
                                            for t in TRANSFER_TASKS if f"{t} {protocol}" in present]
+    out.update({name: parts for name, parts in PAPER_AVERAGES.items() if name in present})
     return out
 
 

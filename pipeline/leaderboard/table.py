@@ -30,7 +30,8 @@ import pandas as pd
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate import kinds
-from pipeline.evaluate.names import (AVERAGES, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL, PAIR_PROTOCOL,
+from pipeline.evaluate.names import (AVERAGES, AVG_DOWNSTREAM_DECLUTR, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL,
+                                     AVG_TRANSFER_SIMCSE, MRPC_BOTH, PAIR_PROTOCOL, PAPER_AVERAGES,
                                      SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
                                      TRANSFER_TASKS, avg_transfer, is_kind_column, is_pair_column,
                                      rankable_columns)
@@ -133,6 +134,19 @@ def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
     return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
 
 
+def _paper_averages(similarity: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
+    """The papers' averages (PAPER_AVERAGES) on a table with senteval transfer columns, each missing unless a row has
+    all of its columns; MRPC, where DeCLUTR's counts it once, as the mean of its senteval accuracy and F1."""
+    parts = pd.concat([similarity, transfer], axis=1)
+    if {"MRPC senteval", "MRPC F1 senteval"} <= set(parts.columns):
+        parts[f"{MRPC_BOTH} senteval"] = (parts["MRPC senteval"] + parts["MRPC F1 senteval"]) / 2
+    out = pd.DataFrame(index=parts.index)
+    if any(c.endswith(" senteval") for c in transfer.columns):
+        for name, columns in PAPER_AVERAGES.items():
+            out[name] = _mean_of_all(parts, columns)
+    return out
+
+
 def _kinds(scores: pd.DataFrame, models) -> pd.DataFrame:
     """Each task of the other kinds by its kind's main metric (x 100), then the kind's mean over its tasks."""
     test = _test(scores)
@@ -188,7 +202,8 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     models = pd.unique(scores["model"])
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
-    extra = [_similarity(scores, models, tasks), _transfer(scores, models), _kinds(scores, models),
+    similarity, transfer = _similarity(scores, models, tasks), _transfer(scores, models)
+    extra = [similarity, transfer, _paper_averages(similarity, transfer), _kinds(scores, models),
              _analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     if "recipe" in scores.columns:
@@ -319,6 +334,13 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
     if transfer:
         averages.append(f"{' and '.join(transfer)} = mean over the transfer tasks in this table, MRPC counted "
                         "once as the mean of its accuracy and F1 (DeCLUTR)")
+    if AVG_TRANSFER_SIMCSE in columns:
+        averages.append(f"{AVG_TRANSFER_SIMCSE} = mean of MR, CR, SUBJ, MPQA, SST2, TREC and MRPC accuracy under "
+                        "senteval (SimCSE's transfer average, its evaluation.py's)")
+    if AVG_DOWNSTREAM_DECLUTR in columns:
+        averages.append(f"{AVG_DOWNSTREAM_DECLUTR} = mean of CR, MR, MPQA, SUBJ, SST2, TREC, MRPC (its accuracy and "
+                        "F1 averaged), SICKE, and SICKR, STSB and STS12-16 under senteval: DeCLUTR's \"Downstream "
+                        "(-SNLI)\" less SST5 and COCO, which are not scored here")
     if averages:
         notes.append("; ".join(averages) + f". An average is {MISSING} when a row lacks any of its tasks.")
     if transfer:

@@ -1,13 +1,25 @@
 """InferSent (Conneau et al., 2017): a BiLSTM with max pooling over fixed word vectors, trained on NLI pairs.
 
-The classifier sees [u, v, |u-v|, u*v] of the two sentence vectors and has one
-hidden layer of 512 units (the paper, section 3.3 and 4). Training follows the
-paper: SGD at lr 0.1, lr times 0.99 each epoch, divided by 5 whenever dev
-accuracy does not improve, stopped once it falls below 1e-5, batches of 64,
-the encoder with the best dev accuracy kept. As in the reference
-(train_nli.py), gradients are clipped at norm 5 and each sentence is wrapped in
-<s> ... </s> before words without a vector are dropped. Padding never takes
-part in the max (the reference's version 2 encoder).
+The classifier sees [u, v, |u-v|, u*v] of the two sentence vectors. It is the
+reference's default (train_nli.py, `nonlinear_fc 0`, `dpout_fc 0`): three
+Linear layers, 4d -> 512 -> 512 -> 3, with no nonlinearity or dropout between
+them, so the classifier is linear in those features; the paper's section 3.3
+describes an MLP with one 512-unit hidden layer, which the reference builds
+only with `nonlinear_fc 1` (then with Tanh and a second hidden layer). Training
+follows train_nli.py's defaults: SGD at lr 0.1, lr times 0.99 each epoch,
+divided by 5 whenever dev accuracy does not improve, stopped once it falls
+below 1e-5 or after 20 epochs, batches of 64, the encoder with the best dev
+accuracy kept, gradients clipped at norm 5 (the reference scales the step
+instead, the same thing for plain SGD), each sentence wrapped in <s> ... </s>
+before words without a vector are dropped.
+
+Padding: the reference's encoder (models.py, version 1, the one train_nli.py
+trains and infersent1.pkl ships) packs the sentences, and pad_packed_sequence
+fills the steps after a sentence's end with zeros, which then take part in the
+max-pool: a sentence shorter than the longest in its batch gets max(x, 0) in
+every dimension whose states are all negative. So does ours, in training and
+in encoding; encoding sorts sentences by length, as the reference's encode
+does, so that few of them have padding at all.
 
 NLI data: SNLI / MultiNLI JSONL (`sentence1`, `sentence2`, `gold_label`; rows
 labelled "-", no annotator majority, are dropped), or SICK's tab-separated
@@ -171,9 +183,9 @@ class BiLstmMax(nn.Module):
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids: (batch, time), padded after each sentence's `lengths` (all >= 1) words."""
         packed = pack_padded_sequence(self.embeddings(ids), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        # Zeros after each sentence's end, kept in the max as the reference keeps them (module docstring).
         states, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=ids.shape[1])
-        padding = torch.arange(ids.shape[1], device=ids.device)[None, :] >= lengths[:, None]
-        return states.masked_fill(padding[..., None], float("-inf")).amax(dim=1)
+        return states.amax(dim=1)
 
 
 def features(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -184,7 +196,9 @@ class NliNet(nn.Module):
     def __init__(self, encoder: BiLstmMax, fc_dim: int, classes: int = len(LABELS)):
         super().__init__()
         self.encoder = encoder
-        self.classifier = nn.Sequential(nn.Linear(4 * encoder.dim, fc_dim), nn.Tanh(), nn.Linear(fc_dim, classes))
+        # train_nli.py's default classifier (nonlinear_fc 0): linear layers with nothing between them.
+        self.classifier = nn.Sequential(nn.Linear(4 * encoder.dim, fc_dim), nn.Linear(fc_dim, fc_dim),
+                                        nn.Linear(fc_dim, classes))
 
     def forward(self, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.classifier(features(self.encoder(*a), self.encoder(*b)))
@@ -218,7 +232,7 @@ class Settings:
     shrink: float = 5.0
     min_lr: float = 1e-5
     max_norm: float = 5.0
-    epochs: int = 10
+    epochs: int = 20
     seed: int = 1111
 
 

@@ -69,8 +69,9 @@ def about(config: dict) -> dict:
     data = "SICK-E train" if names == ["SICK_train.txt"] else ", ".join(names)
     vectors = os.path.basename(config["vectors"]) if config["vectors"] else "corpus fastText"
     return {"objective": f"InferSent (NLI: {data})",
-            "recipe": f"BiLSTM-max {config['hidden']}x2, MLP {config['fc_dim']}, SGD lr {config['lr']:g} "
-                      f"batch {config['batch_size']}, <= {config['epochs']} epochs dev-selected, vectors: {vectors}"}
+            "recipe": f"BiLSTM-max {config['hidden']}x2, linear classifier {config['fc_dim']}, "
+                      f"SGD lr {config['lr']:g} batch {config['batch_size']}, <= {config['epochs']} epochs "
+                      f"dev-selected, vectors: {vectors}"}
 
 
 def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
@@ -107,5 +108,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     log.info("infersent: dev accuracy %.3f after %d epochs", out.extra["dev_accuracy"], len(history))
 
 
-STAGE = Stage(name="infersent", version="1", flow="evaluate", section="evaluate", config=config, inputs=inputs,
+# 2: train_nli.py's defaults: the linear classifier (nonlinear_fc 0), 20 epochs, zero padding in the max-pool.
+STAGE = Stage(name="infersent", version="2", flow="evaluate", section="evaluate", config=config, inputs=inputs,
               instances=instances, run=run)
