@@ -26,7 +26,7 @@ from pipeline.filter import stage as filter
 from pipeline.decontaminate.match import Matcher
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
-from storage import read_table
+from storage import read_manifest, read_table
 
 
 def main() -> None:
@@ -67,8 +67,9 @@ def main() -> None:
         config = {"mode": "drop", "n": 13, "min_words": 8, "ngrams": index.digest(),
                   "runtime": where}
         start = time.perf_counter()
-        run_stage(decontaminate.STAGE, config, {"documents": docs}, work)
-        print(f"the stage on the corpus dataset (index cached): {time.perf_counter() - start:.2f}s")
+        built = read_manifest(run_stage(decontaminate.STAGE, config, {"documents": docs}, work))
+        print(f"the stage on the corpus dataset (index cached): {time.perf_counter() - start:.2f}s; "
+              f"{built['counts']}, by task {built['contaminated_by_task']}")
     finally:
         shutil.rmtree(work)
 
