@@ -83,7 +83,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         raise InputError(f"decontaminate: the evaluation data ({where['data']}) changed after this run was planned; "
                          "run it again")
     if not index.tasks:
-        log.warning("decontaminate: no evaluation data to keep out of training (evaluate.data is not set)")
+        log.warning("decontaminate: no evaluation sentence to keep out of training (evaluate.data: %s)", where["data"])
     matcher, by_task, mode, total = Matcher(index), Counter(), config["mode"], 0
     for batch in iter_batches(inputs["documents"], batch_size=BATCH):
         total += batch.num_rows
