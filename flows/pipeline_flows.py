@@ -1,5 +1,5 @@
-"""The flows: `data` (corpus -> tokenizer -> filter -> [backtranslate] -> augment), `train` (init -> the runs),
-`evaluate` (score models into the leaderboard), and `full-pipeline`, which runs the three in turn.
+"""The flows: `data` (corpus -> tokenizer -> filter -> decontaminate -> [backtranslate] -> augment), `train`
+(init -> the runs), `evaluate` (score models into the leaderboard), and `full-pipeline`, which runs the three in turn.
 
 Each stage says what it builds and in which flow (pipeline.stage); pipeline.registry orders them; a flow builds
 its own stages in that order."""

@@ -17,6 +17,7 @@ from pipeline.augment.config import AugmentConfig
 from pipeline.backtranslate.config import BacktranslateConfig
 from pipeline.config_base import Strict, absolute
 from pipeline.corpus.config import CorpusConfig
+from pipeline.decontaminate.config import DecontaminateConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.filter.config import FilterConfig
@@ -59,6 +60,7 @@ class Config(Strict):
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
+    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     backtranslate: BacktranslateConfig = Field(default_factory=BacktranslateConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)

@@ -17,6 +17,7 @@ MODULES = {
     "corpus": "pipeline.corpus.stage",
     "tokenizer": "pipeline.tokenizer.stage",
     "filter": "pipeline.filter.stage",
+    "decontaminate": "pipeline.decontaminate.stage",
     "backtranslate": "pipeline.backtranslate.stage",
     "augment": "pipeline.augment.stage",
     "init": "pipeline.init.stage",

@@ -143,7 +143,7 @@ def stages(base: Path, corpus_path) -> dict:
     kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=MIN_TOKENS).model_dump(), "runtime": {}},
                      {"corpus": docs, "tokenizer": tok}, art)
     cfg, run = Config(augment=AugmentConfig(**SPANS)), TrainConfig(objective="declutr")
-    pairs = run_stage(augment.STAGE, augment.config(cfg, run), augment.inputs(cfg, {"filter": kept, "tokenizer": tok}, run), art)
+    pairs = run_stage(augment.STAGE, augment.config(cfg, run), augment.inputs(cfg, {"decontaminate": kept, "tokenizer": tok}, run), art)
     return {"tokenizer": tok, "filter": kept, "augment": pairs, "artifacts": art}
 
 

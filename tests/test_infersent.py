@@ -259,7 +259,7 @@ def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path):
     # The stages run directly, not as the flow's Prefect tasks.
     direct = lambda stage, config, inputs, label: run_stage(stage, config, inputs, art)  # noqa: E731
     rows_stages = [s for s in registry.in_flow("evaluate") if s.name in ("baseline", "infersent")]
-    done = {"filter": docs}
+    done = {"decontaminate": docs}
     flow.build(cfg, rows_stages, done, run_one=direct)
     rows = evaluate.instances(cfg, done)
     assert list(rows) == ["evaluate/infersent"]
@@ -276,5 +276,5 @@ def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path):
     assert (table["objective"] == about["objective"]).all() and (table["parameters"] > 0).all()
     sts_only = str(write_sts(tmp_path / "sts"))
     no_sick = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"data": sts_only})})
-    assert flow.build(no_sick, rows_stages, {"filter": docs}, run_one=direct) is False
+    assert flow.build(no_sick, rows_stages, {"decontaminate": docs}, run_one=direct) is False
     assert not registry.stage("infersent").instances(no_sick, {})  # no NLI data: no row

@@ -53,7 +53,7 @@ def test_scores_are_listed_with_missing_ones_marked():
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory) -> tuple[Path, str]:
-    """Finished filter, augment and init datasets and a train dataset holding a tiny exported model whose card
+    """Finished decontaminate, augment and init datasets and a train dataset holding a tiny exported model whose card
     train_info and write_card wrote as train.run does; returns the artifacts and the train dataset's path."""
     art = tmp_path_factory.mktemp("card")
 
@@ -67,7 +67,7 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
                 build(out)
         return dataset_path(str(art), stage, fp)
 
-    dataset("filter", "f" * 16, {}, {}, rows=[{"text": f"doc {i}"} for i in range(20)])
+    dataset("decontaminate", "f" * 16, {}, {}, rows=[{"text": f"doc {i}"} for i in range(20)])
     pairs = dataset("augment", "a" * 16, {}, {"documents": "f" * 16, "tokenizer": "t" * 16},
                     rows=[{"anchor_ids": [1, 2]} for _ in range(48)])
     model = {"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
@@ -91,7 +91,7 @@ def test_the_trained_model_card_traces_its_inputs_and_loads(artifacts):
     _, model_dir = artifacts
     card = Path(model_dir, ST_DIR, CARD).read_text()
     for fact in ("DeCLUTR", "none: from scratch", "1 layers, hidden size 32, 2 heads, feed-forward 64", "999",
-                 "`aaaaaaaaaaaaaaaa`: 48 pairs", "filter documents `ffffffffffffffff` (20 rows)", "| steps | 6",
+                 "`aaaaaaaaaaaaaaaa`: 48 pairs", "decontaminate documents `ffffffffffffffff` (20 rows)", "| steps | 6",
                  "0.5000 Spearman at step 6", TrainConfig(batch_size=4, max_steps=6).recipe()):
         assert fact in card, fact
     assert ModelCard.load(Path(model_dir, ST_DIR, CARD)).data.library_name == "sentence-transformers"

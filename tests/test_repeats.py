@@ -81,7 +81,7 @@ def test_a_continuing_runs_repeat_starts_from_its_parents_repeat_of_the_same_see
 
 
 PAIRS = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
-STAGES = ("corpus", "tokenizer", "filter", "backtranslate", "augment", "init", "train", "baseline")
+STAGES = registry.NAMES[:registry.NAMES.index("baseline") + 1]
 
 
 def plan(cfg, artifacts: str = "/art") -> dict[str, str]:
@@ -111,7 +111,7 @@ def test_seed_0_is_the_config_without_repeats_and_the_data_stages_are_shared(tmp
     """The datasets a config without repeats built stay valid: seed 0's are the same datasets; the corpus,
     tokenizer and filter stages are shared by every seed."""
     plain, seeded = plan(config(tmp_path, RUNS)), plan(config(tmp_path, RUNS, "repeats=3"))
-    for stage_label in ("corpus", "tokenizer", "filter", "init", "augment/declutr", "augment/simcse", "baseline"):
+    for stage_label in ("corpus", "tokenizer", "filter", "decontaminate", "init", "augment/declutr", "augment/simcse", "baseline"):
         assert seeded[stage_label] == plain[stage_label], stage_label
     for run in "abc":
         assert seeded[f"train/{run} (seed 0)"] == plain[f"train/{run}"]

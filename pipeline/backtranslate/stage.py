@@ -45,7 +45,7 @@ def config(cfg: Config, key: None = None) -> dict:
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
-    return {"documents": done["filter"]}
+    return {"documents": done["decontaminate"]}
 
 
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:

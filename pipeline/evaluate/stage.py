@@ -222,7 +222,7 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
             row, seed = split_seeded(r.name)
             name = f"{row}+{pp.kind}" if seed is None else seeded(f"{row}+{pp.kind}", seed)
             rows.append(Row(name, {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
-                            {**r.inputs, "corpus": done["filter"]}, {**r.about, "recipe": pp.kind}))
+                            {**r.inputs, "corpus": done["decontaminate"]}, {**r.about, "recipe": pp.kind}))
     return rows
 
 
@@ -236,7 +236,7 @@ def initial_row(cfg: Config) -> tuple[str, dict]:
 
 
 def _corpus(done: dict[str, str]) -> str:
-    return dataset_parts(done["filter"])[2]
+    return dataset_parts(done["decontaminate"])[2]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.errors import InputError
 
 NAME = "clear"
-INPUTS = {"documents": "filter"}
+INPUTS = {"documents": "decontaminate"}
 SETTINGS = ("min_chars", "max_sentences", "clear")
 log = logging.getLogger("cpipe")
 

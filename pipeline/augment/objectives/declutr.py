@@ -21,7 +21,7 @@ from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 from storage import read_table
 
 NAME = "declutr"
-INPUTS = {"documents": "filter"}
+INPUTS = {"documents": "decontaminate"}
 SETTINGS = ("num_anchors", "num_positives", "min_length", "max_length", "collapse_whitespace")
 log = logging.getLogger("cpipe")
 

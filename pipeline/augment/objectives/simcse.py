@@ -13,7 +13,7 @@ from pipeline.errors import InputError
 from pipeline.tokenizer.loading import encode_whole
 
 NAME = "simcse"
-INPUTS = {"documents": "filter"}
+INPUTS = {"documents": "decontaminate"}
 SETTINGS = ("min_chars", "max_sentences")
 log = logging.getLogger("cpipe")
 

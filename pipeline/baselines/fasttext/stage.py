@@ -31,7 +31,7 @@ def config(cfg: Config, key: int | None = None) -> dict:
 
 
 def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[str, str]:
-    return {"documents": done["filter"]}
+    return {"documents": done["decontaminate"]}
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:

@@ -1,0 +1,51 @@
+"""Every sentence the run will score, by evaluation task, read with the evaluation's own readers
+(pipeline.evaluate): the STS tasks and STS pair files, SentEval's transfer tasks (with evaluate.transfer), every
+task of the other kinds, and each run's train.dev_set.
+
+Dev splits count: a model selected on them has seen them as surely as one scored on them. Train splits do not:
+SentEval fits its classifiers and the relatedness regressor on them, and no score is taken on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from pipeline.errors import InputError
+from pipeline.evaluate import kinds
+from pipeline.evaluate.sts_data import find_sts, read_stsb_split
+from pipeline.evaluate.transfer_data import find_transfer
+
+UNSCORED = "train"
+# What each task kind's parsed data (kinds.Task.data) holds of text: passages and queries, clustered sentences,
+# both sides of the pairs, queries and their candidates.
+KIND_TEXTS: dict[str, Callable[[object], Iterable[str]]] = {
+    "retrieval": lambda d: [*d.passages, *d.queries],
+    "clustering": lambda d: [s for sentences, _ in d for s in sentences],
+    "pairclass": lambda d: [*d[0], *d[1]],
+    "reranking": lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],
+}
+
+
+def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[str, list[str]]:
+    """{task: its sentences} of the evaluation data (a directory or one pair file) and the dev sets."""
+    out: dict[str, list[str]] = {}
+    if data is not None:
+        if not Path(data).exists():
+            raise InputError(f"evaluate.data: {data}: no such file or directory")
+        for s in find_sts(data, required=False)[0]:
+            if s.split != UNSCORED:
+                out.setdefault(s.task, []).extend([*s.sent1, *s.sent2])
+        for task in find_transfer(data)[0] if transfer else []:
+            for split, ex in task.splits.items():
+                if split != UNSCORED:
+                    out.setdefault(task.name, []).extend([*ex.text, *(ex.pair or [])])
+        for task in kinds.find_all(data):
+            if task.kind not in KIND_TEXTS:
+                raise InputError(f"decontaminate: no sentences known for task kind {task.kind!r} "
+                                 f"(pipeline.decontaminate.evalsets.KIND_TEXTS)")
+            out.setdefault(task.name, []).extend(KIND_TEXTS[task.kind](task.data))
+    for path in dev_sets:
+        dev = read_stsb_split(Path(path), "dev")
+        out.setdefault(Path(path).name, []).extend([*dev.sent1, *dev.sent2])
+    return out

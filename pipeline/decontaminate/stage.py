@@ -1,0 +1,122 @@
+"""decontaminate stage: the filtered documents without the evaluation's text, before any training data is made
+from them (back-translations, every objective's pairs, the fastText baseline, post-processing fits).
+
+Every sentence the run will score (pipeline.decontaminate.evalsets) is indexed by its word n-grams
+(pipeline.decontaminate.ngrams); a document holding any of them is dropped, masked or only counted
+(`decontaminate.mode`), and the manifest counts the documents per evaluation task (`contaminated_by_task`).
+The fingerprint holds the hash of the sorted n-gram set, not the files': evaluation data rewritten, reordered or
+moved keeps the documents; a sentence added or edited rebuilds them. The tokenizer stays trained on the whole
+corpus (it comes before the filter, which counts tokens with it): evaluation words in its vocabulary teach the
+encoder nothing about the evaluation's sentences.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections import Counter
+
+import pyarrow as pa
+
+from pipeline.config import Config
+from pipeline.decontaminate.evalsets import eval_texts
+from pipeline.decontaminate.match import Matcher, masked
+from pipeline.decontaminate.ngrams import Index
+from pipeline.errors import InputError
+from pipeline.evaluate.data import local_eval_data
+from pipeline.file_snapshot import snapshot
+from pipeline.filter.docstats import count_tokens, tokenizer
+from pipeline.filter.stage import SCHEMA
+from pipeline.stage import Stage, runtime, split_runtime
+from storage import DatasetWriter, iter_batches
+
+# Where the evaluation text is read from: its n-grams' hash, not these paths, is what the fingerprint holds.
+RUNTIME = {"data": None, "transfer": True, "dev_sets": []}
+BATCH = 64
+log = logging.getLogger("cpipe")
+
+
+def sources(cfg: Config) -> dict:
+    """The evaluation data the run will score (URLs fetched once), and the dev sets its runs select on."""
+    dev_sets = sorted({r.dev_set for r in cfg.run_configs().values() if r.eval_every and r.dev_set})
+    return {"data": local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir), "transfer": cfg.evaluate.transfer,
+            "dev_sets": dev_sets}
+
+
+def config(cfg: Config, key: None = None) -> dict:
+    settings, where = cfg.decontaminate.model_dump(), sources(cfg)
+    index = indexed(json.dumps(where, sort_keys=True), listing(where), settings["n"], settings["min_words"])
+    return split_runtime(RUNTIME, {**settings, "ngrams": index.digest(), **where})
+
+
+def listing(where: dict) -> str:
+    """The files' names, sizes and times: the index is rebuilt in a process only when they change."""
+    paths = [p for p in (where["data"], *where["dev_sets"]) if p is not None]
+    return json.dumps([snapshot(p) if os.path.exists(p) else None for p in paths])
+
+
+@functools.lru_cache(maxsize=2)
+def indexed(where: str, listing: str, n: int, min_words: int) -> Index:
+    index = Index(n, min_words)
+    for task, texts in eval_texts(**json.loads(where)).items():
+        index.add(task, texts)
+    return index
+
+
+def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
+    """The tokenizer counts a masked document's tokens again."""
+    masks = cfg.decontaminate.mode == "mask"
+    return {"documents": done["filter"], **({"tokenizer": done["tokenizer"]} if masks else {})}
+
+
+def check(cfg: Config) -> None:
+    """Before any work: the evaluation data parses (the index is built once, here)."""
+    config(cfg)
+
+
+def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+    where = runtime(config, RUNTIME)
+    index = indexed(json.dumps(where, sort_keys=True), listing(where), config["n"], config["min_words"])
+    if index.digest() != config["ngrams"]:
+        raise InputError(f"decontaminate: the evaluation data ({where['data']}) changed after this run was planned; "
+                         "run it again")
+    if not index.tasks:
+        log.warning("decontaminate: no evaluation sentence to keep out of training (evaluate.data: %s)", where["data"])
+    matcher, by_task, mode, total = Matcher(index), Counter(), config["mode"], 0
+    for batch in iter_batches(inputs["documents"], batch_size=BATCH):
+        total += batch.num_rows
+        table = pa.Table.from_batches([batch])
+        hits = matcher.find(batch.column("text"))
+        dirty = [i for i, h in enumerate(hits) if h]
+        for i in dirty:
+            by_task.update(matcher.tasks_of(hits[i]))
+        out.count("contaminated", len(dirty))
+        if mode == "drop":
+            table = table.filter(pa.array([not h for h in hits]))
+        elif mode == "mask" and dirty:
+            table = _masked(table, hits, dirty, inputs["tokenizer"], out)
+        out.write(table)
+        out.count("kept", table.num_rows)
+    out.extra["contaminated_by_task"] = dict(sorted(by_task.items()))
+    out.extra["index"] = {task: {**index.stats[task], "ngrams": sum(map(len, index.tasks[task].values()))}
+                          for task in sorted(index.tasks)}
+    log.info("decontaminate: %d of %d documents hold evaluation text (%s); mode %s", out.counts["contaminated"], total,
+             ", ".join(f"{t} {n}" for t, n in sorted(by_task.items())) or "none", mode)
+
+
+def _masked(table: pa.Table, hits: list, dirty: list[int], tokenizer_path: str, out) -> pa.Table:
+    """The batch with the matched words cut out of its dirty documents, their tokens counted again."""
+    texts, n_tokens = table.column("text").to_pylist(), table.column("n_tokens").to_pylist()
+    for i in dirty:
+        texts[i], cut = masked(texts[i], hits[i])
+        out.count("masked_words", cut)
+    for i, count in zip(dirty, count_tokens(tokenizer(tokenizer_path), [texts[i] for i in dirty])):
+        n_tokens[i] = count
+    table = table.set_column(table.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
+    return table.set_column(table.schema.get_field_index("n_tokens"), "n_tokens", pa.array(n_tokens, pa.int32()))
+
+
+STAGE = Stage(name="decontaminate", version="1", flow="data", section="decontaminate", config=config, inputs=inputs,
+              run=run, schema=SCHEMA, runtime=RUNTIME, check=check)
