@@ -345,7 +345,7 @@ def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_tra
     built = stages(base, corpus_path)
     cfg, run = Config(augment=AugmentConfig(epochs=1, max_sentences=8)), TrainConfig(objective="tsdae")
     pairs = run_stage(augment.STAGE, augment.config(cfg, run),
-                      augment.inputs(cfg, {"filter": built["filter"], "tokenizer": built["tokenizer"]}, run),
+                      augment.inputs(cfg, {"decontaminate": built["filter"], "tokenizer": built["tokenizer"]}, run),
                       built["artifacts"])
     init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(),
                          {"tokenizer": built["tokenizer"]}, built["artifacts"])

@@ -20,7 +20,7 @@ from pipeline.errors import InputError
 from pipeline.tokenizer.loading import encode_whole
 
 NAME = "tsdae"
-INPUTS = {"documents": "filter"}
+INPUTS = {"documents": "decontaminate"}
 SETTINGS = ("min_chars", "max_sentences", "tsdae_deletion")
 log = logging.getLogger("cpipe")
 
