@@ -123,3 +123,20 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
     else:
         path.write_text(text)
     return path
+
+
+def corpus_and_tokenizer(root: Path, n_docs: int, n_words: int) -> tuple[str, str, str]:
+    """(corpus dataset, tokenizer dataset, artifacts) built by the real stages from made-up documents."""
+    from pipeline.config import Config
+    from pipeline.corpus import stage as corpus
+    from pipeline.corpus.config import CorpusConfig
+    from pipeline.stage import run_stage
+    from pipeline.tokenizer import stage as tokenizer
+    from tests.conftest import write_corpus
+
+    docs = write_corpus(root / "docs", n_docs=n_docs, n_words=n_words)
+    art = str(root / "artifacts")
+    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
+    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+                    {"corpus": path}, art)
+    return path, tok, art

@@ -24,6 +24,7 @@ from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.config import OBJECTIVES, TrainConfig
 from storage import list_datasets, read_manifest, read_table
 from tests.conftest import cpipe, write_corpus
+from tests.helpers import corpus_and_tokenizer
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences
 
 
@@ -48,13 +49,7 @@ def test_each_objective_is_fingerprinted_on_its_own_settings_only():
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory):
-    root = tmp_path_factory.mktemp("objectives")
-    docs = write_corpus(root / "docs", n_docs=4, n_words=120)
-    art = str(root / "artifacts")
-    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": path}, art)
-    return path, tok, art
+    return corpus_and_tokenizer(tmp_path_factory.mktemp("objectives"), n_docs=4, n_words=120)
 
 
 def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):

@@ -17,21 +17,18 @@ from pipeline.augment import stage as augment
 from pipeline.augment.config import AugmentConfig
 from pipeline.augment.heldout import read_heldout
 from pipeline.config import Config, load_config
-from pipeline.corpus import stage as corpus
-from pipeline.corpus.config import CorpusConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluate import retrieval
 from pipeline.model.card import render
 from pipeline.model.exported import embed
 from pipeline.stage import run_stage
-from pipeline.tokenizer import stage as tokenizer_stage
 from pipeline.train import loop, selection
 from pipeline.train.batching import special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.heldout import heldout_batches, heldout_scores
 from pipeline.train.scorers import make_scorer, task_score
 from storage import read_manifest, read_table
-from tests.conftest import write_corpus
+from tests.helpers import corpus_and_tokenizer
 from tests.test_model_card import INFO
 from tests.test_train_step import pairs, tiny_encoder
 
@@ -44,13 +41,7 @@ def expected_heldout(doc_id: str) -> bool:
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory):
-    root = tmp_path_factory.mktemp("heldout")
-    docs = write_corpus(root / "docs", n_docs=12, n_words=80)
-    art = str(root / "artifacts")
-    path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer_stage.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": path}, art)
-    return path, tok, art
+    return corpus_and_tokenizer(tmp_path_factory.mktemp("heldout"), n_docs=12, n_words=80)
 
 
 def test_heldout_documents_are_never_trained_on_and_the_same_whatever_the_seed(documents):
