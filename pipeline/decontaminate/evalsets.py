@@ -40,12 +40,20 @@ def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[st
             for split, ex in task.splits.items():
                 if split != UNSCORED:
                     out.setdefault(task.name, []).extend([*ex.text, *(ex.pair or [])])
-        for task in kinds.find_all(data):
-            if task.kind not in KIND_TEXTS:
-                raise InputError(f"decontaminate: no sentences known for task kind {task.kind!r} "
-                                 f"(pipeline.decontaminate.evalsets.KIND_TEXTS)")
-            out.setdefault(task.name, []).extend(KIND_TEXTS[task.kind](task.data))
-    for path in dev_sets:
-        dev = read_stsb_split(Path(path), "dev")
-        out.setdefault(Path(path).name, []).extend([*dev.sent1, *dev.sent2])
+        _kind_texts(data, out)
+    # A dev set that is not there is the train stage's pre-flight error to report, naming its key.
+    for path in map(Path, dev_sets):
+        if path.is_file():
+            dev = read_stsb_split(path, "dev")
+            out.setdefault(path.name, []).extend([*dev.sent1, *dev.sent2])
+        elif path.is_dir():  # a task's dev data (train.select_by)
+            _kind_texts(path, out)
     return out
+
+
+def _kind_texts(data, out: dict[str, list[str]]) -> None:
+    for task in kinds.find_all(data):
+        if task.kind not in KIND_TEXTS:
+            raise InputError(f"decontaminate: no sentences known for task kind {task.kind!r} "
+                             f"(pipeline.decontaminate.evalsets.KIND_TEXTS)")
+        out.setdefault(task.name, []).extend(KIND_TEXTS[task.kind](task.data))
