@@ -86,12 +86,20 @@ def _stop_after(proc: subprocess.Popen, ready, sig: int, group: bool = False) ->
     return proc.wait(timeout=180), children
 
 
-def _alive(processes: list[psutil.Process]) -> list[str]:
-    alive = []
-    for p in processes:
+def _alive(processes: list[psutil.Process], grace: float = 15.0) -> list[str]:
+    """The processes still running `grace` seconds after the run exited: on a loaded machine a Ray worker told
+    to exit may take seconds to get the CPU to do it."""
+    def running(p: psutil.Process) -> bool:
         try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(" ".join(p.cmdline())[:120])
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    psutil.wait_procs([p for p in processes if running(p)], timeout=grace)
+    alive = []
+    for p in filter(running, processes):
+        try:
+            alive.append(" ".join(p.cmdline())[:120])
         except psutil.NoSuchProcess:
             pass
     return alive
