@@ -16,7 +16,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.preflight import configured
-from tests.conftest import CPIPE, ROOT, ray_cluster
+from tests.conftest import CPIPE, ROOT, prebuild, ray_cluster
 
 HEAVY = ("torch", "transformers", "prefect", "ray")
 # Calls the CLI's main as the console script does, then says which heavy modules the error path imported.
@@ -101,9 +101,11 @@ def _alive(processes: list[psutil.Process]) -> list[str]:
 def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(tmp_path, tiny_config, tiny_corpus,
                                                                                 tiny_sts):
     art = tmp_path / "a"
+    overrides = ["augment.epochs=200", "runs={declutr: {}}", "train.max_steps=3000", "train.checkpoint_every=20"]
     command = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data",
-               str(tiny_sts), "--artifacts", str(art), "--until", "train", "--set", "augment.epochs=200",
-               "--set", "runs={declutr: {}}", "--set", "train.max_steps=3000", "--set", "train.checkpoint_every=20"]
+               str(tiny_sts), "--artifacts", str(art), "--until", "train",
+               *(a for o in overrides for a in ("--set", o))]
+    prebuild(tiny_config, tiny_corpus, art, "init", overrides)  # the runs have only training left to do
 
     def start(name: str) -> subprocess.Popen:
         out, err = open(tmp_path / f"{name}.out", "w"), open(tmp_path / f"{name}.err", "w")
