@@ -290,7 +290,7 @@ def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
             "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
             "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
             "--set", "augment.min_chars=10"]
-    result = cpipe(*args)
+    result = cpipe(*args, timeout=900)  # pytest's own limit: six training runs, on a loaded machine
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return args, artifacts, result.stdout + result.stderr
 
