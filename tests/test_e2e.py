@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from pipeline import registry
 from storage import list_datasets, read_manifest
-from tests.conftest import CPIPE, cpipe, flow_env, prebuild
+from tests.conftest import CPIPE, cpipe
 
 pytestmark = pytest.mark.e2e
 
@@ -151,14 +151,13 @@ def test_until_stops_after_the_stage(elsewhere):
 
 
 def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_config, tiny_corpus, tiny_sts):
-    overrides = ["runs={declutr: {}}", "train.max_steps=30", "augment.epochs=8", "train.checkpoint_every=3"]
     # A relative --artifacts, as `make run` passes: Ray workers run elsewhere and must still find it.
     args = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", "artifacts", "--until", "train", *(a for o in overrides for a in ("--set", o))]
+            "--artifacts", "artifacts", "--until", "train", "--set", "runs={declutr: {}}",
+            "--set", "train.max_steps=30", "--set", "augment.epochs=8", "--set", "train.checkpoint_every=3"]
     artifacts = tmp_path / "artifacts"
-    prebuild(tiny_config, tiny_corpus, artifacts, "init", overrides)  # the run has only training left to do
-    proc = subprocess.Popen(args, cwd=tmp_path, env=flow_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
         deadline = time.time() + 300
         while not list(artifacts.glob("_ray/train-*/checkpoint_*")):
@@ -169,7 +168,7 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not list(artifacts.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
-    result = subprocess.run(args, cwd=tmp_path, env=flow_env(), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     [train] = [d for d in list_datasets(str(artifacts)) if d["stage"] == "train"]
     metrics = pd.read_parquet(Path(train["path"]) / "metrics.parquet")
