@@ -358,6 +358,26 @@ def test_the_cumulative_leaderboard_has_intervals_and_differences_of_models_publ
     assert _kept_files(art) == ["d.0000000000000000.parquet", "d.1111111111111111.parquet"]
 
 
+def test_a_reference_over_seeds_is_the_cumulative_tables_reference_and_a_rebuilt_one_is_told_apart(tmp_path):
+    """The default run's shape: the reference row trained over seeds ("ref (seed s)"). leaderboard-all takes the
+    row as its reference; rebuilt (new fingerprints), both versions keep reading as repeats of one row each."""
+    scores, items = hand_built()
+    art = str(tmp_path)
+
+    def run(tag: str) -> pd.DataFrame:
+        rows = [_evaluated(art, f"ref (seed {s})", scores[scores["model"] == "ref"], items["ref"], f"{tag}{s}" * 8,
+                           f"{tag}{s}") for s in (0, 1)]
+        return _publish(art, *rows, _evaluated(art, "better", scores[scores["model"] == "better"], items["better"],
+                                               "b" * 16, "b"))
+
+    first = run("a")
+    assert {"ref", "better"} <= set(first.index) and list(first.loc["ref", "seeds"]) == [0, 1]
+    assert pd.isna(first.loc["ref", "STS12 senteval diff"]) and first["STS12 senteval diff"].notna().sum() == 1
+    again = run("c")  # the reference rebuilt: both its versions stay, each a row over its two seeds
+    assert {"ref @a0a0a0a0", "ref @c0c0c0c0"} <= set(again.index), sorted(again.index)
+    assert again.filter(like="ref @", axis=0)["seeds"].map(len).tolist() == [2, 2]
+
+
 def test_a_rescored_model_replaces_its_kept_items_and_a_namesake_keeps_its_own(tmp_path):
     scores, items = hand_built()
     art = str(tmp_path)

@@ -22,7 +22,7 @@ from pipeline.evaluate.stage import STAGE as EVALUATE, initial_row
 from pipeline.leaderboard import kept_items
 from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
 from pipeline.model.card import update_cards
-from pipeline.repeats import split_seeded
+from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage
 from pipeline.train import stage as train
 from storage import DatasetWriter, dataset_parts, dataset_path, leased, put_file, read_manifest, read_table
@@ -91,15 +91,24 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 
 
 def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
-    """Every model scored on this run's evaluation data; this run's rows replace a model's older ones."""
-    merged = scores
+    """Every model scored on this run's evaluation data; this run's rows replace a model's older ones. A row
+    scored again as another model (rebuilt: a new fingerprint) keeps both versions, each named with the
+    fingerprint of its first repeat ("<row> @<fingerprint>"; a repeat's seed stays last, so that its seeds
+    stay one row)."""
+    merged, sources = scores, pd.Series("this run", index=scores.index)
     if previous is not None:
         same_data = previous[previous["data_hash"].isin(set(scores["data_hash"]))]
         older = same_data[~same_data["model_fingerprint"].isin(set(scores["model_fingerprint"]))]
         merged = pd.concat([older, scores], ignore_index=True)
-    names = merged.groupby("model")["model_fingerprint"].transform("nunique")
+        sources = pd.Series(["older"] * len(older) + ["this run"] * len(scores))
     merged = merged.copy()
-    merged.loc[names > 1, "model"] = merged["model"] + " @" + merged["model_fingerprint"].str[:8]
+    row, seed = zip(*map(split_seeded, merged["model"])) if len(merged) else ((), ())
+    rows = pd.DataFrame({"row": row, "seed": pd.Series(seed, dtype="float"), "source": sources.values,
+                         "fp": merged["model_fingerprint"].values, "model": merged["model"].values})
+    clash = set(rows.loc[rows.groupby("model")["fp"].transform("nunique") > 1, "row"])
+    for (name, _), version in rows[rows["row"].isin(clash)].groupby(["row", "source"]):
+        tagged = f"{name} @{version.sort_values('seed', na_position='first')['fp'].iloc[0][:8]}"
+        merged.loc[version.index, "model"] = [tagged if pd.isna(s) else seeded(tagged, int(s)) for s in version["seed"]]
     return merged
 
 
@@ -109,8 +118,10 @@ def cumulative_reference(manifest: dict, scores: pd.DataFrame, merged: pd.DataFr
     compare_to = manifest.get("compare_to")
     if compare_to is None:
         return reference(manifest["config"], merged["model"])
-    [fingerprint] = pd.unique(scores.loc[scores["model"] == compare_to, "model_fingerprint"])
-    return merged.loc[merged["model_fingerprint"] == fingerprint, "model"].iloc[0]
+    # The reference's repeats, when it has several, are named "<row> (seed s)".
+    mine = scores[[split_seeded(m)[0] == compare_to for m in scores["model"]]]
+    return split_seeded(merged.loc[merged["model_fingerprint"].isin(set(mine["model_fingerprint"])), "model"]
+                        .sort_values().iloc[0])[0]
 
 
 def _evaluated(path: str, manifest: dict) -> list[str]:
