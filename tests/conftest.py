@@ -488,6 +488,26 @@ def pytest_collection_modifyitems(items):
             item.add_marker("prefect")
         if any(item.get_closest_marker(m) for m in ("ray", "prefect")):
             item.add_marker("slow")
+    _group_for_workers(items)
+
+
+def _group_for_workers(items) -> None:
+    """`make test` runs on one pytest worker process per core (pytest-xdist, --dist loadgroup): a worker takes a
+    group at a time. A group is a module, so its module fixtures are set up once, except that every test of the
+    session's whole-pipeline run (full_run) is one group, so the run happens once. Groups are ordered longest
+    first (that run's, then whole flows, then other slow ones), so that no worker is left with a long one at the
+    end while the other idles."""
+    def group(item) -> str:
+        return "full-run" if "full_run" in item.fixturenames else item.nodeid.split("::")[0]
+
+    rank: dict[str, int] = {}
+    for item in items:
+        g = group(item)
+        item.add_marker(pytest.mark.xdist_group(g))
+        cost = 0 if g == "full-run" else 1 if item.get_closest_marker("e2e") else 2 if \
+            item.get_closest_marker("slow") else 3
+        rank[g] = min(rank.get(g, 3), cost)
+    items.sort(key=lambda item: rank[group(item)])  # stable: a group's tests keep their order
 
 
 @pytest.hookimpl(wrapper=True)

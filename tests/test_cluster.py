@@ -4,12 +4,14 @@ and the artifacts land where the run options say."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from flows.submit import EXCLUDES, project_dependencies, runtime_env
+from pipeline.ray_session import setup_worker
 from storage import list_datasets
 from tests.conftest import cpipe, ray_cluster
 
@@ -23,6 +25,8 @@ def test_the_job_ships_the_code_and_the_declared_dependencies():
     assert env["pip"] == project_dependencies() and any(d.startswith("prefect") for d in env["pip"])
     assert any(d.startswith("s3fs") for d in env["pip"])  # remote artifacts work on the cluster
     assert "pip" not in runtime_env(install=False)
+    module, name = env["worker_process_setup_hook"].rsplit(".", 1)  # the job's workers import it by its path
+    assert getattr(importlib.import_module(module), name) is setup_worker
 
 
 def test_a_typo_in_the_run_options_fails_before_anything_is_submitted():

@@ -21,7 +21,7 @@ from pipeline.model.transformer import SpanEncoder, load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from storage import dataset_path, list_datasets, read_manifest
-from tests.conftest import CPIPE, cpipe
+from tests.conftest import CPIPE, cpipe, flow_env
 from tests.test_select_by import nt_xent_loop
 
 pytestmark = pytest.mark.e2e
@@ -189,8 +189,8 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
             "--artifacts", "artifacts", "--until", "train", "--set", "runs={declutr: {}}",
             "--set", "train.max_steps=30", "--set", "augment.epochs=8", "--set", "train.checkpoint_every=3"]
     artifacts = tmp_path / "artifacts"
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, env=flow_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
         while not list(artifacts.glob("_ray/train-*/checkpoint_*")):
@@ -201,7 +201,7 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not list(artifacts.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
-    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(args, cwd=tmp_path, env=flow_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     [train] = [d for d in list_datasets(str(artifacts)) if d["stage"] == "train"]
     metrics = pd.read_parquet(Path(train["path"]) / "metrics.parquet")
