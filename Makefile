@@ -31,12 +31,8 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/cpipe run $(RUN_ARGS)
 
-# One pytest worker process per core (pytest-xdist): most slow tests wait on processes they start (a Prefect
-# server, Ray's workers, a cpipe run) more than they compute. tests/conftest.py groups what must share a worker.
-TEST_WORKERS ?= 2
-
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The suite without the slow tests: those that start processes (Ray, a Prefect server, worker processes),
 # compile, or run whole flows (pyproject.toml's markers).

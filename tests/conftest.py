@@ -25,6 +25,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
+# The processes tests start (`cpipe`, Ray's workers) import this tree's code, as pytest does: a console script
+# finds the installed one first, which for a git worktree of an editable install is another checkout's.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu", "va", "ze") for b in
          ("bar", "dos", "fen", "gil", "hom", "jut", "kes", "lim", "mor", "nap", "pix", "qua")]
@@ -488,26 +491,6 @@ def pytest_collection_modifyitems(items):
             item.add_marker("prefect")
         if any(item.get_closest_marker(m) for m in ("ray", "prefect")):
             item.add_marker("slow")
-    _group_for_workers(items)
-
-
-def _group_for_workers(items) -> None:
-    """`make test` runs on one pytest worker process per core (pytest-xdist, --dist loadgroup): a worker takes a
-    group at a time. A group is a module, so its module fixtures are set up once, except that every test of the
-    session's whole-pipeline run (full_run) is one group, so the run happens once. Groups are ordered longest
-    first (that run's, then whole flows, then other slow ones), so that no worker is left with a long one at the
-    end while the other idles."""
-    def group(item) -> str:
-        return "full-run" if "full_run" in item.fixturenames else item.nodeid.split("::")[0]
-
-    rank: dict[str, int] = {}
-    for item in items:
-        g = group(item)
-        item.add_marker(pytest.mark.xdist_group(g))
-        cost = 0 if g == "full-run" else 1 if item.get_closest_marker("e2e") else 2 if \
-            item.get_closest_marker("slow") else 3
-        rank[g] = min(rank.get(g, 3), cost)
-    items.sort(key=lambda item: rank[group(item)])  # stable: a group's tests keep their order
 
 
 @pytest.hookimpl(wrapper=True)
