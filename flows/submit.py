@@ -18,6 +18,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10, the fairseq image's
     import tomli as tomllib
 
+from pipeline.ray_session import setup_worker
+
 ROOT = Path(__file__).resolve().parents[1]
 # Never shipped: environments, outputs and caches (Ray caps a working_dir at a few hundred MB).
 EXCLUDES = [".venv", ".git", "artifacts", "downloads", "**/__pycache__", ".pytest_cache", "*.egg-info"]
@@ -33,7 +35,11 @@ def project_dependencies() -> list[str]:
 
 def runtime_env(install: bool) -> dict:
     env = {"working_dir": str(ROOT), "excludes": EXCLUDES,
-           "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}}
+           "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+           # The job's workers name their own cluster to Ray's state API, as a local instance's do: Train's
+           # controller otherwise fails beside another Ray instance on a node ("Found multiple active Ray
+           # instances"), and Ray's noise stays in its logs. A job's hook is given by its import path.
+           "worker_process_setup_hook": f"{setup_worker.__module__}.{setup_worker.__name__}"}
     if install:  # clusters running our image (docker/) have them already
         env["pip"] = project_dependencies()
     return env

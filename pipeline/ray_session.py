@@ -33,11 +33,12 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         cluster = address or os.environ.get("RAY_ADDRESS")
         ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
                  configure_logging=False,
-                 runtime_env=None if cluster else {"worker_process_setup_hook": _setup_worker})
+                 runtime_env=None if cluster else {"worker_process_setup_hook": setup_worker})
 
 
-def _setup_worker() -> None:
-    """Runs in every worker process of a local instance we start, before its tasks and actors."""
+def setup_worker() -> None:
+    """Runs in every worker process of a local instance we start, and of a job `cpipe submit` sends to a
+    cluster (flows.submit names it there), before its tasks and actors."""
     import ray
 
     for name in QUIETED:

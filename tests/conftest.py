@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager, suppress
+import urllib.request
+from contextlib import ExitStack, contextmanager, suppress
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,6 +25,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
+# The processes tests start (`cpipe`, Ray's workers) import this tree's code, as pytest does: a console script
+# finds the installed one first, which for a git worktree of an editable install is another checkout's.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu", "va", "ze") for b in
          ("bar", "dos", "fen", "gil", "hom", "jut", "kes", "lim", "mor", "nap", "pix", "qua")]
@@ -260,6 +264,56 @@ def st_and_encoder(tmp_path_factory):
     return st, Encoder(str(st_dir), max_length=st.max_seq_length, device="cpu")
 
 
+# Whole-flow runs that several test modules check: one run each, shared by the session.
+
+FULL_RUNS = (# The declutr run selected by its loss on documents held out of training, scored every 2 steps.
+             "{declutr: {eval_every: 2, select_by: heldout-loss}, mlm-only: {contrastive: false}, "
+             # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
+             "continued: {init_from: mlm-only, lr: 1.0e-9}, "
+             "cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
+             "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}")
+
+
+@pytest.fixture(scope="session")
+def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
+    """`cpipe run` of the whole pipeline on the tiny corpus: a run of each objective (CERT's back-translations
+    through two tiny translation models, German and Chinese pivots), an MLM-only run and one continuing it.
+    Returns its arguments, its artifacts directory and its output."""
+    from tests.translation_models import build_fsmt, build_marian, parallel_sentences
+
+    root = tmp_path_factory.mktemp("full-run")
+    en, de = parallel_sentences(200)
+    for pivot, build in (("de", build_fsmt), ("zh", build_marian)):
+        build(root / "mt" / pivot / "forward", en, de, langs=("en", pivot))
+        build(root / "mt" / pivot / "backward", de, en, langs=(pivot, "en"), seed=1)
+    artifacts = root / "artifacts"
+    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
+            "--artifacts", str(artifacts), "--set", f"runs={FULL_RUNS}",
+            "--set", f"backtranslate.forward_model={root}/mt/{{pivot}}/forward",
+            "--set", f"backtranslate.backward_model={root}/mt/{{pivot}}/backward",
+            "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
+            "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
+            "--set", "augment.min_chars=10", "--set", "augment.heldout_fraction=0.25"]
+    result = cpipe(*args, timeout=900)  # pytest's own limit: six training runs, on a loaded machine
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return args, artifacts, result.stdout + result.stderr
+
+
+def prebuild(config: Path, corpus: Path, artifacts: Path, until: str, overrides: list[str]) -> dict[str, str]:
+    """The datasets up to `until` that `cpipe run --config config --corpus corpus --artifacts artifacts --set
+    overrides...` builds, built in this process without Prefect (whose import would set this process's logging
+    for the children it starts): that run reuses them and builds only what comes after. Label -> path."""
+    from pipeline import preflight, registry
+    from pipeline.stage import run_stage
+
+    cfg = preflight.configured(str(config), str(corpus), None, str(artifacts), until, overrides)
+    done: dict[str, str] = {}
+    for stage in registry.stages(last=until):
+        for label, key in stage.keys(cfg, done).items():
+            done[label] = run_stage(stage, stage.config(cfg, key), stage.inputs(cfg, done, key), cfg.artifacts)
+    return done
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray instance (2 CPUs, no dashboard, workers' output not echoed) for the module's tests, shut down
@@ -281,6 +335,7 @@ def isolated_prefect(tmp_path_factory):
     os.environ["PREFECT_HOME"] = str(home)
     os.environ.pop("PREFECT_API_URL", None)
     yield home
+    _SESSION_SERVER.close()
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
@@ -289,11 +344,63 @@ def isolated_prefect(tmp_path_factory):
 
 
 CPIPE = str(Path(sys.executable).parent / "cpipe")
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def wait_for(check, what: str, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not check():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def prefect_server(home: Path):
+    """A real Prefect server (`prefect server start`) on 127.0.0.1 with its own home; yields the environment that
+    points Prefect's clients at it."""
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api,
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "server.log", "w") as log:
+        server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(lambda: _healthy(api), "the Prefect server")
+            yield env
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+
+
+_SESSION_SERVER = ExitStack()  # closed by isolated_prefect as the session ends
+_session_api: list[str] = []
+
+
+def flow_env() -> dict[str, str]:
+    """The environment of a `cpipe` flow run: one Prefect server for the session's runs, in the session's
+    Prefect home, started by the first run that asks. Alone, every run starts and stops a temporary server of
+    its own: about 15 s of CPU each. test_cli_errors' stopped run and test_remote_storage keep theirs."""
+    if not _session_api:
+        _session_api.append(_SESSION_SERVER.enter_context(prefect_server(Path(os.environ["PREFECT_HOME"])))[
+            "PREFECT_API_URL"])
+    return {**os.environ, "PREFECT_API_URL": _session_api[0]}
 
 
 def cpipe(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run the installed console script, as a user would."""
-    proc = subprocess.run([CPIPE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    """Run the installed console script, as a user would; the flow commands on the session's Prefect server."""
+    env = flow_env() if args[0] in ("run", "evaluate") else None
+    proc = subprocess.run([CPIPE, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if "Starting temporary server" in proc.stdout + proc.stderr:  # Prefect's own line when a flow run starts one
         _STARTED.add("prefect")
     return proc
@@ -476,8 +583,8 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
         for proc in reversed(started):
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in reversed(started):
-            try:
-                proc.wait(timeout=60)
+            try:  # a worker node's `ray start` took 35 s to leave on SIGTERM; its group is killed after 5
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
             with suppress(ProcessLookupError):  # anything the node left behind in its group

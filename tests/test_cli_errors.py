@@ -16,7 +16,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.preflight import configured
-from tests.conftest import CPIPE, ROOT, ray_cluster
+from tests.conftest import CPIPE, ROOT, prebuild
 
 HEAVY = ("torch", "transformers", "prefect", "ray")
 # Calls the CLI's main as the console script does, then says which heavy modules the error path imported.
@@ -109,9 +109,11 @@ def _alive(processes: list[psutil.Process], grace: float = 15.0) -> list[str]:
 def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(tmp_path, tiny_config, tiny_corpus,
                                                                                 tiny_sts):
     art = tmp_path / "a"
+    overrides = ["augment.epochs=200", "runs={declutr: {}}", "train.max_steps=3000", "train.checkpoint_every=20"]
     command = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data",
-               str(tiny_sts), "--artifacts", str(art), "--until", "train", "--set", "augment.epochs=200",
-               "--set", "runs={declutr: {}}", "--set", "train.max_steps=3000", "--set", "train.checkpoint_every=20"]
+               str(tiny_sts), "--artifacts", str(art), "--until", "train",
+               *(a for o in overrides for a in ("--set", o))]
+    prebuild(tiny_config, tiny_corpus, art, "init", overrides)  # the runs have only training left to do
 
     def start(name: str) -> subprocess.Popen:
         out, err = open(tmp_path / f"{name}.out", "w"), open(tmp_path / f"{name}.err", "w")
@@ -141,29 +143,3 @@ def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(t
     assert err.rstrip("\n").splitlines()[-1].startswith("cpipe: stopped; training resumes from step ")
     assert "Traceback" not in out + err and "absl" not in out + err, (out + err)[-3000:]
     assert not _alive(children), _alive(children)
-
-
-@pytest.mark.ray
-def test_the_workers_of_our_local_instance_ask_it_and_no_other_on_the_host():
-    """Ray Train's controller asks Ray's state API whether its actors live. Beside another instance (here a
-    `ray start` cluster) that API, given no address, used the other one or failed ("Found multiple active Ray
-    instances"); the workers of the instance ray_init starts name theirs. The actor has a runtime_env of its
-    own, as Train's controller does."""
-    import ray
-
-    from pipeline.ray_session import ray_init
-
-    with ray_cluster(nodes=1):
-        ray_init(None, 1)
-        try:
-            @ray.remote(num_cpus=0)
-            class Probe:
-                def state(self) -> str:
-                    from ray.util.state import get_actor
-
-                    return get_actor(ray.get_runtime_context().get_actor_id()).state
-
-            probe = Probe.options(runtime_env={"env_vars": {"CPIPE_PROBE": "1"}}).remote()
-            assert ray.get(probe.state.remote(), timeout=120) == "ALIVE"
-        finally:
-            ray.shutdown()

@@ -4,12 +4,14 @@ and the artifacts land where the run options say."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from flows.submit import EXCLUDES, project_dependencies, runtime_env
+from pipeline.ray_session import setup_worker
 from storage import list_datasets
 from tests.conftest import cpipe, ray_cluster
 
@@ -23,6 +25,8 @@ def test_the_job_ships_the_code_and_the_declared_dependencies():
     assert env["pip"] == project_dependencies() and any(d.startswith("prefect") for d in env["pip"])
     assert any(d.startswith("s3fs") for d in env["pip"])  # remote artifacts work on the cluster
     assert "pip" not in runtime_env(install=False)
+    module, name = env["worker_process_setup_hook"].rsplit(".", 1)  # the job's workers import it by its path
+    assert getattr(importlib.import_module(module), name) is setup_worker
 
 
 def test_a_typo_in_the_run_options_fails_before_anything_is_submitted():
@@ -53,3 +57,27 @@ def test_a_failed_job_fails_the_command(cluster, tmp_path, tiny_config):
                    "--corpus", str(tmp_path / "missing"), "--artifacts", str(tmp_path / "a"))
     assert result.returncode == 1 and "failed" in result.stdout
     assert "corpus path does not exist" in result.stdout
+
+
+def test_the_workers_of_our_local_instance_ask_it_and_no_other_on_the_host(cluster):
+    """Ray Train's controller asks Ray's state API whether its actors live. Beside another instance (here the
+    module's `ray start` cluster, last: its jobs ran without a local instance beside it) that API, given no
+    address, used the other one or failed ("Found multiple active Ray instances"); the workers of the instance
+    ray_init starts name theirs. The actor has a runtime_env of its own, as Train's controller does."""
+    import ray
+
+    from pipeline.ray_session import ray_init
+
+    ray_init(None, 1)
+    try:
+        @ray.remote(num_cpus=0)
+        class Probe:
+            def state(self) -> str:
+                from ray.util.state import get_actor
+
+                return get_actor(ray.get_runtime_context().get_actor_id()).state
+
+        probe = Probe.options(runtime_env={"env_vars": {"CPIPE_PROBE": "1"}}).remote()
+        assert ray.get(probe.state.remote(), timeout=120) == "ALIVE"
+    finally:
+        ray.shutdown()

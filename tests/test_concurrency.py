@@ -17,7 +17,7 @@ from pipeline import registry
 from pipeline.stage import Stage, run_stage
 from storage import DatasetWriter, dataset_path, read_table
 from storage.lease import Lease, lease_path, stale
-from tests.conftest import CPIPE, ROOT
+from tests.conftest import CPIPE, ROOT, flow_env
 
 
 class Counting:
@@ -146,8 +146,8 @@ def test_two_runs_on_one_artifacts_directory_both_succeed_and_build_each_stage_o
     artifacts = tmp_path / "artifacts"
     args = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
             "--artifacts", str(artifacts), "--set", "runs={declutr: {}}"]
-    procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]
+    procs = [subprocess.Popen(args, cwd=ROOT, env=flow_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-4000:]

@@ -3,61 +3,26 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CPIPE, ROOT
+from tests import conftest
+from tests.conftest import CPIPE, PREFECT, ROOT, wait_for
 
 pytestmark = pytest.mark.e2e
-PREFECT = str(Path(sys.executable).parent / "prefect")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(check, what: str, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while not check():
-        if time.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(1)
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def prefect_server(tmp_path):
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": api,
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for(lambda: healthy(api), "the Prefect server")
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """One server for both tests: each deploys the flows under the same names, the second over the first's."""
+    with conftest.prefect_server(tmp_path_factory.mktemp("prefect-home")) as env:
         yield env
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +95,7 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(prefect_ser
                      "--param", f"corpus={tiny_corpus}", "--param", f"eval_data={tiny_sts}",
                      "--param", f"artifacts={artifacts}", "--param", 'overrides=["runs={declutr: {}}"]')
     assert queued.returncode == 0, queued.stdout + queued.stderr
+    name = re.search(r"Created flow run '([^']+)'", queued.stdout).group(1)  # the server has the first test's too
     worker = prefect("worker", "start", "--pool", "local-process", "--run-once", timeout=900)
     assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
     env["COLUMNS"] = "250"  # rich would truncate the state column
@@ -137,7 +103,7 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(prefect_ser
     def completed() -> bool:
         listing = prefect("flow-run", "ls")
         assert "FAILED" not in listing.stdout and "CRASHED" not in listing.stdout, listing.stdout
-        return "COMPLETED" in listing.stdout
+        return any(name in line and "COMPLETED" in line for line in listing.stdout.splitlines())
 
     wait_for(completed, "the flow run to complete", timeout=600)
     assert "| declutr |" in (artifacts / "leaderboard.md").read_text()

@@ -21,7 +21,7 @@ from pipeline.model.transformer import SpanEncoder, load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from storage import dataset_path, list_datasets, read_manifest
-from tests.conftest import CPIPE, cpipe
+from tests.conftest import CPIPE, cpipe, flow_env
 from tests.test_select_by import nt_xent_loop
 
 pytestmark = pytest.mark.e2e
@@ -32,30 +32,17 @@ def stage_log(output: str) -> dict[str, str]:
     return dict((m.group(1), m.group(2)) for m in re.finditer(r" - ([\w-]+): (built|reused) ", output))
 
 
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
-    artifacts = tmp_path_factory.mktemp("artifacts")
-    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", str(artifacts),
-            # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
-            "--set", "runs.continued={init_from: mlm-only, lr: 1.0e-9}",
-            # The declutr run selected by its loss on documents held out of training, scored every 2 steps.
-            "--set", "augment.heldout_fraction=0.25", "--set", "runs.declutr={eval_every: 2, select_by: heldout-loss}"]
-    result = cpipe(*args)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return args, artifacts, result.stdout + result.stderr
-
-
-def test_full_pipeline_writes_a_leaderboard_with_every_row(first_run):
-    _, artifacts, output = first_run
+def test_full_pipeline_writes_a_leaderboard_with_every_row(full_run):
+    _, artifacts, output = full_run
     table = pd.read_csv(artifacts / "leaderboard.csv")
-    assert set(table["model"]) == {"declutr", "mlm-only", "continued", "untrained", "fasttext-bow", "random"}
+    assert set(table["model"]) == {"declutr", "mlm-only", "continued", "cert", "simcse", "clear", "untrained",
+                                   "fasttext-bow", "random"}
     for column in ("STS12 senteval", "STS12 simcse", "STSB cosine"):
         assert table[column].between(-100, 100).all(), column
     rows = table.set_index("model")
     assert rows.loc["declutr", "objective"] == "declutr" and rows.loc["declutr", "dimension"] == 32
     assert rows.loc["declutr", "parameters"] > 0 and rows.loc["random", "parameters"] == 0
-    assert "batch 4" in rows.loc["declutr", "recipe"] and rows["corpus"].notna().sum() == 4  # runs + fastText
+    assert "batch 4" in rows.loc["declutr", "recipe"] and rows["corpus"].notna().sum() == 7  # runs + fastText
     assert rows["uniformity"].notna().all()  # the STS-B analysis, for every row
     assert (artifacts / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     assert set(pd.read_csv(artifacts / "leaderboard-all.csv")["model"]) == set(table["model"])
@@ -64,11 +51,11 @@ def test_full_pipeline_writes_a_leaderboard_with_every_row(first_run):
     assert set(stage_log(output).values()) == {"built"}
 
 
-def test_stage_datasets_follow_the_contract(first_run):
-    _, artifacts, _ = first_run
+def test_stage_datasets_follow_the_contract(full_run):
+    _, artifacts, _ = full_run
     stages = {d["stage"] for d in list_datasets(str(artifacts))}
-    # Every stage but CERT's back-translation (no cert run) and InferSent (off by default).
-    assert stages == set(registry.NAMES) - {"backtranslate", "infersent"}
+    # Every stage but InferSent (off by default).
+    assert stages == set(registry.NAMES) - {"infersent"}
     train = [d for d in list_datasets(str(artifacts)) if d["stage"] == "train"]
     for d in train:
         manifest = read_manifest(d["path"])
@@ -86,10 +73,10 @@ def test_stage_datasets_follow_the_contract(first_run):
     assert not list(artifacts.glob("*/.tmp-*")), "temporary directories left behind"
 
 
-def test_a_continuing_run_starts_from_its_parents_exported_weights(first_run):
+def test_a_continuing_run_starts_from_its_parents_exported_weights(full_run):
     from safetensors.torch import load_file
 
-    _, artifacts, output = first_run
+    _, artifacts, output = full_run
     path = {label: re.search(rf" - {label}: built (\S+)", output).group(1)
             for label in ("init", "train-mlm-only", "train-continued")}
     assert read_manifest(path["train-continued"])["inputs"]["init"] == Path(path["train-mlm-only"]).name
@@ -103,8 +90,8 @@ def test_a_continuing_run_starts_from_its_parents_exported_weights(first_run):
     assert recipe.endswith(", from mlm-only")
 
 
-def test_exported_model_loads_in_sentence_transformers_without_our_code(first_run):
-    _, artifacts, _ = first_run
+def test_exported_model_loads_in_sentence_transformers_without_our_code(full_run):
+    _, artifacts, _ = full_run
     path = next(d["path"] for d in list_datasets(str(artifacts)) if d["stage"] == "train")
     script = ("import sys; from sentence_transformers import SentenceTransformer; "
               "m = SentenceTransformer(sys.argv[1], device='cpu'); print(m.encode(['a b', 'c']).shape)")
@@ -114,10 +101,10 @@ def test_exported_model_loads_in_sentence_transformers_without_our_code(first_ru
     assert out.stdout.strip().endswith("(2, 32)")
 
 
-def test_a_run_selected_by_heldout_loss_exports_its_lowest_scoring_step(first_run):
+def test_a_run_selected_by_heldout_loss_exports_its_lowest_scoring_step(full_run):
     """The exported weights' held-out loss, by a loop over NT-Xent on the held-out pairs, is the manifest's best
     score, the lowest of the steps scored; the leaderboard row says which step and by what."""
-    _, artifacts, output = first_run
+    _, artifacts, output = full_run
     path = re.search(r" - train-declutr: built (\S+)", output).group(1)
     manifest = read_manifest(path)
     scored = pd.read_parquet(f"{path}/metrics.parquet").dropna(subset=["heldout_loss"])
@@ -142,19 +129,19 @@ def test_a_run_selected_by_heldout_loss_exports_its_lowest_scoring_step(first_ru
 
 
 @pytest.fixture(scope="module")
-def second_run(first_run):
-    """The first run's command again, with other runtime settings: its output."""
-    args, _, _ = first_run
+def second_run(full_run):
+    """The full run's command again, with other runtime settings: its output."""
+    args, _, _ = full_run
     result = cpipe(*args, "--set", "train.log_every=5", "--set", "train.checkpoint_every=3")  # runtime settings
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
-def elsewhere(first_run, tmp_path_factory):
-    """The first run's command twice more into another artifacts directory, until the filter stage: their
+def elsewhere(full_run, tmp_path_factory):
+    """The full run's command twice more into another artifacts directory, until the filter stage: their
     directory and outputs."""
-    args, artifacts, _ = first_run
+    args, artifacts, _ = full_run
     other = tmp_path_factory.mktemp("elsewhere")
     args = [str(other) if a == str(artifacts) else a for a in args]
     outputs = []
@@ -171,18 +158,19 @@ def test_second_run_reuses_every_stage_whatever_its_logging(second_run):
     assert {"corpus", "filter", "augment-declutr", "train-declutr", "train-mlm-only", "train-continued", "evaluate-untrained"} <= set(log)
 
 
-def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(first_run):
-    args, _, _ = first_run
-    result = cpipe(*args, "--set", "filter.min_tokens=150")
+def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(full_run):
+    args, _, _ = full_run
+    # One run of the full run's six is enough to follow the change from the filter stage to the leaderboard.
+    result = cpipe(*args, "--set", "filter.min_tokens=150", "--set", "runs={declutr: {}}")
     assert result.returncode == 0, result.stderr[-3000:]
     log = stage_log(result.stdout + result.stderr)
-    assert log["corpus"] == log["tokenizer"] == log["init"] == "reused"
+    assert log["corpus"] == log["tokenizer"] == log["init"] == log["evaluate-untrained"] == "reused"
     assert log["filter"] == log["augment-declutr"] == log["train-declutr"] == log["leaderboard"] == "built"
 
 
-def test_reuse_stays_within_its_artifacts_directory(first_run, second_run, elsewhere):
+def test_reuse_stays_within_its_artifacts_directory(full_run, second_run, elsewhere):
     """Prefect's cache is shared by every run on the machine; a hit must not hand back another directory's dataset."""
-    _, a, _ = first_run
+    _, a, _ = full_run
     b, outputs = elsewhere
     # the second run of a leaves a cache record naming a's dataset; the same corpus stage into b builds its own
     assert re.search(rf"corpus: reused {a}/corpus/", second_run)
@@ -201,8 +189,8 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
             "--artifacts", "artifacts", "--until", "train", "--set", "runs={declutr: {}}",
             "--set", "train.max_steps=30", "--set", "augment.epochs=8", "--set", "train.checkpoint_every=3"]
     artifacts = tmp_path / "artifacts"
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, env=flow_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
         while not list(artifacts.glob("_ray/train-*/checkpoint_*")):
@@ -213,7 +201,7 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not list(artifacts.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
-    result = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(args, cwd=tmp_path, env=flow_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     [train] = [d for d in list_datasets(str(artifacts)) if d["stage"] == "train"]
     metrics = pd.read_parquet(Path(train["path"]) / "metrics.parquet")
@@ -242,8 +230,8 @@ def test_bad_input_is_one_line_without_traceback(case, tmp_path, tiny_config, ti
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_inspect_lists_datasets_and_shows_one(first_run):
-    _, artifacts, _ = first_run
+def test_inspect_lists_datasets_and_shows_one(full_run):
+    _, artifacts, _ = full_run
     listing = cpipe("inspect", str(artifacts))
     assert listing.returncode == 0 and "filter" in listing.stdout and "augment" in listing.stdout
     augment = next(d["path"] for d in list_datasets(str(artifacts)) if d["stage"] == "augment")
@@ -255,11 +243,11 @@ def test_inspect_lists_datasets_and_shows_one(first_run):
     assert missing.returncode == 2 and "not a directory" in missing.stderr
 
 
-def test_cpipe_evaluate_scores_a_model_directory_into_the_cumulative_leaderboard(first_run, tmp_path, tiny_config,
+def test_cpipe_evaluate_scores_a_model_directory_into_the_cumulative_leaderboard(full_run, tmp_path, tiny_config,
                                                                                  tiny_sts):
     """A sentence-transformers directory this run did not train (a copy of one of its exports, renamed), scored
     alone: its row is named by its directory; a missing directory fails in one line before any work."""
-    _, trained, _ = first_run
+    _, trained, _ = full_run
     export = next(d["path"] for d in list_datasets(str(trained)) if d["stage"] == "train")
     model = tmp_path / "my-encoder"
     shutil.copytree(f"{export}/sentence-transformers", model)

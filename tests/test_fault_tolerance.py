@@ -17,22 +17,19 @@ from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
 from pipeline.train import stage as train
 from pipeline.train.config import TrainConfig
-from storage import list_datasets, read_manifest
-from tests.conftest import cpipe
+from storage import read_manifest
+from tests.conftest import prebuild
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.ray
 
-STEPS = 120
+STEPS = 60  # the kill comes at the first checkpoint (step 10): 50 steps to spare
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_config, tiny_corpus):
-    art = tmp_path_factory.mktemp("ft")
-    result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts", str(art),
-                   "--until", "init", "--set", "augment.epochs=40", "--set", "runs={declutr: {}}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    built = {d["stage"]: d["path"] for d in list_datasets(str(art))}
-    return {"pairs": built["augment"], "init": built["init"]}
+    built = prebuild(tiny_config, tiny_corpus, tmp_path_factory.mktemp("ft"), "init",
+                     ["augment.epochs=10", "runs={declutr: {}}"])  # 80 batches
+    return {"pairs": built["augment/declutr"], "init": built["init"]}
 
 
 def kill_first_worker_after_a_checkpoint(artifacts, killed: list) -> None:

@@ -17,7 +17,7 @@ from pipeline.augment import stage as augment
 from pipeline.augment.config import AugmentConfig
 from pipeline.augment.heldout import read_heldout
 from pipeline.config import Config, load_config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import retrieval
 from pipeline.model.card import render
 from pipeline.model.exported import embed
@@ -61,6 +61,20 @@ def test_heldout_documents_are_never_trained_on_and_the_same_whatever_the_seed(d
     assert held[0] == held[1] and 0 < len(held[0]) < len(everything), "the split should hold some documents out"
     # Without the setting the config (so the fingerprint) is what it was before it existed.
     assert "heldout_fraction" not in augment.config(Config(), TrainConfig(objective="simcse"))
+
+
+def test_pairs_with_too_few_heldout_pairs_build_and_only_a_run_scored_on_them_fails_naming_them(documents):
+    """Every objective's pairs hold the same documents out; one whose documents fall outside the held-out set
+    (here: a fraction too small to hold any out) still builds, and reading its held-out pairs to score a run by
+    them is the one-line error."""
+    docs, tok, art = documents
+    config = augment.config(Config(augment=AugmentConfig(epochs=1, min_chars=10, heldout_fraction=1e-9)),
+                            TrainConfig(objective="simcse"))
+    path = run_stage(augment.STAGE, config, {"documents": docs, "tokenizer": tok}, art)
+    assert read_manifest(path)["heldout"]["pairs"] == 0 and read_table(path).num_rows > 0
+    with pytest.raises(InputError, match=rf"^train: {path} holds 0 held-out pair\(s\); the held-out loss needs "
+                                         r"at least 2: raise augment.heldout_fraction$"):
+        read_heldout(path)
 
 
 class Lookup(nn.Module):

@@ -56,10 +56,8 @@ class HeldOutSplit:
         return getattr(self.out, name)  # count, extra, local_dir: the dataset's own
 
     def close(self) -> None:
-        if len(self.kept) < MIN_PAIRS:
-            raise InputError(f"augment: heldout_fraction {self.fraction:g} held out {len(self.documents)} "
-                             f"document(s) making {len(self.kept)} pair(s); the held-out loss needs at least "
-                             f"{MIN_PAIRS}: raise augment.heldout_fraction")
+        # Too few to score a run by is the error of a run that selects by held-out loss (read_heldout), not of the
+        # pairs: every objective's pairs hold the same documents out, whichever runs score on them.
         pq.write_table(pa.Table.from_pylist(self.kept, schema=self.schema), f"{self.out.local_dir}/{HELDOUT}")
         self.out.count("heldout_pairs", len(self.kept))
         self.out.extra["heldout"] = {"fraction": self.fraction, "documents": len(self.documents),
@@ -70,7 +68,11 @@ def read_heldout(pairs: str, columns: list[str] | None = None) -> pa.Table:
     """A pairs dataset's held-out pairs; an InputError naming the dataset when it holds none."""
     try:
         with fsspec.open(f"{pairs.rstrip('/')}/{HELDOUT}", "rb") as f:
-            return pq.read_table(f, columns=columns)
+            table = pq.read_table(f, columns=columns)
     except FileNotFoundError:
         raise InputError(f"train: {pairs} holds no {HELDOUT}; rebuild it with augment.heldout_fraction "
                          "above 0") from None
+    if table.num_rows < MIN_PAIRS:
+        raise InputError(f"train: {pairs} holds {table.num_rows} held-out pair(s); the held-out loss needs at "
+                         f"least {MIN_PAIRS}: raise augment.heldout_fraction")
+    return table
