@@ -301,16 +301,16 @@ def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
 
 def prebuild(config: Path, corpus: Path, artifacts: Path, until: str, overrides: list[str]) -> dict[str, str]:
     """The datasets up to `until` that `cpipe run --config config --corpus corpus --artifacts artifacts --set
-    overrides...` builds, built in this process without Prefect (whose import would set this process's logging
-    for the children it starts): that run reuses them and builds only what comes after. Label -> path."""
+    overrides...` builds, built in this process by the flows' own loop without Prefect tasks (build's run_one):
+    that run reuses them and builds only what comes after. Label -> path."""
+    from flows.pipeline_flows import build
     from pipeline import preflight, registry
     from pipeline.stage import run_stage
 
     cfg = preflight.configured(str(config), str(corpus), None, str(artifacts), until, overrides)
     done: dict[str, str] = {}
-    for stage in registry.stages(last=until):
-        for label, key in stage.keys(cfg, done).items():
-            done[label] = run_stage(stage, stage.config(cfg, key), stage.inputs(cfg, done, key), cfg.artifacts)
+    build(cfg, registry.stages(last=until), done, until,
+          run_one=lambda stage, config, inputs, label: run_stage(stage, config, inputs, cfg.artifacts))
     return done
 
 
