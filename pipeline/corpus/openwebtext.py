@@ -17,9 +17,7 @@ would be worse than asking the user to download it again.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import io
-import json
 import re
 import tarfile
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipeline.corpus.sources import Document, Part, Read, Source, SourceError, doc_id
+from pipeline.file_snapshot import listing_digest
 
 _SUBSET = re.compile(r"urlsf_subset(\d+)\.tar$")
 
@@ -60,9 +59,7 @@ class OpenWebTextSource(Source):
         return [p for _, p in sorted(found)]
 
     def snapshot(self) -> str:
-        """Tarballs are replaced whole on re-download, so names, sizes and mtimes are enough."""
-        listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in self.files()]
-        return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+        return listing_digest(self.files())
 
     def parts(self) -> Iterator[Part]:
         """One part per xz member; the outer tar is uncompressed, so listing it only reads headers."""

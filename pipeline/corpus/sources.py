@@ -12,7 +12,6 @@ beside it, and `pipeline.corpus.stage.open_source` picks one by the path or URL'
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 from abc import ABC, abstractmethod
@@ -24,6 +23,7 @@ from typing import Iterable, Iterator
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
+from pipeline.file_snapshot import listing_digest
 from pipeline.jsonlines import json_objects
 
 log = logging.getLogger("cpipe")
@@ -105,12 +105,6 @@ class Source(ABC):
         return read.documents
 
 
-def files_snapshot(files: list[Path]) -> str:
-    """Changes when a file is added, removed or modified (by name, size and time): part of the corpus fingerprint."""
-    listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
-
-
 class ParquetFilesSource(Source):
     """One .parquet file or a directory of them, in name order; KIND names them in errors."""
 
@@ -128,7 +122,7 @@ class ParquetFilesSource(Source):
         return [self.root] if self.root.is_file() else sorted(self.root.rglob("*.parquet"))
 
     def snapshot(self) -> str:
-        return files_snapshot(self.files())
+        return listing_digest(self.files())
 
 
 class LocalSource(Source):
@@ -148,9 +142,7 @@ class LocalSource(Source):
         return sorted(p for p in self.root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
 
     def snapshot(self) -> str:
-        """Changes when any file is added, removed or modified: part of the corpus fingerprint."""
-        listing = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in self.files()]
-        return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+        return listing_digest(self.files(), self.root)
 
     def parts(self) -> Iterator[Part]:
         for path in self.files():

@@ -22,8 +22,8 @@ from typing import Iterator
 import mwparserfromhell
 import pyarrow.parquet as pq
 
-from pipeline.corpus.sources import (Document, ParquetFilesSource, Part, Read, Source, SourceError, doc_id,
-                                     files_snapshot)
+from pipeline.corpus.sources import Document, ParquetFilesSource, Part, Read, Source, SourceError, doc_id
+from pipeline.file_snapshot import listing_digest
 
 # Split dumps are named like enwiki-...-pages-articles1.xml-p1p41242.bz2.
 _DUMP_NAME = re.compile(r"pages-articles.*\.xml(-p\d+p\d+)?(\.bz2)?$")
@@ -78,7 +78,7 @@ class WikipediaDumpSource(Source):
             raise SourceError(f"Wikipedia dump does not exist: {path}")
 
     def snapshot(self) -> str:
-        return files_snapshot([self.path])
+        return listing_digest([self.path])
 
     def parts(self) -> Iterator[Part]:
         opener = bz2.open if self.path.suffix == ".bz2" else open
