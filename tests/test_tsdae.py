@@ -15,9 +15,11 @@ from safetensors import safe_open
 from transformers import BertConfig, BertForMaskedLM
 
 from pipeline.augment.objectives.tsdae import delete_tokens
+from pipeline.config import Config
 from pipeline.model.transformer import SpanEncoder, export
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
+from pipeline.train import stage as train_stage
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import make_encoder, train_step
 from tests.conftest import make_document
@@ -59,28 +61,57 @@ FAMILIES = {"roberta": roberta_encoder, "bert": bert_encoder}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_decoder_starts_from_the_encoder_and_shares_its_embedding_matrix(tokenizer, family):
+def test_decoder_is_the_encoder_tied_weight_for_weight_with_new_cross_attention(tokenizer, family):
+    """sentence-transformers' DenoisingAutoEncoderLoss(tie_encoder_decoder=True), the paper's setting: every
+    weight the decoder's transformer shares by name with the encoder is the encoder's tensor."""
     model = FAMILIES[family](tokenizer, tsdae_cfg())
     decoder, encoder = model.decoder.model, model.mlm_model
     assert decoder.config.is_decoder and decoder.config.add_cross_attention
     assert not encoder.config.is_decoder and not encoder.config.add_cross_attention  # its export stays an encoder
     table = encoder.get_input_embeddings().weight
     assert decoder.get_input_embeddings().weight is table and decoder.get_output_embeddings().weight is table
-    own = dict(decoder.base_model.named_parameters())
-    for name, p in encoder.base_model.named_parameters():  # same values, own tensors (only the table is shared)
-        torch.testing.assert_close(own[name], p)
-        assert name.endswith("word_embeddings.weight") or own[name] is not p
-    assert any(".crossattention." in name for name in own) and not any(
-        ".crossattention." in name for name, _ in encoder.named_parameters())
-    # Still one tensor after an update: the decoder's gradient trains the encoder's embeddings.
+    own = dict(decoder.base_model.named_parameters(remove_duplicate=False))
+    shared = dict(encoder.base_model.named_parameters())
+    assert shared and all(own[name] is p for name, p in shared.items())
+    new = set(own) - set(shared)
+    assert new and all(".crossattention." in name for name in new)
+    head = dict(decoder.named_parameters(remove_duplicate=False))
+    for name, p in encoder.named_parameters():  # the LM head: the encoder's values, a tensor of its own
+        if not name.startswith(encoder.base_model_prefix + "."):
+            torch.testing.assert_close(head[name], p)
+            assert head[name] is not p or p is table
+    # Still the same tensors after an update: the decoder's gradient trains the encoder's layers.
     optimizer, _ = make_optimizer(model, tsdae_cfg(), 1)
-    before = table.detach().clone()
+    layers = [p for name, p in shared.items() if ".layer.0." in name and name.endswith("dense.weight")]
+    before = [p.detach().clone() for p in [table, *layers]]
     ids = torch.tensor([[0, 5, 6, 7, 2]])
     _, logits = model(ids, torch.ones_like(ids), targets=(ids, torch.ones_like(ids)))
     logits.sum().backward()
     optimizer.step()
     assert decoder.get_output_embeddings().weight is encoder.get_input_embeddings().weight
-    assert not torch.equal(before, table.detach())
+    assert all(dict(decoder.base_model.named_parameters(remove_duplicate=False))[n] is p for n, p in shared.items())
+    assert all(not torch.equal(b, p.detach()) for b, p in zip(before, [table, *layers]))
+
+
+def test_an_untied_decoder_is_a_copy_sharing_only_the_embedding_matrix(tokenizer):
+    model = roberta_encoder(tokenizer, tsdae_cfg(tie_decoder=False))
+    decoder, encoder = model.decoder.model, model.mlm_model
+    own = dict(decoder.base_model.named_parameters(remove_duplicate=False))
+    for name, p in encoder.base_model.named_parameters():
+        torch.testing.assert_close(own[name], p)
+        assert (own[name] is p) == name.endswith("word_embeddings.weight")
+    assert decoder.get_output_embeddings().weight is encoder.get_input_embeddings().weight
+    assert "denoising decoder (untied)" in TrainConfig(objective="tsdae", tie_decoder=False).recipe()
+
+
+def test_only_tsdae_runs_carry_the_tie_in_their_fingerprint():
+    """Untied was the only decoder before the setting: untied runs, and every other objective's, keep their
+    datasets; a tied TSDAE run gets a new one."""
+    cfg = Config(runs={"t": {"objective": "tsdae"}, "u": {"objective": "tsdae", "tie_decoder": False},
+                       "d": {"objective": "declutr"}})
+    settings = {row: train_stage.config(cfg, row)["train"] for row in ("t", "u", "d")}
+    assert settings["t"]["tie_decoder"] is True
+    assert "tie_decoder" not in settings["u"] and "tie_decoder" not in settings["d"]
 
 
 def test_decoder_sees_the_cls_state_only(tokenizer):

@@ -109,6 +109,9 @@ class TrainConfig(Strict):
     correct_bias: bool = Field(True, description=(
         "AdamW's bias correction; false is the HF AdamW's correct_bias=False that DeCLUTR's configs train with"))
     sgd_momentum: float = Field(0.0, ge=0, lt=1, description="sgd's momentum (CERT: 0.9)")
+    tie_decoder: bool = Field(True, description=(
+        "tsdae: the decoder's transformer is the encoder's, weight for weight (the paper's, and sentence-"
+        "transformers' tie_encoder_decoder=True); false: a copy of it sharing only the embedding matrix"))
     schedule: Literal["slanted-triangular", "linear", "cosine", "allennlp-lazy", "constant"] | None = Field(
         None, description=(
             "the learning rate's course: slanted-triangular (ULMFiT's: up for cut_frac of the steps, then down to "
@@ -267,7 +270,7 @@ class TrainConfig(Strict):
         parts = [f"batch {self.batch_size}", f"{self.max_steps or 'all'} steps", f"lr {self.lr:g} {self.schedule}",
                  self.optimizer_recipe(), f"weight decay {self.weight_decay:g}", f"max length {self.max_length}"]
         if self.loss == "denoising":
-            parts += ["denoising decoder", head]
+            parts += [f"denoising decoder{'' if self.tie_decoder else ' (untied)'}", head]
         elif self.contrastive:
             parts += [f"{self.loss} tau {self.temperature:g}", head + width + (" kept" if self.keep_head else "")]
             if self.objective == "simcse-sup":

@@ -48,7 +48,7 @@ RUNTIME = {k: TrainConfig.model_fields[k].default
 # Settings added after version 5, at the value every run trained with before them, stay out of the stage config
 # (and so the fingerprint), which run() fills them back into: runs they leave as they were keep their datasets.
 UNCHANGED = {"optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True, "sgd_momentum": 0.0,
-             "projection_dim": None, "scale_fix": True}
+             "projection_dim": None, "scale_fix": True, "tie_decoder": False}
 METRICS = "metrics.parquet"
 log = logging.getLogger("cpipe")
 
@@ -64,10 +64,11 @@ def config(cfg: Config, row: str) -> dict:
     nothing. So do the selection's settings where they select nothing (no eval_every; dev_split but for a
     task), so that runs configured before them keep their fingerprints."""
     run = cfg.trainings()[row].config
-    unused = {"init_from", *(() if run.eval_every else ("select_by",)),
+    unused = {"init_from", *(() if run.eval_every else ("select_by",)), *(() if run.loss == "denoising" else
+                                                                           ("tie_decoder",)),
               *(() if run.eval_every and run.select_by not in (None, STS_DEV, HELDOUT_LOSS) else ("dev_split",))}
     settings = run.model_dump(exclude=unused)
-    left = [*RUNTIME, *(k for k, v in UNCHANGED.items() if settings[k] == v)]
+    left = [*RUNTIME, *(k for k, v in UNCHANGED.items() if settings.get(k, v) == v)]
     dev = selection.stage_config(run.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
     return {"train": {k: v for k, v in settings.items() if k not in left}, **({"dev": dev} if dev else {}),
             "runtime": {k: settings[k] for k in RUNTIME}}

@@ -223,7 +223,7 @@ def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
 
 def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
     """The encoder a run trains, under torch.compile with train.compile; with TSDAE's decoder for its loss."""
-    decoder = TsdaeDecoder(mlm_model, cfg["seed"]) if cfg["loss"] == "denoising" else None
+    decoder = TsdaeDecoder(mlm_model, cfg["seed"], cfg["tie_decoder"]) if cfg["loss"] == "denoising" else None
     return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"],
                        projection_dim=cfg["projection_dim"], decoder=decoder)
 

@@ -2,9 +2,12 @@
 from the sentence embedding of its corrupted copy.
 
 It is the encoder's own architecture as a causal LM (transformers' *ForCausalLM: is_decoder, with
-cross-attention), started from the encoder's weights (the masked-LM head included, as the LM head the
-decoder predicts with); only the cross-attention is new. Its token embeddings and output projection are the
-encoder's embedding matrix itself, one tensor (the paper's tied setting). Its cross-attention's memory is the
+cross-attention) whose transformer *is* the encoder's: every weight the two share by name is one tensor, the
+token embeddings and the output projection included; only the cross-attention is new, and the LM head starts
+as a copy of the encoder's masked-LM head (`tie=False`: the transformer is a copy too, and only the
+embedding matrix is shared). This is the tied setting of the paper and of its implementation,
+sentence-transformers' DenoisingAutoEncoderLoss (`tie_encoder_decoder=True`, its default): the decoder's
+self-attention and feed-forward gradients train the encoder too. Its cross-attention's memory is the
 sentence embedding alone, a sequence of length 1: the decoder sees nothing else of the encoder, so the
 embedding has to carry the sentence (the paper's bottleneck, section 3). It lives beside the encoder in the
 trained SpanEncoder and is never exported (pipeline.model.transformer.export saves the encoder only).
@@ -33,7 +36,7 @@ class TsdaeDecoder(nn.Module):
     ([CLS]/<s> ... [SEP]/</s>, right-padded; `mask` their attention mask), read with teacher forcing: position t
     sees tokens 0..t and the embedding, and predicts token t + 1. So logits[:, t] scores ids[:, t + 1]."""
 
-    def __init__(self, mlm_model: nn.Module, seed: int = 0):
+    def __init__(self, mlm_model: nn.Module, seed: int = 0, tie: bool = True):
         super().__init__()
         # Its own RNG for the new cross-attention weights, which neither depend on nor move the caller's draws.
         with torch.random.fork_rng(devices=[]):
@@ -48,9 +51,13 @@ class TsdaeDecoder(nn.Module):
         if foreign:
             raise InputError(f"tsdae: the decoder built from {type(mlm_model).__name__} does not take its weights "
                              f"({len(foreign)} differ, e.g. {foreign[0]}); use a BERT- or RoBERTa-family model")
-        embeddings = mlm_model.get_input_embeddings()
-        self.model.set_input_embeddings(embeddings)
-        self.model.get_output_embeddings().weight = embeddings.weight
+        encoder = dict(mlm_model.base_model.named_parameters()) if tie else {}
+        for name, _ in list(self.model.base_model.named_parameters()):
+            if name in encoder:
+                module, _, attr = name.rpartition(".")
+                setattr(self.model.base_model.get_submodule(module), attr, encoder[name])
+        self.model.set_input_embeddings(mlm_model.get_input_embeddings())
+        self.model.get_output_embeddings().weight = mlm_model.get_input_embeddings().weight
 
     def forward(self, embedding: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         memory = embedding.unsqueeze(1)  # (rows, 1, hidden): the sentence embedding is all it attends to
