@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 # Warnings of Ray's that are no news to the user, quieted in the workers of a local instance we start:
@@ -14,6 +15,29 @@ QUIETED = (
     # Ray Data, that progress bars are off (the train stage turns them off: steps are logged instead).
     "ray.data._internal.progress",
 )
+
+
+# Lines Ray's C++ core worker logs at error level in runs that are fine, which log_to_driver would put on the
+# user's terminal: Ray Train's controller on every run, that its PreemptionWatcher actor (ray-project/ray#53727)
+# has constructor arguments in the object store. Python's logging cannot reach them; the workers' log files
+# keep them.
+NOISE = re.compile(r"core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher'.*max_restarts > 0")
+
+
+def _quiet_driver_logs() -> None:
+    """Drop NOISE from the workers' output this driver prints (Ray's own printer, through its dispatcher)."""
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    def quieted(handler):
+        def handle(batch):
+            lines = [line for line in batch["lines"] if not NOISE.search(line)]
+            if lines:
+                handler({**batch, "lines": lines})
+        return handle
+
+    with dispatcher._lock:
+        dispatcher.handlers = [(name, quieted(handler) if name == "ray_print_logs" else handler)
+                               for name, handler in dispatcher.handlers]
 
 
 def ray_init(address: str | None, num_cpus: int | None) -> None:
@@ -34,6 +58,7 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
                  configure_logging=False,
                  runtime_env=None if cluster else {"worker_process_setup_hook": setup_worker})
+        _quiet_driver_logs()
 
 
 def setup_worker() -> None:

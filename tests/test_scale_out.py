@@ -1,5 +1,6 @@
 """The corpus and filter stages spread over processes and over a two-node Ray cluster on 127.0.0.1
-write the same documents (same ids, same text, same order) as the single-process run."""
+write the same documents (same ids, same text, same order) as the single-process run; and what the cluster's
+workers print reaches this driver's terminal without Ray's known noise."""
 
 from __future__ import annotations
 
@@ -50,6 +51,29 @@ def test_ray_backend_spreads_work_over_both_nodes(cluster):
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's workers cannot import tests/
     assert len(set(ordered_map(node_of, range(8), backend="ray", workers=2))) == 2
+
+
+def speak() -> None:
+    print("[2026-11-26 01:32:49,371 E 30882 30919] core_worker.cc:2465: Actor with class name: "
+          "'PreemptionWatcher' and ID: '0ca0b88cf3a376b53dd1bbde01000000' has constructor arguments in the object "
+          "store and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the actor "
+          "restart will fail. See https://github.com/ray-project/ray/issues/53727 for more details.",
+          file=sys.stderr, flush=True)
+    print("a worker's own line", file=sys.stderr, flush=True)
+
+
+def test_rays_known_noise_stays_off_the_terminal_and_the_workers_own_output_reaches_it(cluster, capfd):
+    import ray
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.get(ray.remote(speak).remote())
+    err, deadline = "", time.monotonic() + 60
+    while "a worker's own line" not in err and time.monotonic() < deadline:  # the driver prints them as they come
+        time.sleep(0.2)
+        err += capfd.readouterr().err
+    assert "a worker's own line" in err
+    assert "PreemptionWatcher" not in err and "core_worker.cc" not in err
 
 
 def test_corpus_and_filter_write_the_same_documents_on_every_backend(cluster, release, paras, tmp_path,
