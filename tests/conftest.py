@@ -562,7 +562,10 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
     started = []
 
     def start(args: list[str]) -> None:
-        started.append(subprocess.Popen([ray_cli, "start", *args, *common], env=env, start_new_session=True,
+        # Each node's agent on a port of its own: Ray's fixed default (52365) is taken by any other Ray on the
+        # host (a user's run, the other node), and a node without its agent takes no jobs.
+        agent = f"--dashboard-agent-listen-port={free_port()}"
+        started.append(subprocess.Popen([ray_cli, "start", *args, *common, agent], env=env, start_new_session=True,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     try:
