@@ -74,3 +74,21 @@ def test_the_png_is_a_valid_image(written):
     with Image.open(path) as image:
         image.verify()
         assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
+
+
+@pytest.mark.slow  # a fresh interpreter: this process may have imported TensorFlow already
+def test_writing_the_curves_never_imports_tensorflow(tmp_path):
+    """TensorFlow (the `use` extra) is installed here; TensorBoard would import it, seconds of start-up and its
+    C++ log lines on the user's terminal, after every training."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys; from tests.test_curves import rows; "
+            "from pipeline.train.curves import write_curves; "
+            "assert importlib.util.find_spec('tensorflow'), 'the use extra is not installed'; "
+            f"write_curves(rows(), {str(tmp_path)!r}); print('tensorflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False" and "TensorFlow" not in done.stderr, done.stderr[-2000:]
+    assert scalars(tmp_path / TENSORBOARD_DIR)["loss/total"][0] == (1, 2.75)

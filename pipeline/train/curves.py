@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import time
+from types import ModuleType
 
 TENSORBOARD_DIR, PNG = "tensorboard", "curves.png"
 # TensorBoard tag -> the train_step metrics key it plots; the tags' prefixes group the panels in TensorBoard.
@@ -47,6 +49,11 @@ def write_curves(rows: list[dict], out_dir: str) -> None:
 
 
 def _events(rows: list[dict], curves: dict, log_dir: str) -> None:
+    # TensorBoard reads and writes through TensorFlow's file API when TensorFlow is importable (the `use` extra
+    # installs it), and importing it costs seconds and puts TensorFlow's C++ start-up lines on the user's
+    # terminal. A module named tensorboard.compat.notf is TensorBoard's own switch to its TF-free stub, which it
+    # uses anyway wherever TensorFlow is absent; the event files are the same.
+    sys.modules.setdefault("tensorboard.compat.notf", ModuleType("tensorboard.compat.notf"))
     from torch.utils.tensorboard import SummaryWriter  # imports tensorboard (slow): only when the curves are written
 
     shutil.rmtree(log_dir, ignore_errors=True)  # a second write must not add a second copy of every point
