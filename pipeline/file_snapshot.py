@@ -30,8 +30,8 @@ def _read_memo() -> dict:
         return {}
 
 
-def digests(files: list[str]) -> list[str]:
-    """Each file's SHA-256 (hex, 32 characters)."""
+def digests(files: list[str]) -> list[tuple[int, str]]:
+    """Each file's size and SHA-256 (hex, 32 characters), from one stat."""
     memo, fresh = _read_memo(), {}
     out = []
     for f in files:
@@ -45,7 +45,7 @@ def digests(files: list[str]) -> list[str]:
             memo[key] = stat + [h.hexdigest()[:32]]
             if time.time_ns() - st.st_mtime_ns > RACY_NS:
                 fresh[key] = memo[key]
-        out.append(memo[key][3])
+        out.append((st.st_size, memo[key][3]))
     if fresh:
         try:  # a cache only: another process's write may win, and an unwritable home costs a rehash
             MEMO.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +61,7 @@ def listing(files: list, root: str | os.PathLike | None = None) -> list:
     """[(name, size, digest)] of the files, named relative to root (else by their base names)."""
     names = [os.path.relpath(f, root) if root is not None and str(f) != str(root) else os.path.basename(f)
              for f in files]
-    return [(n, os.path.getsize(f), d) for n, f, d in zip(names, files, digests([str(f) for f in files]))]
+    return [(n, size, d) for n, (size, d) in zip(names, digests([str(f) for f in files]))]
 
 
 def listing_digest(files: list, root: str | os.PathLike | None = None) -> str:

@@ -64,8 +64,8 @@ def config(cfg: Config, row: str) -> dict:
     nothing. So do the selection's settings where they select nothing (no eval_every; dev_split but for a
     task), so that runs configured before them keep their fingerprints."""
     run = cfg.trainings()[row].config
-    unused = {"init_from", *(() if run.eval_every else ("select_by",)), *(() if run.loss == "denoising" else
-                                                                           ("tie_decoder",)),
+    unused = {"init_from", *(() if run.eval_every else ("select_by",)),
+              *(() if run.loss == "denoising" else ("tie_decoder",)),
               *(() if run.eval_every and run.select_by not in (None, STS_DEV, HELDOUT_LOSS) else ("dev_split",))}
     settings = run.model_dump(exclude=unused)
     left = [*RUNTIME, *(k for k, v in UNCHANGED.items() if settings.get(k, v) == v)]
