@@ -1,8 +1,8 @@
 """One training step inside Ray Train against the same step in a plain torch loop.
 
 Both run `pipeline.train.step.train_step` on the same pairs, model and thread count;
-Ray's side reads the pairs through Ray Data (`get_dataset_shard`) inside a
-TorchTrainer worker, the plain side slices an in-memory Arrow table. Steady-state
+Ray's side is the train stage's TorchTrainer, whose worker reads its slice of
+the pair shards (`pipeline.train.shard`), the plain side slices an in-memory Arrow table. Steady-state
 step times are compared (the first steps are warm-up); Ray's one-off start-up
 is reported apart. Target: overhead <= 15%.
 

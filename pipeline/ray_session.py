@@ -12,8 +12,6 @@ QUIETED = (
     # Ray Train's controller, with a traceback, whenever its resource request to Ray Data's autoscaling
     # coordinator takes over 5 s ("safe to ignore", Ray says), as on a loaded machine, in a run that succeeds;
     "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
-    # Ray Data, that progress bars are off (the train stage turns them off: steps are logged instead).
-    "ray.data._internal.progress",
 )
 
 

@@ -208,7 +208,7 @@ def test_two_workers_accumulate_the_same_step_as_one(tokenizer, tmp_path):
 
 def run_train_loop(config: dict, table: pa.Table, saved: dict | None = None) -> list[dict]:
     """The training loop of one worker, in this process, resuming from `saved` if given: the checkpoints it
-    reports. Its micro-batches are `table`'s rows as Ray Data's shard gives them: fixed-size tables in order,
+    reports. Its micro-batches are `table`'s rows as one worker's shard gives them: fixed-size tables in order,
     the short last one dropped."""
     reports = []
 
@@ -243,7 +243,11 @@ def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_pa
 
 
 @pytest.mark.ray
-def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(tokenizer, local_ray, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(workers, tokenizer, local_ray, tmp_path):
+    """Through Ray Train, on one worker and on two (the local Ray's 2 CPUs, DDP over gloo): each worker's
+    micro-batches are its slice of every 4 rows in order, so rank 0, which records the metrics, trained on
+    the first 4 / workers of each."""
     rows = pairs(tokenizer, n=26)  # 3 steps of 2 micro-batches of 4 pairs; 2 pairs left over
     schema = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
     with DatasetWriter(str(tmp_path), "augment", "pairs", config={}, inputs={}, schema=schema) as out:
@@ -252,13 +256,14 @@ def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(tokenize
         tiny_encoder(tokenizer).mlm_model.save_pretrained(f"{out.local_dir}/{HF_DIR}")
         tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
     inputs = {"pairs": f"{tmp_path}/augment/pairs", "init": f"{tmp_path}/init/tiny"}
-    cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="bf16", max_length=64, torch_threads=1)
+    cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="bf16", max_length=64, torch_threads=1,
+                      num_workers=workers)
     path = run_stage(train.STAGE, {"train": cfg.model_dump()}, inputs, str(tmp_path))
 
     metrics = pd.read_parquet(f"{path}/metrics.parquet")
     assert list(metrics["step"]) == [1, 2, 3]
     special = special_ids(tokenizer)
-    micro = [collate(rows.slice(4 * i, 4), special, 64, True) for i in range(6)]
+    micro = [collate(rows.slice(4 * i, 4 // workers), special, 64, True) for i in range(6)]  # rank 0's
     first_of_each = [zlib.crc32(micro[2 * i]["anchors"][0].numpy().tobytes()) for i in range(3)]
     assert list(metrics["batch"]) == first_of_each
     assert list(metrics["tokens"]) == [int(micro[2 * i]["anchors"][1].sum() + micro[2 * i]["positives"][1].sum()

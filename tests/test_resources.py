@@ -54,20 +54,18 @@ def test_the_nearest_valid_values_stay_valid():
 
 
 @pytest.mark.parametrize("workers, per_worker, cpus, expected", [
-    (1, 1, 2, None),  # a worker and Ray Data's reads
-    (2, 1, 3, None),
-    (2, 2, 5, None),
-    (2, 1, 2, f"train.num_workers=2 needs 3 CPUs (2 workers + 1 for Ray Data); Ray has 2: "
-              f"set train.num_workers<=1, or {MORE}"),
-    (3, 1, 2, f"train.num_workers=3 needs 4 CPUs (3 workers + 1 for Ray Data); Ray has 2: "
-              f"set train.num_workers<=1, or {MORE}"),
-    (1, 1, 1, f"train.num_workers=1 needs 2 CPUs (1 workers + 1 for Ray Data); Ray has 1: {MORE}"),
-    (2, 3, 6, f"train.num_workers=2 needs 7 CPUs (2 workers x 3 CPUs + 1 for Ray Data); Ray has 6: "
+    (1, 1, 1, None),  # a worker reads its own pairs: no CPU more
+    (2, 1, 2, None),
+    (2, 2, 4, None),
+    (3, 1, 2, f"train.num_workers=3 needs 3 CPUs (3 workers); Ray has 2: set train.num_workers<=2, or {MORE}"),
+    (1, 2, 1, f"train.num_workers=1 needs 2 CPUs (1 worker x 2 CPUs); Ray has 1: "
+              f"set train.cpus_per_worker<=1, or {MORE}"),
+    (2, 3, 5, f"train.num_workers=2 needs 6 CPUs (2 workers x 3 CPUs); Ray has 5: "
               f"set train.num_workers<=1 or train.cpus_per_worker<=2, or {MORE}"),
-    (4, 2, 4, f"train.num_workers=4 needs 9 CPUs (4 workers x 2 CPUs + 1 for Ray Data); Ray has 4: "
-              f"set train.num_workers<=1, or {MORE}"),
+    (4, 2, 4, f"train.num_workers=4 needs 8 CPUs (4 workers x 2 CPUs); Ray has 4: "
+              f"set train.num_workers<=2 or train.cpus_per_worker<=1, or {MORE}"),
 ])
-def test_workers_and_one_cpu_for_ray_data_must_fit(workers, per_worker, cpus, expected):
+def test_the_workers_cpus_must_fit(workers, per_worker, cpus, expected):
     train = settings(batch_size=12, num_workers=workers, cpus_per_worker=per_worker)
     assert cpu_shortfall(train, cpus, MORE) == expected
 
@@ -82,24 +80,24 @@ def test_gpu_workers_need_a_gpu_each():
 
 def test_a_local_ray_refuses_and_a_cluster_warns_once(caplog):
     train = settings(num_workers=3, batch_size=12)
-    with pytest.raises(InputError, match=r"^train.num_workers=3 needs 4 CPUs .* Ray has 2: .*\(ray.num_cpus\)$"):
+    with pytest.raises(InputError, match=r"^train.num_workers=3 needs 3 CPUs .* Ray has 2: .*\(ray.num_cpus\)$"):
         check_resources(train, {"CPU": 2.0, "memory": 1e9}, local=True)
     check_resources(settings(), {"CPU": 2.0}, local=True)  # fits: nothing said
     with caplog.at_level(logging.WARNING, logger="cpipe"):
         for _ in range(2):  # an autoscaler may add nodes: the run goes on, said once
             check_resources(train, {"CPU": 2.0}, local=False)
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1 and "Ray has 2: set train.num_workers<=1, or add nodes to the cluster" in warnings[0]
+    assert len(warnings) == 1 and "Ray has 2: set train.num_workers<=2, or add nodes to the cluster" in warnings[0]
 
 
 def test_preflight_checks_every_run_against_the_local_ray_it_will_start(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # which would mean a cluster
-    cfg = load_config(None, ["ray.num_cpus=2", "runs.contrastive-only.num_workers=2"])
+    cfg = load_config(None, ["ray.num_cpus=2", "runs.contrastive-only.num_workers=4"])
     runs = {name: r.model_dump() for name, r in cfg.run_configs().items()}
-    with pytest.raises(InputError, match=r"^runs.contrastive-only: train.num_workers=2 needs 3 CPUs"):
+    with pytest.raises(InputError, match=r"^runs.contrastive-only: train.num_workers=4 needs 4 CPUs"):
         check_before_ray(runs, cfg.ray.num_cpus, cpu_count=64)
-    check_before_ray(runs, None, cpu_count=3)  # without ray.num_cpus, Ray takes the machine's CPUs
-    with pytest.raises(InputError, match="runs.contrastive-only: train.num_workers=2 needs 3 CPUs"):
+    check_before_ray(runs, None, cpu_count=4)  # without ray.num_cpus, Ray takes the machine's CPUs
+    with pytest.raises(InputError, match="runs.contrastive-only: train.num_workers=4 needs 4 CPUs"):
         train.check(cfg)  # the stage's pre-flight: no Ray started, none asked for
 
 
@@ -111,15 +109,15 @@ def test_preflight_leaves_a_cluster_to_the_stage(monkeypatch):
 
 @pytest.mark.ray
 def test_the_train_stage_refuses_workers_a_local_ray_cannot_hold(local_ray, tmp_path):
-    """Two workers on the fixture's 2 CPUs would leave Ray Data none: refused before any worker starts, and
-    nothing that looks finished is left."""
+    """Four workers on the fixture's 2 CPUs: refused before any worker starts, and nothing that looks finished
+    is left."""
     schema = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
     with DatasetWriter(str(tmp_path), "augment", "pairs", config={}, inputs={}, schema=schema) as out:
         out.write([{"anchor_ids": [5, 6], "positive_ids": [[7, 8]]}] * 8)
     inputs = {"pairs": f"{tmp_path}/augment/pairs", "init": f"{tmp_path}/init/none"}  # never read
-    config = {"train": TrainConfig(batch_size=4, num_workers=2).model_dump()}
-    with pytest.raises(InputError, match=r"^train.num_workers=2 needs 3 CPUs \(2 workers \+ 1 for Ray Data\); "
-                                         r"Ray has 2: set train.num_workers<=1"):
+    config = {"train": TrainConfig(batch_size=4, num_workers=4).model_dump()}
+    with pytest.raises(InputError, match=r"^train.num_workers=4 needs 4 CPUs \(4 workers\); "
+                                         r"Ray has 2: set train.num_workers<=2"):
         run_stage(train.STAGE, config, inputs, str(tmp_path))
     assert not list(tmp_path.glob("train/*/_SUCCESS"))
 

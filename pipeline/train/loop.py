@@ -32,14 +32,15 @@ from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
 from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
+from pipeline.train.shard import rank_batches
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
 
 STATE = "state.pt"  # a checkpoint directory's file
 
 
 def train_loop(config: dict) -> None:
-    """Runs on every Ray Train worker: run_loop with Ray Train's context, latest checkpoint, dataset shard,
-    model placement and reports."""
+    """Runs on every Ray Train worker: run_loop with Ray Train's context, latest checkpoint, the worker's slice of
+    the pairs (pipeline.train.shard), model placement and reports."""
     # Ray is imported here only: run_loop, which tests and benchmarks call directly, needs none of it.
     import ray.train
     import ray.train.torch
@@ -58,8 +59,8 @@ def train_loop(config: dict) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
 
     run_loop(config, rank=ctx.get_world_rank(), world=ctx.get_world_size(), saved=saved,
-             shard=lambda rows: ray.train.get_dataset_shard("train").iter_batches(
-                 batch_size=rows, drop_last=True, batch_format="pyarrow"),
+             shard=lambda rows: rank_batches(config["shards"], config["columns"], rows, ctx.get_world_rank(),
+                                             ctx.get_world_size(), config["filesystem"]),
              prepare_model=lambda model, ddp: ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp),
              report=report)
 
@@ -116,7 +117,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
         step += 1
         if step <= state["step"]:
             continue  # resumed: these micro-batches were trained on before the checkpoint
-        data_seconds = time.perf_counter() - waited  # time blocked on Ray Data: is training input-bound?
+        data_seconds = time.perf_counter() - waited  # time blocked reading pairs: is training input-bound?
         batches = [collate(table, config["special"], cfg["max_length"], cfg["contrastive"]) for table in tables]
         metrics = train_step(model, optimizer, scheduler, batches, cfg, config["special"], generator, bank, scaler,
                              key_encoder)

@@ -1,12 +1,9 @@
-"""Whether Ray can hold a run's training: its workers' CPUs (and GPUs), and a CPU more for Ray Data.
+"""Whether Ray can hold a run's training: its workers' CPUs (and GPUs).
 
-Each worker is an actor holding `cpus_per_worker` CPUs for the whole run, and reads its pairs through Ray Data
-(a streaming split of the augment stage's shards), whose read tasks take a CPU each; Ray Train leaves the
-workers' CPUs out of Ray Data's budget. With every CPU held by a worker nothing is read and the run waits for
-ever (Ray Data: "The job may hang forever unless the cluster scales up"); with more workers than CPUs Ray
-Train retries starting the worker group without end. A local instance's CPUs are all it will have, so there a
-run that does not fit is refused before any worker starts; a cluster may grow (an autoscaler adds nodes), so
-there it is a warning.
+Each worker is an actor holding `cpus_per_worker` CPUs for the whole run, and reads its own pairs
+(pipeline.train.shard); with more workers than Ray's CPUs, Ray Train retries starting the worker group without
+end. A local instance's CPUs are all it will have, so there a run that does not fit is refused before any
+worker starts; a cluster may grow (an autoscaler adds nodes), so there it is a warning.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from collections.abc import Mapping
 
 from pipeline.errors import InputError
 
-DATA_CPUS = 1  # Ray Data's read tasks: one at a time is enough to feed the workers
 log = logging.getLogger("cpipe")
 _warned: set[str] = set()
 
@@ -25,18 +21,17 @@ def cpu_shortfall(train: Mapping, cpus: float, more: str) -> str | None:
     """One line saying what CPUs `train` (a run's settings) needs beyond `cpus` and what to set instead, or
     None when it fits. `more`: how to give Ray more CPUs."""
     workers, per_worker = train["num_workers"], train["cpus_per_worker"]
-    needed = workers * per_worker + DATA_CPUS
+    needed = workers * per_worker
     if needed <= cpus:
         return None
-    held = f"{workers} workers" if per_worker == 1 else f"{workers} workers x {per_worker} CPUs"
+    held = f"{workers} worker{'s' * (workers != 1)}" + (f" x {per_worker} CPUs" if per_worker != 1 else "")
     fixes = []
-    if (fitting := int((cpus - DATA_CPUS) // per_worker)) >= 1:
+    if (fitting := int(cpus // per_worker)) >= 1:
         fixes.append(f"train.num_workers<={fitting}")
-    if per_worker > 1 and (fitting := int((cpus - DATA_CPUS) // workers)) >= 1:
+    if per_worker > 1 and (fitting := int(cpus // workers)) >= 1:
         fixes.append(f"train.cpus_per_worker<={fitting}")
     fixes = f"set {' or '.join(fixes)}, or {more}" if fixes else more
-    return (f"train.num_workers={workers} needs {needed:g} CPUs ({held} + {DATA_CPUS} for Ray Data); "
-            f"Ray has {cpus:g}: {fixes}")
+    return f"train.num_workers={workers} needs {needed:g} CPUs ({held}); Ray has {cpus:g}: {fixes}"
 
 
 def gpu_shortfall(train: Mapping, gpus: float) -> str | None:

@@ -1,7 +1,7 @@
 """train stage on Ray Train: each objective's contrastive loss (+ MLM where its paper has it) over the augment stage's pairs.
 
-The driver (`run`) starts a TorchTrainer over a Ray Dataset of the pair shards;
-each worker runs pipeline.train.loop's `train_loop`, whose whole step is pipeline.train.step's `train_step`.
+The driver (`run`) starts a TorchTrainer; each worker runs pipeline.train.loop's `train_loop` over its slice
+of the pair shards (pipeline.train.shard), whose whole step is pipeline.train.step's `train_step`.
 Checkpoints go through `ray.train.report`; a rerun with the same fingerprint resumes from the
 latest one (Ray Train restores its run state from the same storage path). With train.eval_every, rank 0
 scores the model by train.select_by every eval_every steps (pipeline.train.selection), the latest checkpoint
@@ -70,8 +70,11 @@ def config(cfg: Config, row: str) -> dict:
     settings = run.model_dump(exclude=unused)
     left = [*RUNTIME, *(k for k, v in UNCHANGED.items() if settings.get(k, v) == v)]
     dev = selection.stage_config(run.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
+    # Several workers split each batch by rank (pipeline.train.shard) since Ray Data stopped reading the pairs;
+    # one worker reads what it read before, so only its runs keep their datasets.
+    split = {"shard": "rank slices of each batch"} if run.num_workers > 1 else {}
     return {"train": {k: v for k, v in settings.items() if k not in left}, **({"dev": dev} if dev else {}),
-            "runtime": {k: settings[k] for k in RUNTIME}}
+            **split, "runtime": {k: settings[k] for k in RUNTIME}}
 
 
 def inputs(cfg: Config, done: dict[str, str], row: str) -> dict[str, str]:
@@ -122,7 +125,7 @@ def _trainer_class():
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    import ray.data
+    import ray
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
     cfg = {**UNCHANGED, **runtime(config, RUNTIME), **config["train"]}  # the loop reads all three
@@ -140,9 +143,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     special = special_ids(tokenizer, cfg["max_length"])
     dev = selection.load(config, pairs, special)
-    data_context = ray.data.DataContext.get_current()
-    data_context.execution_options.preserve_order = True  # batches in the augment stage's order, run after run
-    data_context.enable_progress_bars = False  # per-block bars flood the flow's log; steps are logged instead
     columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
     if cfg["contrastive"] and cfg["objective"] == "simcse-sup":  # the hard negatives
         columns.append("negative_ids")
@@ -151,7 +151,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
                              "rebuild the augment stage, or set mlm: false")
         columns.append("original_ids")
-    dataset = ray.data.read_parquet(shards(pairs), columns=columns, filesystem=arrow_filesystem(pairs))
     # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
     # every worker of a cluster can reach when it is an object store.
     runs = f"{dataset_parts(out.path)[0]}/_ray"
@@ -159,7 +158,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     trainer = _trainer_class()(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
-                           "special": special, "dev": dev},
+                           "special": special, "dev": dev, "shards": shards(pairs), "columns": columns,
+                           "filesystem": arrow_filesystem(pairs)},
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
@@ -169,7 +169,6 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
                              # Train's own INFO lines (resources requested, each report and checkpoint) are
                              # noise on the user's terminal; our steps are logged by the loop.
                              logging_config=LoggingConfig(log_level="WARNING")),
-        datasets={"train": dataset},
     )
     log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
              cfg["precision"])
