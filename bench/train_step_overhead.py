@@ -68,7 +68,8 @@ def plain_loop(pairs: str, init_path: str, cfg: dict, steps: int) -> list[float]
     return times[WARMUP:]
 
 
-def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str, attempt: int) -> tuple[list[float], float]:
+def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str,
+             attempt: int) -> tuple[list[float], float, float]:
     start = time.perf_counter()
     path = run_stage(train.STAGE, {"train": {**cfg, "max_steps": steps, "checkpoint_every": steps}, "attempt": attempt},
                      {"pairs": pairs, "init": init_path}, work)
@@ -77,7 +78,7 @@ def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str, attem
     seconds = metrics["seconds"].to_numpy()
     step_times = np.diff(seconds)[WARMUP - 1:].tolist()
     print(f"  Ray worker waited on data: median {metrics['data_seconds'][WARMUP:].median() * 1000:.1f} ms a step")
-    return step_times, wall - seconds[-1]
+    return step_times, wall - seconds[-1], wall
 
 
 def main() -> None:
@@ -91,12 +92,13 @@ def main() -> None:
     try:
         pairs, init_path = prepare(work, cfg)
         ray_init(None, cfg.ray.num_cpus)
-        plain, ray_steps, startup = [], [], []
+        plain, ray_steps, startup, walls = [], [], [], []
         for attempt in range(args.repeats):
             plain += plain_loop(pairs, init_path, run_cfg, args.steps)
-            steps, overhead = ray_loop(pairs, init_path, run_cfg, args.steps, work, attempt)
+            steps, overhead, wall = ray_loop(pairs, init_path, run_cfg, args.steps, work, attempt)
             ray_steps += steps
             startup.append(overhead)
+            walls.append(wall)
         p, r = statistics.median(plain), statistics.median(ray_steps)
         print(f"batch {run_cfg['batch_size']} anchors x {cfg.augment.num_positives} positives, "
               f"{args.steps} steps x {args.repeats} repeats, {WARMUP} warm-up steps dropped each")
@@ -104,6 +106,7 @@ def main() -> None:
         print(f"Ray Train worker: median step {r * 1000:.1f} ms")
         print(f"Ray Train step overhead: {100 * (r / p - 1):+.1f}%")
         print(f"Ray Train one-off start-up and export per fit: median {statistics.median(startup):.1f}s")
+        print(f"the train stage's whole fit ({args.steps} steps): median {statistics.median(walls):.1f}s")
     finally:
         shutil.rmtree(work)
 
