@@ -23,16 +23,11 @@ import pandas as pd
 import torch
 
 from bench.common import shared_corpus
-from pipeline.augment import stage as augment
+from pipeline import registry
 from pipeline.config import Config, load_config
-from pipeline.corpus import stage as corpus
-from pipeline.corpus.config import CorpusConfig
-from pipeline.filter import stage as filter
-from pipeline.init import stage as init
 from pipeline.model.transformer import HF_DIR, SpanEncoder, load_mlm
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import stage as train
 from pipeline.train.batching import collate, special_ids
@@ -43,12 +38,15 @@ from storage import read_table
 WARMUP = 10
 
 
-def prepare(work: str, cfg) -> tuple[str, str]:
-    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
-    tok = run_stage(tokenizer.STAGE, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
-    kept = run_stage(filter.STAGE, cfg.filter.model_dump(), {"corpus": docs, "tokenizer": tok}, work)
-    pairs = run_stage(augment.STAGE, cfg.augment.model_dump(), {"documents": kept, "tokenizer": tok}, work)
-    return pairs, run_stage(init.STAGE, cfg.model.model_dump(), {"tokenizer": tok}, work)
+def prepare(work: str, cfg: Config) -> tuple[str, str]:
+    """The run's pairs and initial model, built by each stage's own config and inputs, as a run builds them."""
+    done: dict[str, str] = {}
+    for stage in registry.stages(last="init"):
+        for label, key in stage.keys(cfg, done).items():
+            done[label] = run_stage(stage, stage.config(cfg, key), stage.inputs(cfg, done, key), work)
+    [row] = train.STAGE.keys(cfg, done).values()
+    inputs = train.STAGE.inputs(cfg, done, row)
+    return inputs["pairs"], inputs["init"]
 
 
 def plain_loop(pairs: str, init_path: str, cfg: dict, steps: int) -> list[float]:
@@ -86,7 +84,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    cfg = load_config("configs/default.yaml")
+    sotu = shared_corpus()  # the evaluation data beside it: what decontaminate keeps out
+    cfg = load_config("configs/default.yaml", [f"corpus.sources=[{sotu}]", f"evaluate.data={sotu.parents[1]}/eval/senteval",
+                                               "seeds=[0]", "runs={declutr: {}}"])
     run_cfg = cfg.run_configs()["declutr"].model_dump()
     work = tempfile.mkdtemp(prefix="bench-train-")
     try:
