@@ -51,7 +51,8 @@ def main() -> None:
             config, inputs = job(args.workers)
             outputs["ray"].append(run_stage(evaluate.STAGE, config, inputs, tempfile.mkdtemp(dir=work)))
 
-        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+        # "local": our own instance, never a cluster that `ray start` left on this machine
+        ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
         t_ray, t_serial = alternate(parallel, serial, args.repeats)
         tables = [read_table(p) for p in outputs["serial"] + outputs["ray"]]
         assert all(t.equals(tables[0]) for t in tables), "serial and Ray scores differ"

@@ -40,7 +40,7 @@ def main() -> None:
 
         def stage() -> None:
             # a fresh fingerprint each time, so the stage really runs
-            run_stage(filter.STAGE, {"min_tokens": 2048, "dedup": True, "run": next(runs)},
+            run_stage(filter.STAGE, {**filter.config(Config()), "run": next(runs)},  # min_tokens 2048, dedup
                       {"corpus": docs, "tokenizer": tok}, work)
 
         def bare() -> None:
