@@ -1,11 +1,11 @@
 """Parquet datasets on any fsspec filesystem: fingerprints, atomic writes, manifests."""
 
 from storage.lease import leased
+from storage.whole_files import arrow_filesystem, put_file
 from storage.dataset import (
     DamagedDataset,
     DatasetError,
     DatasetWriter,
-    arrow_filesystem,
     check_writable,
     complete,
     dataset_parts,
@@ -16,7 +16,6 @@ from storage.dataset import (
     is_local,
     list_datasets,
     local_copy,
-    put_file,
     read_manifest,
     read_table,
     remove,

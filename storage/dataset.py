@@ -109,35 +109,6 @@ def local_copy(path: str) -> Iterator[str]:
         yield local
 
 
-def arrow_filesystem(path: str):
-    """The pyarrow filesystem that reads `path` (None for local paths), for Ray Data and Ray Train,
-    which take pyarrow filesystems; any fsspec filesystem works through pyarrow's handler."""
-    if is_local(path):
-        return None
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    return PyFileSystem(FSSpecHandler(_fs(path)[0]))
-
-
-def put_file(local: str, path: str) -> None:
-    """Replace the file at `path` (any fsspec URL) with a local file, so that readers see the old file or the
-    new one, never half of one: a rename from a sibling on local disk, a single PUT on an object store."""
-    fs, p = _fs(path)
-    parent = p.rsplit("/", 1)[0]
-    fs.makedirs(parent, exist_ok=True)
-    if not _on_disk(fs):
-        fs.put_file(local, p)
-        return
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{p.rsplit('/', 1)[-1]}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def remove(path: str) -> None:
     """Delete a file or directory tree, if it exists, on any filesystem."""
     fs, p = _fs(path)

@@ -1,8 +1,11 @@
 import json
+import os
+import pickle
 
 import pyarrow as pa
 import pytest
 
+import storage
 from storage import DatasetError, DatasetWriter, complete, fingerprint, list_datasets, read_manifest, read_table
 from storage.dataset import SUCCESS
 
@@ -93,3 +96,27 @@ def test_shards_rotate_by_size_and_keep_every_row(tmp_path):
     table = read_table(out.path)
     assert read_manifest(out.path)["shards"] > 3
     assert table.column("n").to_pylist() == list(range(100_000))
+
+
+def test_ray_trains_run_files_are_replaced_whole_never_rewritten_in_place(tmp_path):
+    """Ray Train rewrites its checkpoint snapshot at each checkpoint; a stop that killed it mid-write left an
+    empty snapshot, which the rerun could not read (the CI failure of 2026-11-26). Until the write is closed,
+    the file on disk, all a killed writer leaves, is the old one."""
+    snapshot = tmp_path / "checkpoint_manager_snapshot.json"
+    snapshot.write_text('{"step": 20}')
+    fs = pickle.loads(pickle.dumps(storage.arrow_filesystem(str(tmp_path))))  # as Ray ships it to its workers
+    writing = fs.open_output_stream(str(snapshot))
+    writing.write(b'{"step": 4')
+    writing.flush()
+    assert snapshot.read_text() == '{"step": 20}'
+    writing.write(b'0}')
+    writing.close()
+    assert snapshot.read_text() == '{"step": 40}'
+    assert [p.name for p in tmp_path.iterdir()] == [snapshot.name]
+    # The permissions a new file gets from the umask, not a temporary file's 0600.
+    assert snapshot.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
