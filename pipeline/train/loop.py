@@ -34,6 +34,7 @@ from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.shard import rank_batches
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
+from storage import iter_batches
 
 STATE = "state.pt"  # a checkpoint directory's file
 
@@ -58,9 +59,10 @@ def train_loop(config: dict) -> None:
     def report(metrics: dict, directory: str | None) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
 
-    run_loop(config, rank=ctx.get_world_rank(), world=ctx.get_world_size(), saved=saved,
-             shard=lambda rows: rank_batches(config["shards"], config["columns"], rows, ctx.get_world_rank(),
-                                             ctx.get_world_size(), config["filesystem"]),
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    run_loop(config, rank=rank, world=world, saved=saved,
+             shard=lambda rows: rank_batches(iter_batches(config["pairs"], config["columns"], rows * world),
+                                             rows, rank, world),
              prepare_model=lambda model, ddp: ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp),
              report=report)
 

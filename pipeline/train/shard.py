@@ -1,6 +1,6 @@
 """Each training worker's micro-batches, read by the worker itself from the augment stage's Parquet shards.
 
-The shards' rows, in the augment stage's order, are cut into global micro-batches of `rows x world` rows;
+The pairs' rows, in the augment stage's order, are cut into global micro-batches of `rows x world` rows;
 worker `rank` takes its `rows` of each, so the workers of a step hold between them the rows one worker would
 hold, and every worker gets the same number of micro-batches (a short last one is dropped on all alike: DDP
 hangs when ranks' step counts differ).
@@ -13,26 +13,22 @@ slice of sequential shards needs neither.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 
-def rank_batches(paths: list[str], columns: list[str], rows: int, rank: int, world: int,
-                 filesystem=None) -> Iterator[pa.Table]:
-    """Worker `rank` of `world`'s micro-batches of `rows` rows of `columns`, from the Parquet files `paths` in
-    order (on `filesystem`, a pyarrow filesystem; None: local)."""
+def rank_batches(batches: Iterable[pa.RecordBatch], rows: int, rank: int, world: int) -> Iterator[pa.Table]:
+    """Worker `rank` of `world`'s micro-batches of `rows` rows: the stream `batches` (storage.iter_batches of
+    the pairs) cut, in order, into global micro-batches of `rows x world` rows, of which it takes slice `rank`."""
     size = rows * world
     pending: list[pa.RecordBatch] = []
     held = 0
-    for path in paths:
-        with (filesystem.open_input_file(path) if filesystem is not None else open(path, "rb")) as source:
-            for batch in pq.ParquetFile(source).iter_batches(batch_size=size, columns=columns):
-                pending.append(batch)
-                held += batch.num_rows
-                while held >= size:
-                    table = pa.Table.from_batches(pending)
-                    yield table.slice(rank * rows, rows)
-                    rest = table.slice(size)
-                    pending, held = rest.to_batches(), rest.num_rows
+    for batch in batches:
+        pending.append(batch)
+        held += batch.num_rows
+        while held >= size:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(rank * rows, rows)
+            rest = table.slice(size)
+            pending, held = rest.to_batches(), rest.num_rows

@@ -35,7 +35,7 @@ from pipeline.train.curves import write_curves
 from pipeline.train.loop import load_state, train_loop
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
-from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove, shards
+from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
 
 # Ray is imported where the driver uses it (run, checkpoint_config): the stage registry, which imports every
 # stage (the CLI, the flows), does not wait for it.
@@ -158,8 +158,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     trainer = _trainer_class()(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
-                           "special": special, "dev": dev, "shards": shards(pairs), "columns": columns,
-                           "filesystem": arrow_filesystem(pairs)},
+                           "special": special, "dev": dev, "pairs": pairs, "columns": columns},
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
         run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
