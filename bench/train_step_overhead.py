@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from bench.common import shared_corpus
+from flows.pipeline_flows import build
 from pipeline import registry
 from pipeline.config import Config, load_config
 from pipeline.model.transformer import HF_DIR, SpanEncoder, load_mlm
@@ -41,9 +42,8 @@ WARMUP = 10
 def prepare(work: str, cfg: Config) -> tuple[str, str]:
     """The run's pairs and initial model, built by each stage's own config and inputs, as a run builds them."""
     done: dict[str, str] = {}
-    for stage in registry.stages(last="init"):
-        for label, key in stage.keys(cfg, done).items():
-            done[label] = run_stage(stage, stage.config(cfg, key), stage.inputs(cfg, done, key), work)
+    build(cfg, registry.stages(last="init"), done, "init",
+          run_one=lambda stage, config, inputs, label: run_stage(stage, config, inputs, work))
     [row] = train.STAGE.keys(cfg, done).values()
     inputs = train.STAGE.inputs(cfg, done, row)
     return inputs["pairs"], inputs["init"]

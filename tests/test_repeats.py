@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
+from flows.pipeline_flows import build
 from pipeline import registry
 from pipeline.baselines.fasttext.bow import _shuffle_lines
 from pipeline.config import load_config
@@ -81,16 +82,13 @@ def test_a_continuing_runs_repeat_starts_from_its_parents_repeat_of_the_same_see
 
 
 PAIRS = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
-STAGES = registry.NAMES[:registry.NAMES.index("baseline") + 1]
 
 
 def plan(cfg, artifacts: str = "/art") -> dict[str, str]:
     """label -> dataset path of every instance the flows would build, inputs chained as the flows chain them."""
     done: dict[str, str] = {}
-    for name in STAGES:
-        stage = registry.stage(name)
-        for key_label, key in stage.keys(cfg, done).items():
-            done[key_label] = stage.path(stage.config(cfg, key), stage.inputs(cfg, done, key), artifacts)
+    build(cfg, registry.stages(last="baseline"), done, "baseline",
+          run_one=lambda stage, config, inputs, label: stage.path(config, inputs, artifacts))
     return done
 
 
