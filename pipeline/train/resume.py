@@ -20,6 +20,23 @@ def finished(run_dir: str) -> None:
     _training.remove(run_dir)
 
 
+def started_over(run_dir: str) -> bool:
+    """Remove the run's snapshot when it cannot be read, so Ray Train starts the run over instead of failing
+    on it; True when it did. Before run state was written whole (storage.whole_files), a stop could leave the
+    snapshot empty, and Ray cannot tell then which of the run's checkpoints is complete."""
+    path = f"{run_dir}/{SNAPSHOT}"
+    fs, p = fsspec.core.url_to_fs(path)
+    if not fs.exists(p):
+        return False
+    try:
+        with fs.open(p, "r") as f:
+            json.load(f)
+        return False
+    except ValueError:
+        fs.rm(p)
+        return True
+
+
 def stopped_step() -> int | None:
     """The step the training this process was running resumes from; None when none was running, or it had
     recorded no checkpoint yet."""

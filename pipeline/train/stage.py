@@ -171,6 +171,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     )
     log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
              cfg["precision"])
+    if resume.started_over(f"{runs}/train-{out.fp}"):
+        log.warning("train: %s/train-%s/%s could not be read (a stop left it empty): the run starts over "
+                    "from step 0", runs, out.fp, resume.SNAPSHOT)
     resume.started(f"{runs}/train-{out.fp}")
     result = trainer.fit()
     resume.finished(f"{runs}/train-{out.fp}")  # not on an exception: a stopped run's step is read after it
