@@ -51,10 +51,8 @@ def train_loop(config: dict) -> None:
     # its module's file, which RunConfig's LoggingConfig does not reach: noise on the user's terminal.
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
     ctx = ray.train.get_context()
-    checkpoint, saved = ray.train.get_checkpoint(), None
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            saved = load_state(d)
+    checkpoint = ray.train.get_checkpoint()
+    saved = load_checkpoint(checkpoint) if checkpoint else None
 
     def report(metrics: dict, directory: str | None) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
@@ -185,3 +183,10 @@ def _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, gene
 def load_state(directory: str) -> dict:
     """What _report saved in a checkpoint's directory."""
     return torch.load(f"{directory}/{STATE}", weights_only=False)
+
+
+def load_checkpoint(checkpoint) -> dict:
+    """load_state of a Ray Train checkpoint, read where it lies: `as_directory` first copies a checkpoint to a
+    temporary directory unless it is on pyarrow's own local filesystem, which ours is not (storage.whole_files)."""
+    with checkpoint.filesystem.open_input_file(f"{checkpoint.path}/{STATE}") as f:
+        return torch.load(f, weights_only=False)
