@@ -52,7 +52,7 @@ def train_loop(config: dict) -> None:
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
     ctx = ray.train.get_context()
     checkpoint = ray.train.get_checkpoint()
-    saved = load_checkpoint(checkpoint) if checkpoint else None
+    saved = load_state(checkpoint.path, checkpoint.filesystem) if checkpoint else None
 
     def report(metrics: dict, directory: str | None) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
@@ -180,13 +180,12 @@ def _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, gene
         report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint)
 
 
-def load_state(directory: str) -> dict:
-    """What _report saved in a checkpoint's directory."""
-    return torch.load(f"{directory}/{STATE}", weights_only=False)
-
-
-def load_checkpoint(checkpoint) -> dict:
-    """load_state of a Ray Train checkpoint, read where it lies: `as_directory` first copies a checkpoint to a
-    temporary directory unless it is on pyarrow's own local filesystem, which ours is not (storage.whole_files)."""
-    with checkpoint.filesystem.open_input_file(f"{checkpoint.path}/{STATE}") as f:
+def load_state(directory: str, filesystem=None) -> dict:
+    """What _report saved in a checkpoint's directory, on `filesystem` (pyarrow's; None: local disk), read where
+    it lies. A Ray Train checkpoint is `load_state(checkpoint.path, checkpoint.filesystem)`: its `as_directory`
+    would first copy it to a temporary directory, as it does for any checkpoint not on pyarrow's own local
+    filesystem, which ours is not (storage.whole_files)."""
+    if filesystem is None:
+        return torch.load(f"{directory}/{STATE}", weights_only=False)
+    with filesystem.open_input_file(f"{directory}/{STATE}") as f:
         return torch.load(f, weights_only=False)

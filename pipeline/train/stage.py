@@ -32,7 +32,7 @@ from pipeline.train import resume, selection
 from pipeline.train.batching import special_ids
 from pipeline.train.config import HELDOUT_LOSS, STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
-from pipeline.train.loop import load_checkpoint, train_loop
+from pipeline.train.loop import load_state, train_loop
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
@@ -172,7 +172,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     resume.started(f"{runs}/train-{out.fp}")
     result = trainer.fit()
     resume.finished(f"{runs}/train-{out.fp}")  # not on an exception: a stopped run's step is read after it
-    saved = load_checkpoint(result.checkpoint)  # the latest: the whole run's metrics
+    saved = load_state(result.checkpoint.path, result.checkpoint.filesystem)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
     # The trained modules (the head, TSDAE's decoder) to load the checkpoint into; the encoder alone is exported.
     encoder = make_encoder(mlm_model, {**cfg, "compile": False, "packing": False})
