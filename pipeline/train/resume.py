@@ -24,17 +24,15 @@ def started_over(run_dir: str) -> bool:
     """Remove the run's snapshot when it cannot be read, so Ray Train starts the run over instead of failing
     on it; True when it did. Before run state was written whole (storage.whole_files), a stop could leave the
     snapshot empty, and Ray cannot tell then which of the run's checkpoints is complete."""
-    path = f"{run_dir}/{SNAPSHOT}"
-    fs, p = fsspec.core.url_to_fs(path)
-    if not fs.exists(p):
-        return False
     try:
-        with fs.open(p, "r") as f:
-            json.load(f)
+        _snapshot(run_dir)
+    except FileNotFoundError:
         return False
     except ValueError:
-        fs.rm(p)
+        fs, path = fsspec.core.url_to_fs(f"{run_dir}/{SNAPSHOT}")
+        fs.rm(path)
         return True
+    return False
 
 
 def stopped_step() -> int | None:
@@ -42,10 +40,14 @@ def stopped_step() -> int | None:
     recorded no checkpoint yet."""
     for run_dir in reversed(_training):
         try:
-            with fsspec.open(f"{run_dir}/{SNAPSHOT}", "r") as f:
-                latest = json.load(f).get("latest_checkpoint_result") or {}
+            latest = _snapshot(run_dir).get("latest_checkpoint_result") or {}
         except (OSError, ValueError):
             continue
         if (step := (latest.get("metrics") or {}).get("step")) is not None:
             return int(step)
     return None
+
+
+def _snapshot(run_dir: str) -> dict:
+    with fsspec.open(f"{run_dir}/{SNAPSHOT}", "r") as f:
+        return json.load(f)
