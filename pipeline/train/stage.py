@@ -148,15 +148,16 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         columns.append("original_ids")
     # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
     # every worker of a cluster can reach when it is an object store.
-    runs = f"{dataset_parts(out.path)[0]}/_ray"
-    runs_dir = fsspec.core.url_to_fs(runs)[1]
+    runs, name = f"{dataset_parts(out.path)[0]}/_ray", f"train-{out.fp}"
+    run_dir = f"{runs}/{name}"
+    storage_path = fsspec.core.url_to_fs(runs)[1]
     trainer = _trainer_class()(
         train_loop,
         train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
                            "special": special, "dev": dev, "pairs": pairs, "columns": columns},
         scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
                                      resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
-        run_config=RunConfig(name=f"train-{out.fp}", storage_path=runs_dir,
+        run_config=RunConfig(name=name, storage_path=storage_path,
                              storage_filesystem=arrow_filesystem(runs),
                              checkpoint_config=checkpoint_config(),
                              failure_config=FailureConfig(max_failures=cfg["max_failures"]),
@@ -166,12 +167,12 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     )
     log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
              cfg["precision"])
-    if resume.started_over(f"{runs}/train-{out.fp}"):
-        log.warning("train: %s/train-%s/%s could not be read (a stop left it empty): the run starts over "
-                    "from step 0", runs, out.fp, resume.SNAPSHOT)
-    resume.started(f"{runs}/train-{out.fp}")
+    if resume.started_over(run_dir):
+        log.warning("train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",
+                    run_dir, resume.SNAPSHOT)
+    resume.started(run_dir)
     result = trainer.fit()
-    resume.finished(f"{runs}/train-{out.fp}")  # not on an exception: a stopped run's step is read after it
+    resume.finished(run_dir)  # not on an exception: a stopped run's step is read after it
     saved = load_state(result.checkpoint.path, result.checkpoint.filesystem)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
     # The trained modules (the head, TSDAE's decoder) to load the checkpoint into; the encoder alone is exported.
@@ -197,7 +198,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     out.extra["card"] = train_info(cfg, inputs, out.extra, encoder.mlm_model.config)  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
-    remove(f"{runs}/train-{out.fp}")
+    remove(run_dir)
 
 
 # 3: with eval_every, the export is the checkpoint with the best dev score, not the last;
