@@ -6,7 +6,9 @@ return, and Ray's own is preceded by abseil's, which prints a stack dump and abo
 unwinds, stdout and stderr go to /dev/null: Prefect's crash reports, Ray's teardown and its workers' forwarded
 output are no news to the user, who stopped the run. Each Prefect flow and ray.init take SIGTERM over as they
 start; `reassert()` puts the handler back (the tasks, before each stage). A second signal ends the process at
-once.
+once. A signal to the run's whole cgroup (systemd's default KillMode, Slurm) reaches its helpers too: SIGINT is
+kept from them (below), but SIGTERM is how they are stopped, so the caller's `on_stop` keeps the run from waiting
+on dead ones. (The CLI keeps a process group's signals from them: flows.cli._alone.)
 """
 
 from __future__ import annotations
@@ -17,19 +19,23 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 signum: int | None = None  # the signal that stopped the run
 _active = False
 _terminal: int | None = None  # the stderr the run had before it was stopped, for the last line
+_on_stop: Callable[[], None] = lambda: None
 
 
 @contextmanager
-def stoppable() -> Iterator[None]:
-    global _active, signum
+def stoppable(on_stop: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """`on_stop` runs in the signal handler, before the run unwinds: what the caller must change for a run that
+    is ending (the CLI stops Prefect retrying)."""
+    global _active, _on_stop, signum
     signum = None
+    _on_stop = on_stop
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -84,6 +90,7 @@ def _stop(received: int, frame) -> None:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
+    _on_stop()
     raise KeyboardInterrupt
 
 

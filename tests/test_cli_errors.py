@@ -75,7 +75,7 @@ def test_plain_pytest_collects_from_the_project_root():
 
 
 def _stop_after(proc: subprocess.Popen, ready, sig: int, group: bool = False) -> tuple[int, list[psutil.Process]]:
-    """Wait until `ready()`, note the run's processes, send `sig` (to its process group: Ctrl-C), wait."""
+    """Wait until `ready()`, note the run's processes, send `sig` (to its process group: Ctrl-C, `timeout`), wait."""
     deadline = time.monotonic() + 600
     while not ready():
         assert proc.poll() is None, f"the run ended early: {proc.returncode}"
@@ -119,10 +119,10 @@ def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(t
         out, err = open(tmp_path / f"{name}.out", "w"), open(tmp_path / f"{name}.err", "w")
         return subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
 
-    # SIGTERM once training has recorded a checkpoint.
+    # SIGTERM to the whole process group once training has recorded a checkpoint, as `timeout` sends it.
     first = start("first")
     code, children = _stop_after(first, lambda: list(art.glob("_ray/train-*/checkpoint_manager_snapshot.json")),
-                                 signal.SIGTERM)
+                                 signal.SIGTERM, group=True)
     out, err = (tmp_path / "first.out").read_text(), (tmp_path / "first.err").read_text()
     assert code == 143, err[-3000:]
     last = err.rstrip("\n").splitlines()[-1]
