@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -197,8 +198,11 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
             assert proc.poll() is None, "the run ended before it could be killed"
             assert time.time() < deadline, "no checkpoint appeared"
             time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+    finally:  # every process of the run at once, as the OOM killer or a cgroup's SIGKILL ends it: nothing cleans up
+        run = psutil.Process(proc.pid)
+        for p in [run, *run.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
         proc.wait()
     assert not list(artifacts.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
     result = subprocess.run(args, cwd=tmp_path, env=flow_env(), capture_output=True, text=True, timeout=600)
