@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -218,35 +215,11 @@ def _report_once() -> None:
     get_current_settings().client.max_retries = 0
 
 
-_RUN_ALONE = "CPIPE_RUN_ALONE"  # set for the run that _alone starts, which then runs in this same process
-
-
-def _alone(argv: list[str]) -> int:
-    """`cpipe run` and `cpipe evaluate` from a shell: the run in a session of its own, this process passing it the
-    signals it gets, and then its exit code. A signal to the caller's whole process group (Ctrl-C, `timeout`,
-    `kill -- -PGID`) would otherwise reach the run's Prefect server and Ray processes with the run: Ray's driver
-    ends the run at once when its raylet dies, before the run can say where training resumes, or the run waits
-    minutes on the dead server. The run dies with this process, as Ray's own processes die with the run."""
-    def die_with_parent() -> None:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stopped as by a kill
-
-    run = subprocess.Popen([sys.executable, "-m", "flows.cli", *argv], env={**os.environ, _RUN_ALONE: "1"},
-                           start_new_session=True, preexec_fn=die_with_parent if sys.platform == "linux" else None)
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, lambda received, _: run.send_signal(received))
-    code = run.wait()
-    return 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + N
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "submit":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if argv is None and args.command in ("run", "evaluate") and not os.environ.get(_RUN_ALONE):
-        return _alone(sys.argv[1:])
     with stopping.stoppable(_report_once) if args.command in ("run", "evaluate") else nullcontext():
         try:
             code = args.fn(args, rest) if args.command == "submit" else args.fn(args)

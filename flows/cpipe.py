@@ -1,0 +1,37 @@
+"""The `cpipe` console script. `cpipe run` and `cpipe evaluate` run in a session of their own (`python -m flows.cli`),
+this process passing them the signals it gets, and then their exit code; the other commands run here.
+
+A signal to the caller's whole process group (Ctrl-C, `timeout`, `kill -- -PGID`) would otherwise reach the run's
+Prefect server and Ray processes with the run: Ray's driver ends the run at once when its raylet dies, before the
+run can say where training resumes, or the run waits minutes on the dead server. The run dies with this process,
+as Ray's own processes die with the run. Only the standard library is imported here: every run starts here.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stopped as by a kill
+
+
+def main() -> int:
+    if sys.argv[1:2] not in (["run"], ["evaluate"]):
+        from flows.cli import main as command
+
+        return command()
+    run = subprocess.Popen([sys.executable, "-m", "flows.cli", *sys.argv[1:]], start_new_session=True,
+                           preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda received, _: run.send_signal(received))
+    code = run.wait()
+    return 128 - code if code < 0 else code  # ended by a signal: the shell's 128 + N
+
+
+if __name__ == "__main__":
+    sys.exit(main())
