@@ -8,11 +8,13 @@ changed since."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import time
 from pathlib import Path
+from typing import Iterator
 
 from pipeline.errors import InputError
 
@@ -69,9 +71,27 @@ def listing_digest(files: list, root: str | os.PathLike | None = None) -> str:
     return hashlib.sha256(json.dumps(listing(files, root)).encode()).hexdigest()[:16]
 
 
+def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
+    """Path.rglob(pattern) that follows symlinked directories: each file or directory under root (not root itself)
+    whose name matches, a directory's names in sorted order before its subdirectories'. Python 3.11's rglob does not
+    follow them, so an evaluation or corpus directory assembled from links (`ln -s ~/data/SentEval/STSBenchmark .`)
+    would silently lose their files. A directory reached again (a link loop, or two links to one place) is walked
+    once, by the path first in that order."""
+    seen = set()
+    for directory, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in seen:
+            dirs.clear()
+            continue
+        seen.add(real)
+        dirs.sort()
+        for name in sorted(dirs + files):
+            if fnmatch.fnmatchcase(name, pattern):
+                yield Path(directory, name)
+
+
 def snapshot(path: str) -> list:
     if not os.path.exists(path):
         raise InputError(f"baseline path does not exist: {path}")
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    files = [path] if os.path.isfile(path) else sorted(str(p) for p in rglob(path) if not p.is_dir())
     return listing(files, path)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pipeline.corpus.sources import Document, Part, Read, Source, SourceError, doc_id
-from pipeline.file_snapshot import listing_digest
+from pipeline.file_snapshot import listing_digest, rglob
 
 _SUBSET = re.compile(r"urlsf_subset(\d+)\.tar$")
 
@@ -50,7 +50,7 @@ class OpenWebTextSource(Source):
             raise SourceError(f"no urlsf_subsetNN.tar files under {path}{wanted}")
 
     def files(self) -> list[Path]:
-        candidates = [self.root] if self.root.is_file() else self.root.rglob("urlsf_subset*.tar")
+        candidates = [self.root] if self.root.is_file() else rglob(self.root, "urlsf_subset*.tar")
         found = []
         for p in candidates:
             m = _SUBSET.search(p.name)

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.file_snapshot import listing_digest
+from pipeline.file_snapshot import listing_digest, rglob
 from pipeline.jsonlines import json_objects
 
 log = logging.getLogger("cpipe")
@@ -119,7 +119,7 @@ class ParquetFilesSource(Source):
             raise SourceError(f"no .parquet files under {path}")
 
     def files(self) -> list[Path]:
-        return [self.root] if self.root.is_file() else sorted(self.root.rglob("*.parquet"))
+        return [self.root] if self.root.is_file() else sorted(rglob(self.root, "*.parquet"))
 
     def snapshot(self) -> str:
         return listing_digest(self.files())
@@ -139,7 +139,7 @@ class LocalSource(Source):
     def files(self) -> list[Path]:
         if self.root.is_file():
             return [self.root]
-        return sorted(p for p in self.root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        return sorted(p for p in rglob(self.root) if p.is_file() and p.suffix in SUFFIXES)
 
     def snapshot(self) -> str:
         return listing_digest(self.files(), self.root)

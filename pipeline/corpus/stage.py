@@ -12,7 +12,6 @@ import os
 from collections import Counter
 from contextlib import closing
 from itertools import islice
-from pathlib import Path
 
 import pyarrow as pa
 from tqdm import tqdm
@@ -23,6 +22,7 @@ from pipeline.corpus.openwebtext import OpenWebTextSource, is_openwebtext
 from pipeline.corpus.sources import LocalSource, Source, SourceError, read_part
 from pipeline.corpus.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
 from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
+from pipeline.file_snapshot import rglob
 from pipeline.parallel import ordered_map
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter
@@ -44,7 +44,7 @@ def _remote(spec: str) -> bool:
 def open_source(spec: str, download_dir: str = "downloads", subsets: list[int] | None = None) -> Source:
     """The source for a path or URL, chosen by its name; URLs are downloaded (resumably) first."""
     path = str(fetch(spec, download_dir, hint=LOCAL_COPIES)) if _remote(spec) else spec.removeprefix("file://")
-    if is_openwebtext(spec) or os.path.isdir(path) and next(Path(path).rglob("urlsf_subset*.tar"), None):
+    if is_openwebtext(spec) or os.path.isdir(path) and next(rglob(path, "urlsf_subset*.tar"), None):
         return OpenWebTextSource(path, subsets=subsets)  # a tarball, or a directory holding the release
     if is_wikipedia_dump(spec):
         return WikipediaDumpSource(path)

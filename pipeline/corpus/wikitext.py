@@ -16,6 +16,7 @@ from typing import Iterator
 import pyarrow.parquet as pq
 
 from pipeline.corpus.sources import Document, ParquetFilesSource, Part, Read, SourceError, doc_id, wikitext_articles
+from pipeline.file_snapshot import rglob
 
 ARTICLES_PER_PART = 64
 BATCH_ROWS = 65_536
@@ -25,7 +26,7 @@ def is_wikitext_parquet(spec: str, path: str) -> bool:
     """A path or URL that names WikiText and is a .parquet file, or a directory of them."""
     name = spec.split("?", 1)[0].lower()
     return "wikitext" in name and (name.endswith(".parquet") or Path(path).is_dir()
-                                   and next(Path(path).rglob("*.parquet"), None) is not None)
+                                   and next(rglob(path, "*.parquet"), None) is not None)
 
 
 class WikiTextParquetSource(ParquetFilesSource):

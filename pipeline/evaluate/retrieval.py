@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.evaluate import kinds
 from pipeline.evaluate.sts_data import EvalDataError, text_file
+from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
 
 KIND = "retrieval"
@@ -123,7 +124,7 @@ def read(directory: Path, split: str = SPLIT) -> kinds.Task:
 def find(data_dir: Path, split: str = SPLIT) -> list[kinds.Task]:
     """Every directory under data_dir with a corpus.jsonl (or .gz) beside a queries file or a qrels directory
     (a corpus file alone is no retrieval task)."""
-    found = sorted({p.parent for name in ("corpus.jsonl", "corpus.jsonl.gz") for p in data_dir.rglob(name)})
+    found = sorted({p.parent for name in ("corpus.jsonl", "corpus.jsonl.gz") for p in rglob(data_dir, name)})
     return [read(d, split) for d in found if _file(d, "queries.jsonl") is not None or (d / "qrels").is_dir()]
 
 

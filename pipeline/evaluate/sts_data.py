@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import InputError
 from pipeline.evaluate.names import (PAIR_SUFFIXES, SENTEVAL_TABLES, SICK_TASK, STS_TASKS, STSB_FILES, kind_file,
                                      pair_format)
+from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
 
 LEADERBOARD_SPLIT = "test"
@@ -130,7 +131,7 @@ def read_stsb_split(path: Path, split: str) -> StsSubset:
 def find_file(data_dir: Path, name: str) -> Path | None:
     """The one file (or directory) called `name` anywhere under data_dir, or None; two copies are an
     error, not a guess."""
-    found = sorted(data_dir.rglob(name))
+    found = sorted(rglob(data_dir, name))
     if len(found) > 1:
         raise EvalDataError(f"{name} is in several places under {data_dir}: {', '.join(map(str, found))}")
     return found[0] if found else None
