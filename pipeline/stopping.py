@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -27,6 +28,7 @@ signum: int | None = None  # the signal that stopped the run
 _active = False
 _terminal: int | None = None  # the stderr the run had before it was stopped, for the last line
 _on_stop: Callable[[], None] = lambda: None
+_stopped_at = 0.0  # time.monotonic() of the stop
 
 
 @contextmanager
@@ -75,10 +77,14 @@ def _forward_sigint(done: threading.Event) -> None:
 
 
 def _stop(received: int, frame) -> None:
-    global signum, _terminal
+    global signum, _stopped_at, _terminal
     if signum is not None:
-        os._exit(128 + signum)
-    signum = received
+        # Within a second it is the same stop arriving twice (a unit's SIGTERM to every process, and cpipe passing
+        # on its own), not a user insisting.
+        if time.monotonic() - _stopped_at > 1:
+            os._exit(128 + signum)
+        return
+    signum, _stopped_at = received, time.monotonic()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -3,12 +3,15 @@ and a stopped run says how to go on in one line, leaving no Ray process behind."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler
 
 import psutil
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.preflight import configured
-from tests.conftest import CPIPE, ROOT, prebuild
+from tests.conftest import CPIPE, ROOT, http_server, prebuild
 
 HEAVY = ("torch", "transformers", "prefect", "ray")
 # Calls the CLI's main as the console script does, then says which heavy modules the error path imported.
@@ -143,3 +146,39 @@ def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(t
     assert err.rstrip("\n").splitlines()[-1].startswith("cpipe: stopped; training resumes from step ")
     assert "Traceback" not in out + err and "absl" not in out + err, (out + err)[-3000:]
     assert not _alive(children), _alive(children)
+
+
+@pytest.mark.e2e
+def test_a_run_whose_every_process_is_sent_sigterm_at_once_says_it_stopped(tmp_path, tiny_config):
+    """As systemd's default KillMode and Slurm's scancel stop a run: every process at once, the run's temporary
+    Prefect server too. The run tells the dead server once how it ended, and says so, instead of retrying for
+    minutes (past systemd's and Slurm's grace before SIGKILL). Data stages only: with Ray's processes signalled
+    too, Ray's driver may end the run first (README, Stopping)."""
+    asked = threading.Event()
+
+    class Stalled(BaseHTTPRequestHandler):  # a corpus download that never ends
+        def do_GET(self):
+            asked.set()
+            time.sleep(120)
+
+        def log_message(self, *args):
+            pass
+
+    out, err = tmp_path / "out", tmp_path / "err"
+    with http_server(Stalled) as srv, open(out, "w") as stdout, open(err, "w") as stderr:
+        command = [CPIPE, "run", "--config", str(tiny_config), "--artifacts", str(tmp_path / "a"), "--until", "corpus",
+                   "--corpus", f"http://127.0.0.1:{srv.server_port}/corpus.txt",
+                   "--set", f"corpus.download_dir={tmp_path / 'downloads'}"]
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # a temporary server: the run's own
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while not (asked.is_set() and "corpus: building" in err.read_text() + out.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()[-3000:]
+            time.sleep(0.2)
+        run = psutil.Process(proc.pid)
+        for p in [run, *run.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=100)  # retrying, Prefect took over two minutes
+    assert code == 143, err.read_text()[-3000:]
+    assert err.read_text().rstrip("\n").splitlines()[-1] == "cpipe: stopped; rerun to resume", err.read_text()[-3000:]
