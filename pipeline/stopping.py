@@ -8,7 +8,7 @@ output are no news to the user, who stopped the run. Each Prefect flow and ray.i
 start; `reassert()` puts the handler back (the tasks, before each stage). A second signal ends the process at
 once. A signal to the run's whole cgroup (systemd's default KillMode, Slurm) reaches its helpers too: SIGINT is
 kept from them (below), but SIGTERM is how they are stopped, so the caller's `on_stop` keeps the run from waiting
-on dead ones. (The CLI keeps a process group's signals from them: flows.cli._alone.)
+on dead ones. (`cpipe` keeps a process group's signals from them: flows.cpipe.)
 """
 
 from __future__ import annotations

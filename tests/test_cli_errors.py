@@ -22,7 +22,8 @@ from pipeline.preflight import configured
 from tests.conftest import CPIPE, ROOT, http_server, prebuild
 
 HEAVY = ("torch", "transformers", "prefect", "ray")
-# Calls the CLI's main as the console script does, then says which heavy modules the error path imported.
+# Calls the CLI's main as the run cpipe starts (python -m flows.cli) does, then says which heavy modules the error
+# path imported.
 PROBE = ("import sys; from flows.cli import main; code = main(sys.argv[1:]); "
          f"print(sorted(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(code)")
 
