@@ -235,5 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return _stopped() if stopping.signum is not None else code
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the run flows.cpipe starts
+    from flows.cpipe import exit_now
+
+    exit_now(main())

@@ -9,6 +9,8 @@ as Ray's own processes die with the run. Only the standard library is imported h
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
 import subprocess
 import sys
@@ -20,11 +22,21 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stopped as by a kill
 
 
+def exit_now(code: int) -> None:
+    """Exit with `code` once Python's exit handlers have run (Ray's shutdown, Prefect's temporary server, logging),
+    without the interpreter's teardown: there pyarrow's parquet threads now and then abort the process, after its
+    work is done and printed ("terminate called without an active exception", SIGABRT: apache/arrow#34314)."""
+    atexit._run_exitfuncs()  # CPython's own exit step, not public API
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 def main() -> int:
     if sys.argv[1:2] not in (["run"], ["evaluate"]):
         from flows.cli import main as command
 
-        return command()
+        exit_now(command())
     run = subprocess.Popen([sys.executable, "-m", "flows.cli", *sys.argv[1:]], start_new_session=True,
                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
