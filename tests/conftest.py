@@ -21,6 +21,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -531,6 +532,15 @@ def http_server(handler):
         srv.shutdown()
         srv.server_close()
         thread.join()
+
+
+def signal_every_process(pid: int, sig: int) -> None:
+    """`sig` to `pid` and every process below it at once, as a cgroup's signal (systemd, Slurm, the OOM killer)
+    reaches them: `killpg` no longer does, since `cpipe` starts the run in a session of its own."""
+    top = psutil.Process(pid)
+    for p in [top, *top.children(recursive=True)]:
+        with suppress(psutil.NoSuchProcess):
+            p.send_signal(sig)
 
 
 def free_port() -> int:

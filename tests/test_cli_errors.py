@@ -3,7 +3,6 @@ and a stopped run says how to go on in one line, leaving no Ray process behind."
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 from pipeline.preflight import configured
-from tests.conftest import CPIPE, ROOT, http_server, prebuild
+from tests.conftest import CPIPE, ROOT, http_server, prebuild, signal_every_process
 
 HEAVY = ("torch", "transformers", "prefect", "ray")
 # Calls the CLI's main as the run cpipe starts (python -m flows.cli) does, then says which heavy modules the error
@@ -176,10 +175,7 @@ def test_a_run_whose_every_process_is_sent_sigterm_at_once_says_it_stopped(tmp_p
         while not (asked.is_set() and "corpus: building" in err.read_text() + out.read_text()):
             assert proc.poll() is None and time.monotonic() < deadline, err.read_text()[-3000:]
             time.sleep(0.2)
-        run = psutil.Process(proc.pid)
-        for p in [run, *run.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.send_signal(signal.SIGTERM)
+        signal_every_process(proc.pid, signal.SIGTERM)
         code = proc.wait(timeout=100)  # retrying, Prefect took over two minutes
     assert code == 143, err.read_text()[-3000:]
     assert err.read_text().rstrip("\n").splitlines()[-1] == "cpipe: stopped; rerun to resume", err.read_text()[-3000:]

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -22,7 +21,7 @@ from pipeline.model.transformer import SpanEncoder, load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from storage import dataset_path, list_datasets, read_manifest
-from tests.conftest import CPIPE, cpipe, flow_env
+from tests.conftest import CPIPE, cpipe, flow_env, signal_every_process
 from tests.test_select_by import nt_xent_loop
 
 pytestmark = pytest.mark.e2e
@@ -199,10 +198,7 @@ def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_conf
             assert time.time() < deadline, "no checkpoint appeared"
             time.sleep(0.2)
     finally:  # every process of the run at once, as the OOM killer or a cgroup's SIGKILL ends it: nothing cleans up
-        run = psutil.Process(proc.pid)
-        for p in [run, *run.children(recursive=True)]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
+        signal_every_process(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not list(artifacts.glob("train/*/_SUCCESS")), "killed before training finished, yet marked finished"
     result = subprocess.run(args, cwd=tmp_path, env=flow_env(), capture_output=True, text=True, timeout=600)
