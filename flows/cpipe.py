@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import NoReturn
 
 
 def _die_with_parent() -> None:
@@ -22,7 +23,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stopped as by a kill
 
 
-def exit_now(code: int) -> None:
+def exit_now(code: int) -> NoReturn:
     """Exit with `code` once Python's exit handlers have run (Ray's shutdown, Prefect's temporary server, logging),
     without the interpreter's teardown: there pyarrow's parquet threads now and then abort the process, after its
     work is done and printed ("terminate called without an active exception", SIGABRT: apache/arrow#34314)."""
