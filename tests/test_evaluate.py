@@ -42,9 +42,11 @@ def scores(setup, name, spec, inputs, data=None, art=None, **settings):
 @pytest.mark.slow  # every shared task, SentEval's transfer tasks included: a minute of compute
 def test_every_task_in_the_shared_data_is_scored_and_twice_the_same(setup, tmp_path):
     data = f"{SHARED}/eval" if SHARED else str(write_sts(tmp_path / "eval"))
-    again = tmp_path / "again"  # one task of each way of scoring, scored again: STS-B (cosine, SentEval's
-    if SHARED:                  # regressor, the analysis), SICK (SICK-R's regressor, SICK-E's classifier on its
-        for part in ("senteval/STSBenchmark", "sick2014", "senteval-classification/CR"):  # splits), CR (k-fold)
+    # Scored again, one task of each way of scoring: STS-B (cosine, SentEval's regressor, the analysis), SICK
+    # (SICK-R's regressor, SICK-E's classifier on its splits), CR (k-fold).
+    again = tmp_path / "again"
+    if SHARED:
+        for part in ("senteval/STSBenchmark", "sick2014", "senteval-classification/CR"):
             shutil.copytree(f"{data}/{part}", again / part)
     runs = [scores(setup, "tiny", {"kind": "untrained"}, {"model": setup["model"]}, data=d, kfold=3,
                    art=str(tmp_path / f"run{i}")) for i, d in enumerate((data, str(again) if SHARED else data))]
