@@ -265,41 +265,6 @@ def st_and_encoder(tmp_path_factory):
     return st, Encoder(str(st_dir), max_length=st.max_seq_length, device="cpu")
 
 
-# Whole-flow runs that several test modules check: one run each, shared by the session.
-
-FULL_RUNS = (# The declutr run selected by its loss on documents held out of training, scored every 2 steps.
-             "{declutr: {eval_every: 2, select_by: heldout-loss}, mlm-only: {contrastive: false}, "
-             # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
-             "continued: {init_from: mlm-only, lr: 1.0e-9}, "
-             "cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
-             "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}")
-
-
-@pytest.fixture(scope="session")
-def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
-    """`cpipe run` of the whole pipeline on the tiny corpus: a run of each objective (CERT's back-translations
-    through two tiny translation models, German and Chinese pivots), an MLM-only run and one continuing it.
-    Returns its arguments, its artifacts directory and its output."""
-    from tests.translation_models import build_fsmt, build_marian, parallel_sentences
-
-    root = tmp_path_factory.mktemp("full-run")
-    en, de = parallel_sentences(200)
-    for pivot, build in (("de", build_fsmt), ("zh", build_marian)):
-        build(root / "mt" / pivot / "forward", en, de, langs=("en", pivot))
-        build(root / "mt" / pivot / "backward", de, en, langs=(pivot, "en"), seed=1)
-    artifacts = root / "artifacts"
-    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", str(artifacts), "--set", f"runs={FULL_RUNS}",
-            "--set", f"backtranslate.forward_model={root}/mt/{{pivot}}/forward",
-            "--set", f"backtranslate.backward_model={root}/mt/{{pivot}}/backward",
-            "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
-            "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
-            "--set", "augment.min_chars=10", "--set", "augment.heldout_fraction=0.25"]
-    result = cpipe(*args, timeout=900)  # pytest's own limit: six training runs, on a loaded machine
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return args, artifacts, result.stdout + result.stderr
-
-
 def prebuild(config: Path, corpus: Path, artifacts: Path, until: str, overrides: list[str]) -> dict[str, str]:
     """The datasets up to `until` that `cpipe run --config config --corpus corpus --artifacts artifacts --set
     overrides...` builds, built in this process by the flows' own loop without Prefect tasks (build's run_one):

@@ -24,7 +24,7 @@ from pipeline.tokenizer import stage as tokenizer
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
-from storage import complete, list_datasets, read_manifest, read_table
+from storage import complete, read_manifest, read_table
 from tests.conftest import cpipe
 from tests.translation_models import build_fsmt, build_marian, parallel_sentences
 
@@ -163,18 +163,6 @@ def test_a_cert_run_needs_two_pivots(tmp_path, tiny_config, tiny_corpus):
                    str(tmp_path / "a"), "--set", "runs={cert: {objective: cert}}", "--set", "backtranslate.pivots=[de]")
     assert result.returncode == 2 and "backtranslate.pivots needs at least two" in result.stderr
     assert not (tmp_path / "a").exists()
-
-
-@pytest.mark.e2e
-def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(full_run):
-    """The session's whole-pipeline run (conftest.full_run) has a CERT run beside a DeCLUTR one."""
-    _, artifacts, _ = full_run
-    built = {d["stage"]: d["path"] for d in list_datasets(str(artifacts))}
-    assert read_manifest(built["backtranslate"])["rows"] == 40 * 2  # every sentence through both default pivots
-    pairs = {read_table(d["path"]).column("objective")[0].as_py(): d["path"] for d in list_datasets(str(artifacts))
-             if d["stage"] == "augment"}
-    assert {"cert", "declutr"} <= set(pairs)
-    assert all(a != b for a, b in read_table(pairs["cert"]).column("sources").to_pylist())
 
 
 @pytest.mark.slow  # cpipe run, a process

@@ -20,7 +20,7 @@ from pipeline.augment.heldout import read_heldout
 from pipeline.model.transformer import SpanEncoder, load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
-from storage import dataset_path, list_datasets, read_manifest
+from storage import dataset_path, list_datasets, read_manifest, read_table
 from tests.conftest import CPIPE, cpipe, flow_env, signal_every_process
 from tests.test_select_by import nt_xent_loop
 
@@ -30,6 +30,41 @@ pytestmark = pytest.mark.e2e
 def stage_log(output: str) -> dict[str, str]:
     """{'filter': 'built', 'train-declutr': 'reused', ...} from the flow's log."""
     return dict((m.group(1), m.group(2)) for m in re.finditer(r" - ([\w-]+): (built|reused) ", output))
+
+
+FULL_RUNS = (# The declutr run selected by its loss on documents held out of training, scored every 2 steps.
+             "{declutr: {eval_every: 2, select_by: heldout-loss}, mlm-only: {contrastive: false}, "
+             # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
+             "continued: {init_from: mlm-only, lr: 1.0e-9}, "
+             "cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
+             "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}")
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
+    """`cpipe run` of the whole pipeline on the tiny corpus: a run of each objective (CERT's back-translations
+    through two tiny translation models, German and Chinese pivots), an MLM-only run and one continuing it.
+    Returns its arguments, its artifacts directory and its output. Every check of it is in this module, so that
+    it runs once however the suite is spread over pytest-xdist's workers (`--dist loadfile`)."""
+    from tests.translation_models import build_fsmt, build_marian, parallel_sentences
+
+    root = tmp_path_factory.mktemp("full-run")
+    en, de = parallel_sentences(200)
+    for pivot, build in (("de", build_fsmt), ("zh", build_marian)):
+        build(root / "mt" / pivot / "forward", en, de, langs=("en", pivot))
+        build(root / "mt" / pivot / "backward", de, en, langs=(pivot, "en"), seed=1)
+    artifacts = root / "artifacts"
+    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
+            "--artifacts", str(artifacts), "--set", f"runs={FULL_RUNS}",
+            "--set", f"backtranslate.forward_model={root}/mt/{{pivot}}/forward",
+            "--set", f"backtranslate.backward_model={root}/mt/{{pivot}}/backward",
+            "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
+            "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
+            "--set", "augment.min_chars=10", "--set", "augment.heldout_fraction=0.25"]
+    result = cpipe(*args, timeout=900)  # pytest's own limit: six training runs, on a loaded machine
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return args, artifacts, result.stdout + result.stderr
+
 
 
 def test_full_pipeline_writes_a_leaderboard_with_every_row(full_run):
@@ -126,6 +161,30 @@ def test_a_run_selected_by_heldout_loss_exports_its_lowest_scoring_step(full_run
     assert sum(losses) / len(losses) == pytest.approx(manifest["best_score"], rel=1e-4)
     recipe = pd.read_csv(artifacts / "leaderboard.csv").set_index("model").loc["declutr", "recipe"]
     assert recipe.endswith(f"selected at step {manifest['best_step']} of 6 by heldout-loss {best['heldout_loss']:.3f}")
+
+
+def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(full_run):
+    """A CERT run beside a DeCLUTR one."""
+    _, artifacts, _ = full_run
+    built = {d["stage"]: d["path"] for d in list_datasets(str(artifacts))}
+    assert read_manifest(built["backtranslate"])["rows"] == 40 * 2  # every sentence through both default pivots
+    pairs = {read_table(d["path"]).column("objective")[0].as_py(): d["path"] for d in list_datasets(str(artifacts))
+             if d["stage"] == "augment"}
+    assert {"cert", "declutr"} <= set(pairs)
+    assert all(a != b for a, b in read_table(pairs["cert"]).column("sources").to_pylist())
+
+
+def test_one_run_per_objective_trains_and_ranks_on_one_leaderboard(full_run):
+    """A run of each objective. Its cumulative table: later runs into its directory (second_run's and the others
+    below) publish leaderboard.csv with their own rows only."""
+    _, artifacts, _ = full_run
+    board = pd.read_csv(artifacts / "leaderboard-all.csv")
+    models = board["model"].str.split(" @").str[0]  # a rebuilt row's versions are "<row> @<fingerprint>"
+    assert {"declutr", "cert", "simcse", "clear", "untrained"} <= set(models)
+    assert board.loc[models != "fasttext-bow", "STSB cosine"].notna().all()
+    pairs = {read_table(d["path"]).column("objective")[0].as_py()
+             for d in list_datasets(str(artifacts)) if d["stage"] == "augment"}
+    assert pairs == {"declutr", "cert", "simcse", "clear"}
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
@@ -22,7 +21,7 @@ from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.config import OBJECTIVES, TrainConfig
-from storage import list_datasets, read_manifest, read_table
+from storage import read_manifest, read_table
 from tests.conftest import write_corpus
 from tests.helpers import corpus_and_tokenizer
 
@@ -210,17 +209,3 @@ def test_a_base_models_tokenizer_gains_the_deletion_token_and_init_grows_its_emb
     assert len(new) == len(tok) + 1 and new.convert_tokens_to_ids("<del>") == len(tok)
     model = load_mlm(f"{run_stage(init.STAGE, ModelConfig(base=str(base)).model_dump(), {'tokenizer': grown}, art)}/hf")
     assert model.get_input_embeddings().weight.shape[0] == len(new)
-
-
-@pytest.mark.e2e
-def test_one_run_per_objective_trains_and_ranks_on_one_leaderboard(full_run):
-    """The session's whole-pipeline run (conftest.full_run) has a run of each objective. Its cumulative table:
-    later runs into its directory (test_e2e's) publish leaderboard.csv with their own rows only."""
-    _, artifacts, _ = full_run
-    board = pd.read_csv(artifacts / "leaderboard-all.csv")
-    models = board["model"].str.split(" @").str[0]  # a rebuilt row's versions are "<row> @<fingerprint>"
-    assert {"declutr", "cert", "simcse", "clear", "untrained"} <= set(models)
-    assert board.loc[models != "fasttext-bow", "STSB cosine"].notna().all()
-    pairs = {read_table(d["path"]).column("objective")[0].as_py()
-             for d in list_datasets(str(artifacts)) if d["stage"] == "augment"}
-    assert pairs == {"declutr", "cert", "simcse", "clear"}
