@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -531,7 +532,13 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PATH": path}
     port, dashboard_port = free_port(), free_port()
-    common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", "--object-store-memory=100000000", "--block"]
+    # A temporary directory of its own (short: Ray's socket paths must be): `ray start --head` writes its address
+    # there for a bare ray.init() to join, and a job's driver is pointed at the address found there, which in
+    # Ray's shared /tmp/ray is the last cluster started on the host, perhaps another test's (pytest-xdist's
+    # other worker), perhaps gone.
+    temp_dir = tempfile.mkdtemp(prefix="rc-", dir="/tmp")
+    common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", "--object-store-memory=100000000", "--block",
+              f"--temp-dir={temp_dir}"]
     head_args = ["--head", f"--port={port}", f"--include-dashboard={str(dashboard).lower()}",
                  "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
     started = []
@@ -567,8 +574,4 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
                 pass
             with suppress(ProcessLookupError):  # anything the node left behind in its group
                 os.killpg(proc.pid, signal.SIGKILL)
-        # `ray start --head` leaves its address for a bare ray.init() to join; a later
-        # test's local instance must not try to join this dead cluster.
-        current = Path("/tmp/ray/ray_current_cluster")
-        if current.exists() and current.read_text().strip().endswith(f":{port}"):
-            current.unlink()
+        shutil.rmtree(temp_dir, ignore_errors=True)
