@@ -31,13 +31,19 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/cpipe run $(RUN_ARGS)
 
+# Two pytest-xdist workers, a test module's tests on one (its module fixtures are made once): in one process
+# the slow tests kept 2 cores 59% busy (much of a whole-flow run is one Python process at a time), on two
+# workers the suite 89% (README's Tests). TEST_WORKERS=1 runs it in one process, as plain pytest does.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The suite without the slow tests: those that start processes (Ray, a Prefect server, worker processes),
 # compile, or run whole flows (pyproject.toml's markers).
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.filter_throughput
