@@ -76,7 +76,9 @@ def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
     whose name matches, a directory's names in sorted order before its subdirectories'. Python 3.11's rglob does not
     follow them, so an evaluation or corpus directory assembled from links (`ln -s ~/data/SentEval/STSBenchmark .`)
     would silently lose their files. A directory reached again (a link loop, or two links to one place) is walked
-    once, by the path first in that order."""
+    once, by the path first in that order. A matching name whose link points nowhere (an unmounted disk, a moved
+    dataset) is an InputError naming both: skipped, its documents would be lost without a word; read, it would
+    fail deep in a reader, or read as a task that is absent."""
     seen = set()
     for directory, dirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(directory)
@@ -87,7 +89,10 @@ def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
         dirs.sort()
         for name in sorted(dirs + files):
             if fnmatch.fnmatchcase(name, pattern):
-                yield Path(directory, name)
+                path = Path(directory, name)
+                if not path.exists():
+                    raise InputError(f"{path} is a broken symlink: {os.readlink(path)} does not exist")
+                yield path
 
 
 def snapshot(path: str) -> list:

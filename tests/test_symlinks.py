@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from pipeline.corpus.openwebtext import OpenWebTextSource
 from pipeline.corpus.sources import SUFFIXES, LocalSource
 from pipeline.corpus.stage import open_source
 from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
+from pipeline.errors import InputError
 from pipeline.evaluate import retrieval
 from pipeline.evaluate.sts_data import find_sts
 from pipeline.file_snapshot import listing, rglob, snapshot
@@ -100,3 +102,26 @@ def test_without_links_the_search_finds_what_rglob_found_in_its_order(tmp_path):
     # The baseline snapshot's old listing, so no dataset's fingerprint moves.
     old = sorted(os.path.join(d, f) for d, _, names in os.walk(str(tmp_path) + "/") for f in names)
     assert snapshot(str(tmp_path) + "/") == listing(old, str(tmp_path) + "/")
+
+
+def test_a_link_that_points_nowhere_is_an_error_naming_it_not_a_missing_task_or_lost_documents(tmp_path):
+    """An unmounted disk or a moved dataset leaves links to nothing. A task directory's link read as the task
+    being absent; a document's link was skipped, its text lost without a word; a baseline's snapshot failed
+    with os.stat's FileNotFoundError."""
+    eval_dir = tmp_path / "eval"
+    link(eval_dir / "STSBenchmark", tmp_path / "unmounted" / "STSBenchmark")
+    with pytest.raises(InputError, match=rf"^{eval_dir}/STSBenchmark is a broken symlink: .*unmounted/STSBenchmark"):
+        find_sts(eval_dir)
+    corpus = tmp_path / "corpus"
+    write(corpus / "a.txt")
+    (corpus / "b.txt").symlink_to(tmp_path / "moved" / "b.txt")
+    for read in (lambda: LocalSource(str(corpus)).files(), lambda: snapshot(str(corpus))):
+        with pytest.raises(InputError, match=rf"^{corpus}/b.txt is a broken symlink: {tmp_path}/moved/b.txt "):
+            read()
+    # A name the search does not ask for is not its business: the tasks in a directory beside it are read.
+    write(eval_dir / "SICK" / "SICK_test_annotated.txt",
+          "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n1\ta\tb\t3.5\tNEUTRAL\n")
+    (eval_dir / "STSBenchmark").unlink()
+    (eval_dir / "notes.txt").symlink_to(tmp_path / "gone.txt")
+    subsets, _ = find_sts(eval_dir)
+    assert [s.task for s in subsets] == ["SICKR"]
