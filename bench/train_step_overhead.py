@@ -84,6 +84,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    if args.steps <= WARMUP:  # the steps timed are those after the warm-up
+        parser.error(f"--steps must be more than the {WARMUP} warm-up steps")
     sotu = shared_corpus()  # the evaluation data beside it: what decontaminate keeps out
     cfg = load_config("configs/default.yaml", [f"corpus.sources=[{sotu}]", f"evaluate.data={sotu.parents[1]}/eval/senteval",
                                                "seeds=[0]", "runs={declutr: {}}"])
