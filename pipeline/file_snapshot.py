@@ -90,7 +90,7 @@ def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
         for name in sorted(dirs + files):
             if fnmatch.fnmatchcase(name, pattern):
                 path = Path(directory, name)
-                if not path.exists():
+                if path.is_symlink() and not path.exists():
                     raise InputError(f"{path} is a broken symlink: {os.readlink(path)} does not exist")
                 yield path
 
