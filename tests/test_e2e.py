@@ -66,7 +66,6 @@ def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
     return args, artifacts, result.stdout + result.stderr
 
 
-
 def test_full_pipeline_writes_a_leaderboard_with_every_row(full_run):
     _, artifacts, output = full_run
     table = pd.read_csv(artifacts / "leaderboard.csv")

@@ -5,6 +5,7 @@ without an error. Without links, every search finds what rglob found, in the sam
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,13 +111,16 @@ def test_a_link_that_points_nowhere_is_an_error_naming_it_not_a_missing_task_or_
     with os.stat's FileNotFoundError."""
     eval_dir = tmp_path / "eval"
     link(eval_dir / "STSBenchmark", tmp_path / "unmounted" / "STSBenchmark")
-    with pytest.raises(InputError, match=rf"^{eval_dir}/STSBenchmark is a broken symlink: .*unmounted/STSBenchmark"):
+    linked = re.escape(str(eval_dir / "STSBenchmark"))
+    with pytest.raises(InputError, match=rf"^{linked} is a broken symlink: .*unmounted/STSBenchmark"):
         find_sts(eval_dir)
     corpus = tmp_path / "corpus"
     write(corpus / "a.txt")
     (corpus / "b.txt").symlink_to(tmp_path / "moved" / "b.txt")
+    link_to, target = re.escape(str(corpus / "b.txt")), re.escape(str(tmp_path / "moved" / "b.txt"))
+    broken = rf"^{link_to} is a broken symlink: {target} "
     for read in (lambda: LocalSource(str(corpus)).files(), lambda: snapshot(str(corpus))):
-        with pytest.raises(InputError, match=rf"^{corpus}/b.txt is a broken symlink: {tmp_path}/moved/b.txt "):
+        with pytest.raises(InputError, match=broken):
             read()
     # A name the search does not ask for is not its business: the tasks in a directory beside it are read.
     write(eval_dir / "SICK" / "SICK_test_annotated.txt",
