@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipeline.corpus.credentials import reveal, split_credentials
+from pipeline.corpus.credentials import reveal, same_origin, split_credentials
 from pipeline.errors import InputError
 
 log = logging.getLogger("cpipe")
@@ -33,6 +33,17 @@ _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
 # The end of a failed download's message where a local copy can stand in for the URL.
 LOCAL_COPIES = ("offline? download it elsewhere and pass local copies: make run CORPUS=PATH EVAL_DATA=DIR "
                 "(cpipe run --corpus PATH --eval-data DIR)")
+
+
+class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header of a request to its redirect, the Authorization made of a URL's user info
+    included: to another host that would hand it the password."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and not same_origin(req.full_url, new.full_url):
+            new.remove_header("Authorization")
+        return new
 
 
 class DownloadError(InputError):
@@ -111,7 +122,8 @@ def _download(url: str, part: Path, timeout: float, progress: bool) -> None:
         headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     request = urllib.request.Request(address, headers=headers)
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
+        # a fresh opener, as its ProxyHandler reads the proxy settings the environment has now
+        response = urllib.request.build_opener(_CredentialsStayHome).open(request, timeout=timeout)
     except urllib.error.HTTPError as e:
         if e.code == 416 and have:
             total = _parse_range(e.headers.get("Content-Range"))[1]
