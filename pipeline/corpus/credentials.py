@@ -3,7 +3,8 @@
 Everything the pipeline prints, fingerprints or writes (logs, manifests, Prefect's flow parameters) sees
 the concealed form `https://***@host/corpus.txt`, so a changed password neither leaks nor rebuilds a
 stage. The real URL is kept in this process's environment, which its subprocesses and local Ray workers
-inherit, and is revealed only where the request is made.
+inherit, and is revealed only where the request is made. Credentials go only to the origin (scheme, host,
+port) they were written for, not where it redirects.
 """
 
 from __future__ import annotations
@@ -52,3 +53,18 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
     return (urllib.parse.urlunsplit(parts._replace(netloc=netloc)), urllib.parse.unquote(parts.username),
             urllib.parse.unquote(parts.password or ""))
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_origin(url: str, redirect: str) -> bool:
+    """Whether a redirect from `url` to `redirect` may carry `url`'s credentials: the same scheme, host and port,
+    or http upgraded to https on the default ports (`requests`' rule, its `Session.should_strip_auth`)."""
+    old, new = urllib.parse.urlsplit(url), urllib.parse.urlsplit(redirect)
+    if old.hostname != new.hostname:
+        return False
+    if old.scheme == "http" and old.port in (80, None) and new.scheme == "https" and new.port in (443, None):
+        return True
+    return old.scheme == new.scheme and (old.port or _DEFAULT_PORTS.get(old.scheme)) == \
+        (new.port or _DEFAULT_PORTS.get(new.scheme))
