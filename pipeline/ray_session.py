@@ -7,12 +7,25 @@ import os
 import re
 import sys
 
-# Warnings of Ray's that are no news to the user, quieted in the workers of a local instance we start:
-QUIETED = (
-    # Ray Train's controller, with a traceback, whenever its resource request to Ray Data's autoscaling
-    # coordinator takes over 5 s ("safe to ignore", Ray says), as on a loaded machine, in a run that succeeds;
-    "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
-)
+# Loggers of Ray's whose GetTimeoutError warnings are no news to the user: Ray Train's controller logs one, with a
+# traceback, whenever its resource request to Ray Data's autoscaling coordinator takes over 5 s ("safe to
+# ignore", Ray says), as on a loaded machine, in a run that succeeds.
+QUIETED = ("ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",)
+
+
+class _TimeoutsAsDebug(logging.Filter):
+    """A QUIETED logger's GetTimeoutError record is logged as if at debug level: Ray Train's own log file keeps
+    it, the terminal and a job's log do not. Any other record, a failure included, is left as it is. A filter,
+    not the logger's level: Ray Train's controller resets its loggers' levels (logging.config.dictConfig of
+    `ray.train`) after the workers' setup hook has run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from ray.exceptions import GetTimeoutError
+
+        if record.exc_info and isinstance(record.exc_info[1], GetTimeoutError):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
 
 
 # Lines Ray's C++ core worker logs at error level in runs that are fine, which log_to_driver would put on the
@@ -68,12 +81,18 @@ def setup_worker() -> None:
     cluster (flows.submit names it there), before its tasks and actors."""
     import ray
 
-    for name in QUIETED:
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_timeouts()
     # Ray Train's controller and state actors ask Ray's state API whether an actor lives, and without an
     # address that API looks for "the" Ray instance on the host: with a second one running (another user's, a
     # `ray start`), it fails ("Found multiple active Ray instances") or asks the other one. Ours is the answer.
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+
+
+def quiet_timeouts() -> None:
+    for name in QUIETED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _TimeoutsAsDebug) for f in logger.filters):
+            logger.addFilter(_TimeoutsAsDebug())
 
 
 def ray_shutdown() -> None:
