@@ -4,6 +4,12 @@ The job runs `cpipe run` (as `python -m flows.cli run`) inside the cluster, so
 its Ray work lands there; its Prefect runs use the cluster's PREFECT_API_URL if
 the nodes set one, else an embedded server of their own. Paths in the run
 options are read on the cluster: use shared storage for corpora and artifacts.
+
+Credentials in URLs stay out of the entrypoint, which is printed and kept in clear in the cluster's job table:
+it holds the concealed URLs (`https://***@host/...`), and the job gets the real ones in its runtime_env's
+env_vars (credentials.ENV, read where the download is made). Those are the least exposed channel a Ray job
+has: the dashboard shows them to a browser redacted, but the job table keeps them, and the Jobs SDK and
+`ray job list` give them, to anyone who can reach the dashboard; the job's processes hold them in their environment.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10, the fairseq image's
     import tomli as tomllib
 
+from pipeline.corpus.credentials import conceal, conceal_for_another_process
 from pipeline.ray_session import setup_worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +40,9 @@ def project_dependencies() -> list[str]:
     return project["dependencies"] + project["optional-dependencies"]["s3"]
 
 
-def runtime_env(install: bool) -> dict:
+def runtime_env(install: bool, secrets: dict[str, str] | None = None) -> dict:
     env = {"working_dir": str(ROOT), "excludes": EXCLUDES,
-           "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"},
+           "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(secrets or {})},
            # The job's workers name their own cluster to Ray's state API, as a local instance's do: Train's
            # controller otherwise fails beside another Ray instance on a node ("Found multiple active Ray
            # instances"), and Ray's noise stays in its logs. A job's hook is given by its import path.
@@ -45,13 +52,20 @@ def runtime_env(install: bool) -> dict:
     return env
 
 
+def job_command(run_args: list[str]) -> tuple[str, dict[str, str]]:
+    """The job's entrypoint, with the credentials in its URLs masked, and the environment variables with which
+    the job reveals them."""
+    args, secrets = conceal_for_another_process(run_args)
+    return shlex.join(["python", "-m", "flows.cli", "run", *args]), secrets
+
+
 def submit(address: str, run_args: list[str], install: bool = True, follow: bool = True) -> int:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(address)
-    entrypoint = shlex.join(["python", "-m", "flows.cli", "run", *run_args])
-    job = _submit(client, entrypoint, runtime_env(install))
-    print(f"cpipe: submitted job {job} to {address}: {entrypoint}", flush=True)
+    entrypoint, secrets = job_command(run_args)
+    job = _submit(client, entrypoint, runtime_env(install, secrets))
+    print(f"cpipe: submitted job {job} to {conceal(address)}: {entrypoint}", flush=True)
     if not follow:
         return 0
     asyncio.run(_stream(client, job))

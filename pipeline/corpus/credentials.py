@@ -3,8 +3,8 @@
 Everything the pipeline prints, fingerprints or writes (logs, manifests, Prefect's flow parameters) sees
 the concealed form `https://***@host/corpus.txt`, so a changed password neither leaks nor rebuilds a
 stage. The real URL is kept in this process's environment, which its subprocesses and local Ray workers
-inherit, and is revealed only where the request is made. Credentials go only to the origin (scheme, host,
-port) they were written for, not where it redirects.
+inherit (a job on a cluster gets it through its runtime_env's env_vars), and is revealed only where the request
+is made. Credentials go only to the origin (scheme, host, port) they were written for, not where it redirects.
 """
 
 from __future__ import annotations
@@ -25,19 +25,33 @@ def _known() -> dict[str, str]:
 
 def conceal(text: str) -> str:
     """`text` with the credentials of every URL in it masked; the real URLs are remembered for `reveal`."""
-    known = _known()
+    text, found = _masked(text)
+    known = {**_known(), **found}
+    if known:
+        os.environ[ENV] = json.dumps(known)
+    return text
 
+
+def conceal_for_another_process(texts: list[str]) -> tuple[list[str], dict[str, str]]:
+    """`texts` with credentials masked, and the environment variables with which another process (a job on a
+    cluster) reveals them: the secrets travel beside the command, never in it."""
+    masked, found = zip(*map(_masked, texts)) if texts else ((), ())
+    secrets = {k: v for f in found for k, v in f.items()}
+    return list(masked), ({ENV: json.dumps(secrets)} if secrets else {})
+
+
+def _masked(text: str) -> tuple[str, dict[str, str]]:
+    """`text` with every URL's user info masked, and the real URLs by their masked form."""
     def mask(match: re.Match) -> str:
         return f"{match[1]}{MASK}@" if match[2] != MASK else match[0]
 
+    found = {}
     for url in re.findall(r"\b[a-z][a-z0-9+.-]*://[^\s/@]+@\S*", text, re.IGNORECASE):
         url = url.rstrip("'\",]}")
         concealed = _USERINFO.sub(mask, url)
         if concealed != url:
-            known[concealed] = url
-    if known:
-        os.environ[ENV] = json.dumps(known)
-    return _USERINFO.sub(mask, text)
+            found[concealed] = url
+    return _USERINFO.sub(mask, text), found
 
 
 def reveal(url: str) -> str:
