@@ -25,6 +25,7 @@ except ModuleNotFoundError:  # Python 3.10, the fairseq image's
     import tomli as tomllib
 
 from pipeline.corpus.credentials import conceal, conceal_for_another_process
+from pipeline.errors import InputError
 from pipeline.ray_session import setup_worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +61,9 @@ def job_command(run_args: list[str]) -> tuple[str, dict[str, str]]:
 
 
 def submit(address: str, run_args: list[str], install: bool = True, follow: bool = True) -> int:
-    from ray.job_submission import JobStatus, JobSubmissionClient
+    client = _client(address)
+    from ray.job_submission import JobStatus
 
-    client = JobSubmissionClient(address)
     entrypoint, secrets = job_command(run_args)
     job = _submit(client, entrypoint, runtime_env(install, secrets))
     print(f"cpipe: submitted job {job} to {conceal(address)}: {entrypoint}", flush=True)
@@ -73,6 +74,21 @@ def submit(address: str, run_args: list[str], install: bool = True, follow: bool
         time.sleep(1)  # the log stream can end a moment before the status settles
     print(f"cpipe: job {job} {status.value.lower()}", flush=True)
     return 0 if status == JobStatus.SUCCEEDED else 1
+
+
+def _client(address: str):
+    """A client of the cluster at `address`; one that is not there, or is no Ray dashboard, is a usage error."""
+    from ray.exceptions import RpcError
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    # Ray's ConnectionError and requests' errors are OSErrors; a version check fails with a RuntimeError, an
+    # address Ray cannot parse with a ValueError, a GCS address (no scheme) where none is with an RpcError.
+    except (OSError, RuntimeError, ValueError, RpcError) as e:
+        reason = "nothing answers there" if isinstance(e, ConnectionError) else conceal(str(e))
+        raise InputError(f"--address {conceal(address)}: no Ray cluster's dashboard ({reason}); "
+                         "give the head's, e.g. http://HEAD:8265") from None
 
 
 def _submit(client, entrypoint: str, env: dict, wait: float = 300) -> str:

@@ -1,5 +1,5 @@
 """`cpipe submit` without a cluster: a corpus URL's password is neither printed nor put in the job's entrypoint
-(the job gets it through its runtime_env's env_vars).
+(the job gets it through its runtime_env's env_vars), and a dashboard that is not there is one line, exit 2.
 The cluster is a local HTTP server answering the Ray Jobs API requests the client makes, recording what it is sent."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from flows.submit import job_command, runtime_env
 from pipeline.corpus.credentials import ENV
 from pipeline.corpus.download import fetch
 from pipeline.preflight import configured
-from tests.conftest import cpipe, http_server
+from tests.conftest import cpipe, free_port, http_server
 
 SECRET = "S3CRETPW-9046"
 
@@ -106,3 +106,11 @@ def test_submit_prints_and_sends_no_password_and_the_job_still_downloads(tmp_pat
         assert SECRET not in job["entrypoint"] and SECRET in job["runtime_env"]["env_vars"][ENV]
         assert SECRET not in json.dumps({k: v for k, v in job.items() if k != "runtime_env"})
         assert job_resolves(job, tmp_path, monkeypatch) == corpus.corpus
+
+
+@pytest.mark.slow
+def test_submit_to_a_dashboard_that_is_not_there_is_one_line_exit_2():
+    address = f"http://127.0.0.1:{free_port()}"
+    result = cpipe("submit", "--address", address, "--corpus", "/x")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"cpipe: error: --address {address}: ")
