@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
 import tempfile
 import time
 import zlib
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 import pyarrow as pa
 import torch
 
+from pipeline.errors import InputError
 from pipeline.model.transformer import load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate
@@ -128,7 +130,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
                                  **unscored})
         state["step"] = step
         if rank == 0 and dev and scoring_due(step, cfg, config["total_steps"]):
-            state["metrics"][-1].update(scorer())
+            state["metrics"][-1].update(plain(scorer()))
             keep_best(state, getattr(model, "module", model), dev["by"])
             key = score_key(dev["by"])
             print(f"step {step}/{config['total_steps']} {key} {state['metrics'][-1][key]:.4f}", flush=True)
@@ -184,8 +186,31 @@ def load_state(directory: str, filesystem=None) -> dict:
     """What _report saved in a checkpoint's directory, on `filesystem` (pyarrow's; None: local disk), read where
     it lies. A Ray Train checkpoint is `load_state(checkpoint.path, checkpoint.filesystem)`: its `as_directory`
     would first copy it to a temporary directory, as it does for any checkpoint not on pyarrow's own local
-    filesystem, which ours is not (storage.whole_files)."""
-    if filesystem is None:
-        return torch.load(f"{directory}/{STATE}", weights_only=False)
-    with filesystem.open_input_file(f"{directory}/{STATE}") as f:
-        return torch.load(f, weights_only=False)
+    filesystem, which ours is not (storage.whole_files).
+    Read by torch's weights-only unpickler: a checkpoint holds only tensors and plain values, and a state.pt
+    swapped in a shared artifacts directory must not run its payload on the next resume. One it refuses, or
+    cannot read, is an InputError of one line naming the file."""
+    path = f"{directory}/{STATE}"
+    try:
+        if filesystem is None:
+            return torch.load(path, weights_only=True)
+        with filesystem.open_input_file(path) as f:
+            return torch.load(f, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as e:
+        raise InputError(f"{path}: not a checkpoint that can be resumed safely ({_why_refused(e)})") from None
+
+
+def _why_refused(e: Exception) -> str:
+    """torch's refusal runs to a dozen lines of advice (among them: load with weights_only=False, the very
+    thing refused here, or allow-list the payload's function); the first sentence of the line naming what it
+    refused, else of the first line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    line = next((line.removeprefix("WeightsUnpickler error: ") for line in lines
+                 if line.startswith("WeightsUnpickler error:")), lines[0] if lines else type(e).__name__)
+    return line.split(". ")[0]
+
+
+def plain(scores: dict) -> dict:
+    """A scorer's values as Python numbers (numpy's float64 and 0-d tensors included), which the weights-only
+    unpickler reads back from a checkpoint (it refuses numpy's scalars)."""
+    return {k: v.item() if hasattr(v, "item") else v for k, v in scores.items()}
