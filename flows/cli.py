@@ -15,6 +15,7 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 from pipeline import stopping
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
+from pipeline.model.locate import check_models
 from pipeline.preflight import configured
 from pipeline.ray_session import ray_shutdown
 from pipeline.registry import NAMES
@@ -103,7 +104,8 @@ def cmd_evaluate(args) -> int:
     results = [f"evaluate.results_dir={json.dumps(args.results_dir)}"] if args.results_dir else []
     options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
                               overrides=_overrides(args) + results))
-    cfg = configured(**options, first="evaluate")  # before the heavy imports, as cmd_run
+    cfg = configured(**options, first="evaluate", models=args.model)  # before the heavy imports, as cmd_run
+    check_models(args.model)  # every model exists, holds no code to run, before torch or Prefect is imported
 
     import fsspec
 
@@ -111,7 +113,7 @@ def cmd_evaluate(args) -> int:
     from pipeline.evaluate.stage import user_models
     from pipeline.leaderboard.stage import CUMULATIVE
 
-    user_models(args.model)  # every model exists, before Prefect starts
+    user_models(args.model)  # their row names, unique
     checked(cfg, first="evaluate")
     _quiet_user_errors()
     evaluate_flow(models=args.model, **options, resolved=cfg)
@@ -236,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # the run flows.cpipe starts
-    from flows.cpipe import exit_now
+    from flows.cpipe import end_with_parent, exit_now
 
+    end_with_parent()
     exit_now(main())

@@ -47,7 +47,7 @@ from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot
 from pipeline.init.stage import init_label
-from pipeline.model.locate import is_hub_name, resolve
+from pipeline.model.locate import check_models, is_hub_name
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
@@ -158,13 +158,7 @@ def user_models(models: list[str]) -> dict[str, str]:
     """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
     directory's name, or by its hub name. Before any work, each is a model directory, or a hub model downloaded
     into the hub's cache (pipeline.model.locate)."""
-    for m in models:
-        if "://" in m:
-            raise InputError(f"--model {m}: a local directory or a hub name (org/name), not a URL")
-        try:
-            resolve(m)
-        except InputError as e:
-            raise InputError(f"--model {e}" if str(e).startswith(m) else f"--model {m}: {e}") from None
+    check_models(models)
     named = [(m, m) if is_hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
     names = [name for name, _ in named]
     if dupes := sorted({n for n in names if names.count(n) > 1}):

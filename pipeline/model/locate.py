@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
+import zipfile
 
 from pipeline.errors import ConfigError, InputError
 
@@ -21,7 +23,22 @@ WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.b
 # What a hub repo may hold beside them that nothing here reads: other frameworks' weights and exported runtimes.
 NOT_READ = ["*.h5", "*.msgpack", "*.ot", "*.onnx", "*.tflite", "onnx/*", "openvino/*", "coreml/*",
             "tf_model*", "flax_model*", "rust_model*"]
-HF_DIR = "hf"  # where our exports keep the Hugging Face files, beside sentence-transformers/
+HF_DIR = "hf"  # where our exports keep the Hugging Face files, beside ST_DIR
+ST_DIR = "sentence-transformers"  # where they keep the sentence-transformers modules
+SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # preferred by transformers where present
+# The names torch's weights-only unpickler lets a pickle use (torch.load(weights_only=True), as transformers reads a
+# pytorch_model.bin), written out so that a weights file is checked before torch is imported: a file naming
+# anything else (a payload's os.system, builtins.eval, ...) is refused before any work, not by a traceback later.
+SAFE_GLOBALS = re.compile(
+    r"_codecs\.encode|builtins\.(bytearray|complex|set)|collections\.(Counter|OrderedDict)"
+    r"|torch\.(Size|Tensor|device|nn\.parameter\.Parameter|serialization\._get_layout"
+    r"|_tensor\._rebuild_from_type_v2|storage\.(Typed|Untyped)Storage"
+    r"|_utils\._rebuild_(tensor(_v[23])?|parameter(_with_state)?|qtensor|sparse_tensor|nested_tensor"
+    r"|meta_tensor_no_storage|wrapper_subclass|device_tensor_from_(cpu_tensor|numpy))"
+    r"|(cuda\.)?(sparse\.)?[A-Z][A-Za-z0-9]*(Storage|Tensor)"
+    r"|u?int\d+|float\d\w*|bfloat16|complex\d+|bool|bits\w+|q(u)?int\w+|per_(tensor|channel)_\w+)")
+ZIP_MAGIC = b"PK\x03\x04"  # how torch.load tells its zip format from the legacy one
+LEGACY_PICKLES = 5  # torch's pre-zip format: magic number, protocol, system info, the object, its storages' keys
 
 
 def is_hub_name(ref: str) -> bool:
@@ -69,7 +86,127 @@ def why_not_a_model(path: str) -> str | None:
         return f"{config}: not readable JSON ({e})"
     if not any(os.path.isfile(os.path.join(hf, name)) for name in WEIGHTS):
         return f"{path}: no weights file in {hf} (one of {', '.join(WEIGHTS)})"
+    try:
+        pickled = _pickled_weights(path, hf)
+    except InputError as e:
+        return str(e)
+    return _remote_code(hf) or next(filter(None, map(why_unsafe_pickle, pickled)), None)
+
+
+def _remote_code(hf: str) -> str | None:
+    """Why a model asking to run its own code is refused: transformers would ask on the terminal mid-run (or
+    run it, trusted); it is loaded with trust_remote_code=False, so such a model is turned away at once."""
+    for name in ("config.json", "tokenizer_config.json"):
+        file = os.path.join(hf, name)
+        try:
+            with open(file, encoding="utf-8") as f:
+                settings = json.load(f)
+        except FileNotFoundError:
+            continue
+        except (ValueError, OSError) as e:
+            return f"{file}: not readable JSON ({e})"
+        if not isinstance(settings, dict):
+            return f"{file}: not a JSON object"
+        if settings.get("auto_map"):
+            return (f"{file}: auto_map names the model's own code ({json.dumps(settings['auto_map'])[:120]}), "
+                    "which is never run here (trust_remote_code=False); use a model transformers implements")
     return None
+
+
+def _pickled_weights(path: str, hf: str) -> list[str]:
+    """The pickled weights files what loads `path` would read: hf's pytorch_model.bin (or its shards) when it
+    has no safetensors, and each sentence-transformers Dense module's pytorch_model.bin likewise."""
+    folders = [hf] + [os.path.join(st, m["path"]) for st in (os.path.join(path, ST_DIR), path)
+                      for m in _modules(st) if str(m.get("type", "")).endswith("Dense")]
+    files = []
+    for folder in folders:
+        if any(os.path.isfile(os.path.join(folder, name)) for name in SAFETENSORS):
+            continue
+        files.append(os.path.join(folder, "pytorch_model.bin"))
+        index = os.path.join(folder, "pytorch_model.bin.index.json")
+        if os.path.isfile(index):
+            try:
+                with open(index, encoding="utf-8") as f:
+                    shards = set(json.load(f)["weight_map"].values())
+            except (ValueError, OSError, KeyError, TypeError, AttributeError) as e:
+                raise InputError(f"{index}: not a weights index ({e})") from None
+            files += [os.path.join(folder, shard) for shard in sorted(shards)]
+    return [f for f in files if os.path.isfile(f)]
+
+
+def _modules(st: str) -> list[dict]:
+    try:
+        with open(os.path.join(st, "modules.json"), encoding="utf-8") as f:
+            listed = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [m for m in listed if isinstance(m, dict) and isinstance(m.get("path"), str)] \
+        if isinstance(listed, list) else []
+
+
+def why_unsafe_pickle(file: str) -> str | None:
+    """Why torch.load(weights_only=True) would refuse the pickled `file` (one line naming it), or None. Its
+    pickles are read with every name they use checked against SAFE_GLOBALS and replaced by an inert stand-in,
+    so reading them runs nothing; it costs milliseconds (the tensors' bytes are never read)."""
+    try:
+        with open(file, "rb") as f:
+            zipped = f.read(4) == ZIP_MAGIC
+        if zipped:
+            with zipfile.ZipFile(file) as archive:
+                for member in (n for n in archive.namelist() if n.endswith(".pkl")):
+                    with archive.open(member) as f:
+                        _Scan(f).load()
+        else:
+            with open(file, "rb") as f:
+                for _ in range(LEGACY_PICKLES):
+                    _Scan(f).load()
+    except _Refused as e:
+        return f"{file}: refused, its pickle names {e} (weights may hold only tensors; save them as safetensors)"
+    except Exception as e:  # noqa: BLE001 - whatever a malformed pickle raises, the answer is this one line
+        return f"{file}: not readable as PyTorch weights ({type(e).__name__}: {_first_line(e)})"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    return next(iter(str(e).strip().splitlines()), "")
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Inert:
+    """What an allowed name stands for while a pickle is checked: it takes any call, item or state and keeps none."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, item):
+        pass
+
+    extend = add = append
+
+
+class _Scan(pickle.Unpickler):
+    """An unpickler that checks the names a pickle uses and builds nothing real (see why_unsafe_pickle)."""
+
+    def find_class(self, module: str, name: str):
+        module = "builtins" if module == "__builtin__" else module  # protocol 2, as torch.save writes
+        if not SAFE_GLOBALS.fullmatch(f"{module}.{name}"):
+            raise _Refused(f"{module}.{name}")
+        return _Inert
+
+    def persistent_load(self, pid):
+        return _Inert()
 
 
 def resolve(ref: str) -> str:
@@ -86,6 +223,18 @@ def resolve(ref: str) -> str:
     if why := why_not_a_model(path):
         raise InputError(f"{ref} ({HUB_URL}/{ref}): {why}")
     return path
+
+
+def check_models(models: list[str]) -> None:
+    """The pre-flight check of `cpipe evaluate --model`: each a model directory, or a hub model downloaded now
+    into the hub's cache; the first that is not is an InputError of one line naming it."""
+    for m in models:
+        if "://" in m:
+            raise InputError(f"--model {m}: a local directory or a hub name (org/name), not a URL")
+        try:
+            resolve(m)
+        except InputError as e:
+            raise InputError(f"--model {e}" if str(e).startswith(m) else f"--model {m}: {e}") from None
 
 
 def check_base(base: str | None) -> None:

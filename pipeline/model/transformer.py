@@ -13,14 +13,13 @@ from transformers.utils import logging as hf_logging
 
 from pipeline.errors import InputError
 from pipeline.model.head import dense_layers
-from pipeline.model.locate import HF_DIR
+from pipeline.model.locate import HF_DIR, ST_DIR
 from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.tokenizer.loading import base_path
 from storage import local_copy
 
 log = logging.getLogger("cpipe")
 
-ST_DIR = "sentence-transformers"
 # torch.compile's backend for SpanEncoder(compile=True); tests on CPU swap in "aot_eager", which traces the
 # same graphs, forward and backward, but skips inductor's C++ code generation (minutes on a small CPU).
 COMPILE_BACKEND = "inductor"
@@ -109,7 +108,8 @@ def load_base(base: str) -> nn.Module:
     """The base model as a masked LM. A checkpoint without the MLM head (a sentence-transformers model, a
     bare BertModel) gets a freshly initialised one, from the torch seed the caller set; this says so once."""
     with quiet_transformers():
-        model, info = AutoModelForMaskedLM.from_pretrained(base_path(base), output_loading_info=True)
+        model, info = AutoModelForMaskedLM.from_pretrained(base_path(base), output_loading_info=True,
+                                                           trust_remote_code=False)
     head = mlm_head_name(model)
     fresh = sorted(k for k in info["missing_keys"] if k.startswith(f"{head}."))
     if fresh:
@@ -219,4 +219,4 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean",
 
 def load_mlm(path: str) -> nn.Module:
     with local_copy(path) as local, no_file_bars():  # any fsspec URL, as load_tokenizer
-        return AutoModelForMaskedLM.from_pretrained(local)
+        return AutoModelForMaskedLM.from_pretrained(local, trust_remote_code=False)
