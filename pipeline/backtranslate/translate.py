@@ -79,9 +79,9 @@ class HFTranslator(Translator):
             raise InputError(f"translation model directory {model} does not exist")
         self.device, torch_dtype = _placement(device, dtype)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model)
+            self.tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=False)
             with no_file_bars():
-                self.model = AutoModelForSeq2SeqLM.from_pretrained(model, dtype=torch_dtype)
+                self.model = AutoModelForSeq2SeqLM.from_pretrained(model, dtype=torch_dtype, trust_remote_code=False)
         except (OSError, ValueError) as e:
             raise InputError(f"cannot load translation model {model}: {' '.join(str(e).split())}") from None
         self.model.to(self.device).eval()

@@ -86,11 +86,11 @@ class Encoder:
             if why := why_not_a_model(local):
                 raise InputError(why if local == path else f"{path}: {why}")
             hf = hf_dir(local)
-            self.tokenizer = AutoTokenizer.from_pretrained(hf)
+            self.tokenizer = AutoTokenizer.from_pretrained(hf, trust_remote_code=False)
             # Its load report lists an MLM export's unused LM head and the pooler no pooling here reads, as
             # faults; a missing weight of the encoder itself is one, and is said here instead.
             with quiet_transformers():
-                self.model, info = AutoModel.from_pretrained(hf, output_loading_info=True)
+                self.model, info = AutoModel.from_pretrained(hf, output_loading_info=True, trust_remote_code=False)
             if missing := [k for k in info["missing_keys"] if not k.startswith("pooler.")]:
                 raise InputError(f"{path}: {hf} lacks {len(missing)} of the encoder's weights "
                                  f"({', '.join(sorted(missing)[:3])}{', ...' if len(missing) > 3 else ''})")

@@ -103,7 +103,7 @@ def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
     with local_copy(path) as local:
-        tok = AutoTokenizer.from_pretrained(local)
+        tok = AutoTokenizer.from_pretrained(local, trust_remote_code=False)
     untruncated(tok.backend_tokenizer)
     return tok
 

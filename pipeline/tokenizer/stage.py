@@ -38,7 +38,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if config["base"]:
-        tok = AutoTokenizer.from_pretrained(base_path(config["base"]))
+        tok = AutoTokenizer.from_pretrained(base_path(config["base"]), trust_remote_code=False)
         untruncated(tok.backend_tokenizer)
         log.info("tokenizer: using %s's tokenizer (%d tokens), without truncation or padding", config["base"],
                  len(tok))
