@@ -237,5 +237,9 @@ def test_cumulative_leaderboard_replaces_a_rescored_model_and_keeps_others(score
     retrained = second.assign(model_fingerprint="feedbeef00000000")
     names = set(leaderboard(cumulative(merged, retrained))["model"])
     assert {f"declutr @{fp[:8]}", "declutr @feedbeef", "random"} <= names and "declutr" not in names
+    # Scored on other evaluation data, the model is added beside its rows on "d", under the same name (names need
+    # only differ within one data's section), and every row on "d" stays.
     other_data = cumulative(first, second.assign(data_hash="e"))
-    assert set(other_data["model"]) == {"declutr"}  # scores on other evaluation data are not mixed in
+    assert len(other_data) == len(first) + len(second)
+    assert other_data.groupby("data_hash")["model"].unique().map(set).to_dict() == {
+        "d": {"bow", "declutr", "random"}, "e": {"declutr"}}

@@ -51,9 +51,10 @@ def _read(path: str) -> dict[str, pd.DataFrame]:
 
 def gather(directory: str, merged: pd.DataFrame, scores: pd.DataFrame, fresh: dict[str, pd.DataFrame]
            ) -> dict[str, pd.DataFrame]:
-    """{row of `merged` (the cumulative scores): its test items}, this run's rows' (`scores`) from `fresh` ({run's
-    row: items}), earlier rows' from their kept files. A row renamed apart from another model of its name ("name
-    @fingerprint") is found under its run's name; rows without items are left out."""
+    """{row of `merged` (the cumulative scores of one evaluation data: a name is one row only within one data):
+    its test items}, this run's rows' (`scores`) from `fresh` ({run's row: items}), earlier rows' from their kept
+    files. A row renamed apart from another model of its name ("name @fingerprint") is found under its run's name;
+    rows without items are left out."""
     ours, stored, out = _rows(scores), _stored(directory), {}
     for key, names in _rows(merged).items():
         if key in ours:
@@ -80,8 +81,8 @@ def keep(directory: str, scores: pd.DataFrame, fresh: dict[str, pd.DataFrame]) -
 
 
 def prune(directory: str, merged: pd.DataFrame, scores: pd.DataFrame, fresh: dict[str, pd.DataFrame]) -> None:
-    """Remove every file no row of `merged` has: a re-scored fingerprint whose evaluation kept no items, rows the
-    merge left out (other evaluation data), a write cut off."""
+    """Remove every file no row of `merged` (every kept row, on any evaluation data) has: a re-scored fingerprint
+    whose evaluation kept no items, a write cut off. Rows on other data than this run's keep theirs."""
     ours = _rows(scores)
     used = {_file(key) for key in _rows(merged) if key not in ours or any(m in fresh for m in ours[key])}
     fs, p = fsspec.core.url_to_fs(directory)

@@ -1,11 +1,14 @@
 """leaderboard stage: every model's scores in one table, for this run and across runs.
 
 The run's table goes to `leaderboard.*` at the artifacts root. The cumulative
-one, `leaderboard-all.*`, keeps every model ever scored there on the same
-evaluation data, keyed by model fingerprint: re-scoring a model replaces its
-rows and its test items (pipeline.leaderboard.kept_items), and two different
-models that share a run name are told apart by fingerprint. Its rows get
-intervals and differences to the reference row as the run's do.
+one, `leaderboard-all.*`, keeps every model ever scored there, on whatever
+evaluation data, keyed by evaluation data and model fingerprint: re-scoring a
+model on the same data replaces its rows and its test items
+(pipeline.leaderboard.kept_items), and two different models that share a run
+name on the same data are told apart by fingerprint. Scores on different data
+are not comparable, so its table is one section per data (column `data`), this
+run's first, each ranked and given intervals and differences to the reference
+row among its own rows alone.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from pipeline.config import Config
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.stage import STAGE as EVALUATE, initial_row
 from pipeline.leaderboard import kept_items
-from pipeline.leaderboard.table import absent_tasks, leaderboard, rank_column, to_markdown, write_leaderboard
+from pipeline.leaderboard.table import (DATA, absent_tasks, leaderboard, rank_column, ranked, to_markdown,
+                                        write_leaderboard)
 from pipeline.model.card import update_cards
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage
@@ -91,22 +95,27 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 
 
 def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
-    """Every model scored on this run's evaluation data; this run's rows replace a model's older ones. A row
-    scored again as another model (rebuilt: a new fingerprint) keeps both versions, each named with the
-    fingerprint of its first repeat ("<row> @<fingerprint>"; a repeat's seed stays last, so that its seeds
-    stay one row)."""
+    """Every model scored on any evaluation data; this run's rows replace a model's older ones on the same data
+    (its whole evaluation: one row of the table comes from one evaluation), and rows on other data stay. A row
+    scored again on the same data as another model (rebuilt: a new fingerprint) keeps both versions, each named
+    with the fingerprint of its first repeat ("<row> @<fingerprint>"; a repeat's seed stays last, so that its
+    seeds stay one row). Names need only differ within one data's rows, which are never shown beside another
+    data's unmarked: a model directory scored on two data keeps its name on both."""
     merged, sources = scores, pd.Series("this run", index=scores.index)
     if previous is not None:
-        same_data = previous[previous["data_hash"].isin(set(scores["data_hash"]))]
-        older = same_data[~same_data["model_fingerprint"].isin(set(scores["model_fingerprint"]))]
+        ours = set(zip(scores["data_hash"], scores["model_fingerprint"]))
+        older = previous[[key not in ours for key in zip(previous["data_hash"], previous["model_fingerprint"])]]
         merged = pd.concat([older, scores], ignore_index=True)
         sources = pd.Series(["older"] * len(older) + ["this run"] * len(scores))
     merged = merged.copy()
     row, seed = zip(*map(split_seeded, merged["model"])) if len(merged) else ((), ())
     rows = pd.DataFrame({"row": row, "seed": pd.Series(seed, dtype="float"), "source": sources.values,
-                         "fp": merged["model_fingerprint"].values, "model": merged["model"].values})
-    clash = set(rows.loc[rows.groupby("model")["fp"].transform("nunique") > 1, "row"])
-    for (name, _), version in rows[rows["row"].isin(clash)].groupby(["row", "source"]):
+                         "fp": merged["model_fingerprint"].values, "model": merged["model"].values,
+                         "data": merged["data_hash"].values})
+    clash = rows.groupby(["data", "model"])["fp"].transform("nunique") > 1
+    clashing = set(zip(rows.loc[clash, "data"], rows.loc[clash, "row"]))
+    named = pd.Series([key in clashing for key in zip(rows["data"], rows["row"])], index=rows.index, dtype=bool)
+    for (_, name, _), version in rows[named].groupby(["data", "row", "source"]):
         tagged = f"{name} @{version.sort_values('seed', na_position='first')['fp'].iloc[0][:8]}"
         merged.loc[version.index, "model"] = [tagged if pd.isna(s) else seeded(tagged, int(s)) for s in version["seed"]]
     return merged
@@ -114,14 +123,39 @@ def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFr
 
 def cumulative_reference(manifest: dict, scores: pd.DataFrame, merged: pd.DataFrame) -> str | None:
     """The cumulative table's reference row: the run's, under its name there (which may carry its fingerprint),
-    else the default row when that table has it."""
+    else the default row when that table has it (on any data: each data's section compares with its own)."""
     compare_to = manifest.get("compare_to")
     if compare_to is None:
         return reference(manifest["config"], merged["model"])
     # The reference's repeats, when it has several, are named "<row> (seed s)".
     mine = scores[[split_seeded(m)[0] == compare_to for m in scores["model"]]]
-    return split_seeded(merged.loc[merged["model_fingerprint"].isin(set(mine["model_fingerprint"])), "model"]
-                        .sort_values().iloc[0])[0]
+    keys = set(zip(mine["data_hash"], mine["model_fingerprint"]))
+    theirs = merged[[key in keys for key in zip(merged["data_hash"], merged["model_fingerprint"])]]
+    return split_seeded(theirs["model"].sort_values().iloc[0])[0]
+
+
+def cumulative_table(merged: pd.DataFrame, scores: pd.DataFrame, items: str, fresh: dict[str, pd.DataFrame],
+                     manifest: dict) -> tuple[pd.DataFrame, str | None, str | None]:
+    """The cumulative table and its reference row and rank column: one section per evaluation data (`data`: its
+    hash), this run's data first, each built alone, so that its ranks, intervals and paired differences are among
+    rows scored on the same test items. A section compares with the reference row when it has one of that name,
+    and has no differences otherwise."""
+    compare_to, rank_by = cumulative_reference(manifest, scores, merged), manifest.get("rank_by_setting")
+    ours = list(pd.unique(scores["data_hash"]))
+    order = ours + [d for d in pd.unique(merged["data_hash"]) if d not in ours]
+    sections, column = [], None
+    for data in order:
+        rows, mine = merged[merged["data_hash"] == data], data in ours
+        names = {split_seeded(m)[0] for m in rows["model"]}
+        section = leaderboard(rows, rank_by=rank_by if mine else None, compare_to=compare_to
+                              if compare_to in names else None, items=kept_items.gather(items, rows, scores, fresh))
+        if mine:
+            column = column or rank_column(section, rank_by)
+        elif column in section.columns:  # other data ranked by this run's column where they have it
+            section = ranked(section, column)
+        sections.append(section.assign(**{DATA: data}))
+    table = pd.concat(sections, ignore_index=True)
+    return table[["model", DATA, *[c for c in table.columns if c not in ("model", DATA)]]], compare_to, column
 
 
 def _evaluated(path: str, manifest: dict) -> list[str]:
@@ -144,11 +178,9 @@ def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
         scores = _read_parquet(f"{path}/{SCORES}")
         merged = cumulative(_read_parquet(store) if fs.exists(p) else None, scores)
         fresh = load_items(_evaluated(path, manifest))
-        reference_row = cumulative_reference(manifest, scores, merged)
-        everything = leaderboard(merged, rank_by=manifest.get("rank_by_setting"),
-                                 items=kept_items.gather(items_store, merged, scores, fresh), compare_to=reference_row)
+        everything, reference_row, column = cumulative_table(merged, scores, items_store, fresh, manifest)
         write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
-                          rank_by=rank_column(everything, manifest.get("rank_by_setting")), compare_to=reference_row)
+                          rank_by=column, compare_to=reference_row)
         # Items written before the scores, stale ones removed after: a publish cut off in between leaves each
         # kept row with items of its own model and data, or none, and files no row has, which the next removes.
         kept_items.keep(items_store, scores, fresh)

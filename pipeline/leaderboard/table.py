@@ -45,6 +45,7 @@ from storage import put_file
 META = ("kind", "objective", "parameters", "dimension", "corpus")  # shown when the scores carry them
 ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
 MISSING = "—"
+DATA = "data"  # the cumulative table's: the evaluation data's hash, by which its rows are sectioned
 
 
 def _test(scores: pd.DataFrame) -> pd.DataFrame:
@@ -219,9 +220,11 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     if items is not None:
         table = add_intervals(table, items, compare_to)[0]
     column = rank_column(table, rank_by)
-    if column is None:
-        return table
-    # Stable sort keeps first-appearance order among ties.
+    return table if column is None else ranked(table, column)
+
+
+def ranked(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Best first by `column`, missing last; a stable sort keeps first-appearance order among ties."""
     return table.sort_values(column, ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
@@ -369,8 +372,13 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
                      "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
                      "a task's main metric on its dev split), not the last.")
     notes += _interval_notes(table, compare_to)
+    if DATA in columns:
+        notes.append(f"{DATA}: the hash of the evaluation data a row was scored on. Scores on different data are not "
+                     "comparable: the rows are in one section per data, the latest run's first, each ranked, and "
+                     "its intervals and differences computed, among its own rows alone; a section without the "
+                     "reference row has no differences.")
     if rank_by:
-        notes.append(f"Ranked by {rank_by}.")
+        notes.append(f"Ranked by {rank_by}{' within each data that has it' if len(_sections(table)) > 1 else ''}.")
     return notes
 
 
@@ -380,7 +388,7 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
     column's protocol."""
     derived = _derived(table.columns)
     columns = [c for c in table.columns if c not in derived]
-    text = ("model", SEEDS, "kind", "objective", "corpus", "recipe")
+    text = ("model", DATA, SEEDS, "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",
              "| " + " | ".join(map(_escaped, columns)) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
@@ -437,7 +445,7 @@ def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = No
             ax.errorbar(x, y, xerr=[x - lo, hi - x], fmt="none", ecolor="0.4", capsize=2, lw=1)
         ax.plot(x, y, "o", color="C0", ms=5)
         if compare_to is not None and compare_to in set(rows["model"]):
-            ax.axvline(x[rows.index[rows["model"] == compare_to][0]], color="C3", ls="--", lw=1)
+            _reference_lines(ax, rows, x, compare_to)
             flags = rows.get(f"{column} {SIGNIFICANT}")
             if flags is not None:
                 marked = flags.fillna(False).astype(bool).to_numpy()
@@ -446,7 +454,10 @@ def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = No
                 ax.plot(x[lower], y[lower], "o", mfc="white", mec="C3", ms=7)
         ax.set_title(column, fontsize="small")
         ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_yticks(np.arange(len(rows)), rows["model"].astype(str), fontsize="small")
+    labels = rows["model"].astype(str)
+    if len(_sections(rows)) > 1:  # a model scored on two data is on two rows
+        labels += " (" + rows[DATA].astype(str).str[:8] + ")"
+    axes[0][0].set_yticks(np.arange(len(rows)), labels, fontsize="small")
     note = "" if compare_to is None else (f"; dashed: {compare_to}, green: significantly higher, hollow: "
                                           "significantly lower")
     whiskers = "" if not any(f"{c} {LO}" in rows.columns for c in columns) else \
@@ -457,3 +468,22 @@ def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = No
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
+
+
+def _sections(table: pd.DataFrame) -> list[np.ndarray]:
+    """The positions of each data's rows (column DATA), or of all rows in a table without it."""
+    if DATA not in table.columns:
+        return [np.arange(len(table))]
+    return list(table.reset_index(drop=True).groupby(DATA, sort=False).indices.values())
+
+
+def _reference_lines(ax, rows: pd.DataFrame, x: np.ndarray, compare_to: str) -> None:
+    """The reference row's score as a dashed line, spanning only the rows scored on its data when the table has
+    several: a row on other data is not compared with it."""
+    sections = _sections(rows)
+    for index in sections:
+        at = [i for i in index if rows["model"].iat[i] == compare_to]
+        if at and len(sections) == 1:
+            ax.axvline(x[at[0]], color="C3", ls="--", lw=1)
+        elif at:
+            ax.vlines(x[at[0]], index.min() - 0.5, index.max() + 0.5, color="C3", ls="--", lw=1)
