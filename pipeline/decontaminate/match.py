@@ -73,14 +73,14 @@ def masked(text: str, hits: list[Hit]) -> tuple[str, int]:
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
-    """Each word's (start, end) in `text`: the white-space-separated pieces with a word left once simplified
-    (word_lists), so the i-th span is the i-th word."""
+    """Each word's (start, end) in `text`: the white-space-separated piece it comes from once simplified
+    (word_lists), once per word the piece gives ("don't" is 3), so the i-th span is the i-th word's piece.
+    Simplification only splits a piece or empties it, never joins two, so the pieces' words are the text's."""
     pieces = pc.utf8_split_whitespace(pa.array([text]))[0].values
-    kept = pc.list_value_length(word_lists(pieces)).to_numpy(zero_copy_only=False) > 0
+    words = pc.list_value_length(word_lists(pieces)).to_numpy(zero_copy_only=False)
     spans, at = [], 0
-    for piece, keep in zip(pieces.to_pylist(), kept.tolist()):
+    for piece, count in zip(pieces.to_pylist(), words.tolist()):
         start = text.index(piece, at)
         at = start + len(piece)
-        if keep:
-            spans.append((start, at))
+        spans += [(start, at)] * count
     return spans

@@ -1,7 +1,12 @@
 """Word n-grams as 64-bit hashes: the index of the evaluation text, and the window hashes of any texts.
 
-Text is compared as words: lower-cased, punctuation deleted (everything but letters, digits and white space, as
-datatrove's decontamination simplifies text), split at white space, all by Arrow's compute kernels. A word's hash
+Text is compared as words, evaluation sentences and documents normalised alike (`simplified`) by Arrow's compute
+kernels, so that a sentence is found however either side was tokenised: Unicode NFKC, lower case, every apostrophe
+as ', contractions and possessives split as the Penn Treebank splits them ("don't" and "do n't" both "do n t",
+"it's" and "it ' s" both "it s"; "do not" stays itself), punctuation (everything but letters, digits and white
+space) a word break, as WikiText's "well @-@ known" is "well-known", a run of digits 0 (as datatrove's
+simplify_text), then split at white space with no empty words (a SentEval sentence's final " ." left one, and it
+was part of the sentence's key, found only at a document's very end). A word's hash
 is an 8-byte blake2b, so the index, and the fingerprint made from it, are the same in every process (Python's str
 hash is salted per process). A window's hash is sum_j word[i + j] * P^j mod 2^64, for every window of a batch at
 once with numpy. A word that no evaluation sentence has is 0, as is the separator after each text, and a window
@@ -18,15 +23,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# White space is every character Arrow's utf8_split_whitespace splits at, so deleting never joins two words.
+# Typographic apostrophes and their stand-ins, made ' before NFKC (which makes ´ a space and an accent).
+APOSTROPHES = "[\u2019\u2018\u02bc\u2032`\u00b4]"
+# Split off before a contraction's apostrophe, never joining two words: a word of the text is one or more words of
+# its simplification, so that masking can map them back (match.word_spans).
+NOT = (r"(\pL)n't\b", r"\1 n't")
+CLITIC = (r"\s*'\s*(s|re|ve|ll|d|m)\b", r" '\1")
+# White space is every character Arrow's utf8_split_whitespace splits at.
 PUNCTUATION = r"[^\pL\pN\pZ\s\x0b\x1c-\x1f\x{85}]+"
+DIGITS = r"\p{Nd}+"
 P = 0x9E3779B97F4A7C15  # odd: multiplying by it loses no bits mod 2^64
 POWERS = np.array([pow(P, j, 2**64) for j in range(64)], dtype=np.uint64)
 EMPTY = np.empty(0, dtype=np.uint64)
 
 
+def simplified(texts: pa.Array) -> pa.Array:
+    texts = pc.utf8_lower(pc.utf8_normalize(pc.replace_substring_regex(texts, APOSTROPHES, "'"), "NFKC"))
+    texts = pc.replace_substring_regex(pc.replace_substring_regex(texts, *NOT), *CLITIC)
+    return pc.replace_substring_regex(pc.replace_substring_regex(texts, PUNCTUATION, " "), DIGITS, "0")
+
+
 def word_lists(texts: pa.Array) -> pa.ListArray:
-    return pc.utf8_split_whitespace(pc.replace_substring_regex(pc.utf8_lower(texts), PUNCTUATION, ""))
+    """Each text's words once simplified; a text with none has an empty list (Arrow's split gives [""])."""
+    lists = pc.utf8_split_whitespace(simplified(texts))
+    words = lists.flatten()
+    keep = pc.greater(pc.binary_length(words), 0)
+    counts = np.bincount(pc.list_parent_indices(lists).to_numpy()[keep.to_numpy(zero_copy_only=False)],
+                         minlength=len(lists))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), words.filter(keep))
 
 
 def word_hash(word: str) -> int:

@@ -118,5 +118,6 @@ def _masked(table: pa.Table, hits: list, dirty: list[int], tokenizer_path: str, 
     return table.set_column(table.schema.get_field_index("n_tokens"), "n_tokens", pa.array(n_tokens, pa.int32()))
 
 
-STAGE = Stage(name="decontaminate", version="1", flow="data", section="decontaminate", config=config, inputs=inputs,
+# 2: both sides normalised as ngrams.simplified says (contractions, no empty words, digits): other matches.
+STAGE = Stage(name="decontaminate", version="2", flow="data", section="decontaminate", config=config, inputs=inputs,
               run=run, schema=SCHEMA, runtime=RUNTIME, check=check)
