@@ -22,7 +22,11 @@ from tests.conftest import free_port
 from tests.test_simcse_sup import with_negatives
 from tests.test_train_step import pairs, tiny_encoder
 
-CFG = dict(lr=1e-3, batch_size=8, mlm=False, grad_clip=1e9)  # clipping would hide a scale error
+# Plain SGD, so that the first update is lr times the gradient: Adam's moves a weight whose gradient is float
+# noise (~1e-9, its sign the reduction order's) by the full lr, and the second step's gradients then differ by
+# far more than rounding (a flake in roberta's token_type_embeddings). The optimizer is not what is compared.
+CFG = dict(lr=1e-3, batch_size=8, mlm=False, grad_clip=1e9,  # clipping would hide a scale error
+           optimizer="sgd", sgd_momentum=0.0, weight_decay=0.0)
 
 
 def tsdae_pairs(tok) -> pa.Table:
@@ -34,9 +38,8 @@ def tsdae_pairs(tok) -> pa.Table:
 
 def step(tok, rank: int, world: int, cfg: dict) -> tuple[float, dict]:
     """Two steps on this worker's half (or all) of one batch of 8 pairs; the second step's loss and gradients
-    (and the key encoder's weights, with MoCo). simcse-sup's first: Adam's first update moves a weight whose
-    gradient is float noise (~1e-9) by the full lr, its sign the noise's, and its hard negatives' extra rows
-    leave a few such embedding entries, whose second gradients then differ by 1%; the first step's match."""
+    (and the key encoder's weights, with MoCo). simcse-sup's first: the gradients of its hard negatives' few
+    extra embedding rows are float noise, and after one update the second step's differ by 1%."""
     model = make_encoder(tiny_encoder(tok).mlm_model, cfg)  # with its head, and TSDAE's decoder
     key = MomentumEncoder(model, cfg["momentum"]) if cfg["momentum"] else None
     if world > 1:
@@ -58,7 +61,7 @@ def step(tok, rank: int, world: int, cfg: dict) -> tuple[float, dict]:
 
 
 CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_bank": 8},
-         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8, "optimizer": "adamw"},
+         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8},
          # The earlier MoCo case as it was: the in-batch loss under the optimisation every objective then had.
          "moco-inbatch": {"objective": "cert", "momentum": 0.9, "memory_bank": 8, "loss": "moco-inbatch",
                           "optimizer": "adamw", "weight_decay": 0.1, "schedule": "slanted-triangular",
@@ -100,7 +103,9 @@ def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path):
             assert rank_loss == pytest.approx(loss, rel=1e-5), case
             assert rank_grads.keys() == grads.keys(), case
             for name, g in grads.items():
-                # Weights (O(0.1)) after an Adam step, which magnifies float noise in near-zero gradients.
-                atol = 1e-5 if name.startswith("key.") else 1e-6
-                torch.testing.assert_close(rank_grads[name], g * SCALE.get(case, 1.0), rtol=1e-4, atol=atol,
-                                           msg=f"{case}: {name}")
+                # Whole tensors, to rounding on their terms: an embedding's gradient sums every token's, in
+                # another order on two workers, so an entry near zero is off by ~1e-6 of its terms, not of
+                # itself. A world-size factor or a missing worker's share is off by the norm, far above this.
+                expected = g * SCALE.get(case, 1.0)
+                error = (rank_grads[name] - expected).norm().item()
+                assert error <= 1e-4 * expected.norm().item() + 1e-6 * g.numel() ** 0.5, f"{case}: {name} off by {error:.3g}"
