@@ -3,6 +3,7 @@ the same steps, the same batches in the same order, and the same model as a run 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -70,3 +71,26 @@ def test_a_killed_worker_resumes_without_repeating_or_skipping_batches(inputs, l
     for name, p in calm_model.named_parameters():
         if not name.startswith("pooler."):  # AutoModel draws a fresh pooler on load; it is not trained
             torch.testing.assert_close(p, trained[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_planted_checkpoint_is_refused_in_one_line_before_ray_trains(inputs, local_ray, tmp_path):
+    """A stopped run's latest checkpoint swapped for a pickle payload: the rerun that would resume from it stops
+    with the line naming the file (read on the driver, not in each worker Ray restarts), and nothing runs."""
+    from pipeline.errors import InputError
+    from pipeline.train.loop import STATE
+    from pipeline.train.resume import SNAPSHOT
+    from tests.test_safe_loading import Payload
+
+    config = {"train": TrainConfig(batch_size=4, max_steps=STEPS, lr=1e-3, max_length=34, checkpoint_every=10,
+                                   log_every=1000, max_failures=2).model_dump()}
+    art = tmp_path / "art"
+    run_dir = art / "_ray" / f"train-{train.STAGE.fingerprint(config, inputs)}"
+    (run_dir / "checkpoint_x").mkdir(parents=True)
+    (run_dir / SNAPSHOT).write_text(json.dumps({"checkpoint_results": [], "latest_checkpoint_result": {
+        "checkpoint_dir_name": "checkpoint_x", "metrics": {"step": 10, "loss": 1.0}}}))
+    marker = tmp_path / "ran"
+    torch.save({"step": 10, "metrics": [], "x": Payload(marker)}, run_dir / "checkpoint_x" / STATE)
+    with pytest.raises(InputError, match=f"^{run_dir}/checkpoint_x/{STATE}: not a checkpoint") as e:
+        run_stage(train.STAGE, config, inputs, str(art))
+    assert "\n" not in str(e.value) and not marker.exists()
+    assert not list(art.glob("train/*/_SUCCESS"))

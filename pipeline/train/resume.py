@@ -48,6 +48,16 @@ def stopped_step() -> int | None:
     return None
 
 
+def latest_checkpoint(run_dir: str) -> str | None:
+    """The directory name of the checkpoint a rerun resumes from, as the run's snapshot records it; None when it
+    records none (or there is no readable snapshot: started_over says which)."""
+    try:
+        latest = _snapshot(run_dir).get("latest_checkpoint_result") or {}
+    except (OSError, ValueError):
+        return None
+    return latest.get("checkpoint_dir_name")
+
+
 def _snapshot(run_dir: str) -> dict:
     with fsspec.open(f"{run_dir}/{SNAPSHOT}", "r") as f:
         return json.load(f)

@@ -170,6 +170,10 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     if resume.started_over(run_dir):
         log.warning("train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",
                     run_dir, resume.SNAPSHOT)
+    if (latest := resume.latest_checkpoint(run_dir)) is not None:
+        # Read here first: a checkpoint refused (a payload, a damaged file) inside the workers would fail each of
+        # Ray's retries in turn and end in its traceback, not the one line naming the file.
+        load_state(f"{storage_path}/{name}/{latest}", arrow_filesystem(runs))
     resume.started(run_dir)
     result = trainer.fit()
     resume.finished(run_dir)  # not on an exception: a stopped run's step is read after it
