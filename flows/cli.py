@@ -9,6 +9,7 @@ import logging
 import sys
 import time
 from contextlib import nullcontext
+from typing import NoReturn
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
@@ -22,6 +23,26 @@ from pipeline.registry import NAMES
 from storage import DatasetError
 
 USER_ERRORS = (InputError, DatasetError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line, saying where the usage is (argparse's own error prints the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _at_least(minimum: int):
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return count
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -125,7 +146,7 @@ def cmd_evaluate(args) -> int:
 def cmd_submit(args, run_args: list[str]) -> int:
     from flows.submit import submit
 
-    check = argparse.ArgumentParser(prog="cpipe submit", add_help=False)
+    check = _Parser(prog="cpipe submit", add_help=False)
     _run_options(check)
     check.parse_args(run_args)  # a typo fails here, not minutes later on the cluster
     return submit(args.address, run_args, install=not args.no_install, follow=not args.no_wait)
@@ -148,7 +169,7 @@ def cmd_inspect(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cpipe", description=__doc__)
+    parser = _Parser(prog="cpipe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the full pipeline locally (embedded Prefect, local Ray)")
     _run_options(p_run)
@@ -185,13 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_embed.add_argument("--input", required=True, help=".txt (a sentence a line), .jsonl, .csv, .tsv or .parquet")
     p_embed.add_argument("--output", required=True, help="Parquet file: row, text, embedding")
     p_embed.add_argument("--column", default="text", help="text column of .jsonl/.csv/.tsv/.parquet input")
-    p_embed.add_argument("--batch-size", type=int, default=128)
-    p_embed.add_argument("--max-length", type=int, default=128)
+    p_embed.add_argument("--batch-size", type=_at_least(1), default=128)
+    p_embed.add_argument("--max-length", type=_at_least(1), default=128)
     p_embed.add_argument("--pooling", choices=["mean", "cls"], help="default: what the model declares, else mean")
     p_embed.set_defaults(fn=cmd_embed)
     p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")
     p_inspect.add_argument("path")
-    p_inspect.add_argument("--rows", type=int, default=5, help="first rows to show (default 5)")
+    p_inspect.add_argument("--rows", type=_at_least(0), default=5, help="first rows to show (default 5)")
     p_inspect.set_defaults(fn=cmd_inspect)
     return parser
 

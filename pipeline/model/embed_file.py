@@ -31,7 +31,6 @@ from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.jsonlines import json_objects
-from pipeline.model.exported import Encoder
 
 
 def _utf8(raw: bytes, path: str, lineno: int) -> str:
@@ -120,6 +119,8 @@ def embed_file(model_dir: str, input_path: str, output_path: str, batch_size: in
     with closing(READERS[suffix](input_path, text_column)) as texts:
         # The first chunk is read before the model loads, so a bad header fails fast.
         chunk = list(islice(texts, chunk_rows))
+        from pipeline.model.exported import Encoder  # torch and transformers: seconds, after the input's checks
+
         encoder = Encoder(model_dir, max_length=max_length, pooling=pooling)
         dim = encoder.dimension
         schema = pa.schema([("row", pa.int64()), ("text", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])
