@@ -33,8 +33,13 @@ CLITIC = (r"\s*'\s*(s|re|ve|ll|d|m)\b", r" '\1")
 PUNCTUATION = r"[^\pL\pN\pZ\s\x0b\x1c-\x1f\x{85}]+"
 DIGITS = r"\p{Nd}+"
 P = 0x9E3779B97F4A7C15  # odd: multiplying by it loses no bits mod 2^64
-POWERS = np.array([pow(P, j, 2**64) for j in range(64)], dtype=np.uint64)
+POWERS = np.array([pow(P, j, 2**64) for j in range(64)], dtype=np.uint64)  # those of n up to 128
 EMPTY = np.empty(0, dtype=np.uint64)
+
+
+def power(j: int) -> np.uint64:
+    """P^j mod 2^64, for any j: decontaminate.n has no upper bound."""
+    return POWERS[j] if j < len(POWERS) else np.uint64(pow(P, j, 2**64))
 
 
 def simplified(texts: pa.Array) -> pa.Array:
@@ -82,7 +87,7 @@ def window_hashes(ids: np.ndarray, lengths: Iterable[int]) -> dict[int, np.ndarr
         if length not in memo:
             a = 1 << (length - 1).bit_length() - 1  # the largest power of two below length
             out = h(a).copy()
-            out[:max(n - a, 0)] += h(length - a)[a:] * POWERS[a]
+            out[:max(n - a, 0)] += h(length - a)[a:] * power(a)
             memo[length] = out
         return memo[length]
 
