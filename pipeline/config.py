@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from pipeline.augment.config import AugmentConfig
 from pipeline.backtranslate.config import BacktranslateConfig
-from pipeline.config_base import Strict, absolute
+from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.corpus.config import CorpusConfig
 from pipeline.decontaminate.config import DecontaminateConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.filter.config import FilterConfig
 from pipeline.init.config import ModelConfig
-from pipeline.repeats import seed_list, seeded
+from pipeline.repeats import seed_list, seeded, split_seeded
 from pipeline.tokenizer.config import TokenizerConfig
 from pipeline.train.config import HELDOUT_LOSS, TrainConfig
 
@@ -52,11 +52,11 @@ class Training(NamedTuple):
 
 class Config(Strict):
     artifacts: str = "artifacts"
-    seeds: list[int] | None = Field(None, description=(
+    seeds: list[StrictInt] | None = Field(None, description=(
         "repeats: every run that names no seeds of its own, the untrained encoder and the trained baselines "
         "(fastText, InferSent) are built once per seed (pipeline.repeats); the leaderboard shows each one's mean "
         "over seeds with a t-interval; null = each run's train.seed, one model"))
-    repeats: int | None = Field(None, ge=1, description="seeds 0..N-1 (instead of seeds)")
+    repeats: StrictInt | None = Field(None, ge=1, description="seeds 0..N-1 (instead of seeds)")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
@@ -90,12 +90,17 @@ class Config(Strict):
         if not self.runs:
             raise ValueError("runs: at least one named run is needed")
         seed_list("config", self.seeds, self.repeats)
+        for where, name in [*(("runs", n) for n in self.runs),
+                            *((f"evaluate.baselines.models[{i}].name", m.name)
+                              for i, m in enumerate(self.evaluate.baselines.models))]:
+            _check_row_name(where, name)
         rows = {*self.runs, "untrained", "fasttext-bow", "random", "infersent",
                 *(m.name for m in self.evaluate.baselines.models)}
         for pp in self.evaluate.baselines.postprocess:
             if pp.model not in rows:
                 raise ValueError(f"evaluate.baselines.postprocess: no row named {pp.model!r} to post-process "
                                  f"(rows: {', '.join(sorted(rows))})")
+        self.rows()  # no two rows share a name
         self.training_order()  # every init_from names another run, and none continues itself through others
         self.trainings()  # every repeat of a continuing run has its parent's repeat to start from
         for name, run in self.run_configs().items():  # validates every run's overrides now
@@ -135,6 +140,36 @@ class Config(Strict):
         for name in runs:
             visit(name, [])
         return order
+
+    def initial_name(self) -> str:
+        """The untrained encoder's row: "untrained" when built from scratch, else the base model's own name
+        (pipeline.evaluate.stage.initial_row)."""
+        return "untrained" if self.model.base is None else Path(self.model.base.rstrip("/")).name
+
+    def rows(self) -> dict[str, str]:
+        """{row: the key that makes it} of every row of the pipeline's leaderboard as configured, each row over
+        several seeds once, by its name (pipeline.evaluate.stage.pipeline_rows names them): the runs, the untrained
+        encoder, the baselines and their post-processed rows. InferSent's is there when enabled, though the
+        evaluate stage leaves it out without NLI data to train on. Raises ValueError naming both keys where two
+        rows share a name: one of them would replace the other on the leaderboard."""
+        ev, base = self.evaluate, self.evaluate.baselines
+        named = [*((name, f"runs.{name}") for name in self.runs),
+                 *([(self.initial_name(), "evaluate.untrained")] if ev.untrained else []),
+                 *([("fasttext-bow", "evaluate.fasttext.enabled")] if ev.fasttext.enabled else []),
+                 *([("infersent", "evaluate.baselines.infersent.enabled")] if base.infersent.enabled else []),
+                 *([("random", "evaluate.baselines.random")] if base.random else []),
+                 *((f"vectors-{Path(p).stem}", f"evaluate.baselines.vectors[{i}]") for i, p in enumerate(base.vectors)),
+                 *((m.name, f"evaluate.baselines.models[{i}].name") for i, m in enumerate(base.models)),
+                 *([("use", "evaluate.baselines.use")] if base.use is not None else [])]
+        out: dict[str, str] = {}
+        for row, key in named:
+            _add_row(out, row, key)
+        for i, pp in enumerate(base.postprocess):  # every row of that name, seeded or not (pipeline_rows)
+            model = self.initial_name() if pp.model == "untrained" and ev.untrained else pp.model
+            row, key = f"{model}+{pp.kind}", f"evaluate.baselines.postprocess[{i}]"
+            if model in out:
+                _add_row(out, row, key)
+        return out
 
     def default_seeds(self) -> list[int] | None:
         """The top-level seeds (or repeats), None when the config sets neither."""
@@ -197,10 +232,27 @@ class Config(Strict):
         return out
 
 
+def _add_row(rows: dict[str, str], row: str, key: str) -> None:
+    if row in rows:
+        raise ValueError(f"{key}: the row {row!r} is also {rows[row]}'s; rename one (two rows of one name would be "
+                         "one on the leaderboard)")
+    rows[row] = key
+
+
+def _check_row_name(where: str, name: str) -> None:
+    """A run's or a baseline's name names its leaderboard row and its directory of MTEB results."""
+    if why := unusable_name(name):
+        raise ValueError(f"{where}: {name!r} is no usable name: {why}")
+    row, seed = split_seeded(name)
+    if seed is not None:  # the leaderboard would read it as seed `seed` of row `row`, and mix the two
+        raise ValueError(f"{where}: {name!r} is named as a repeat is (\"<row> (seed N)\"): the leaderboard would take "
+                         f"it for seed {seed} of {row!r}; rename it")
+
+
 def _describe(e: ValidationError, prefix: str = "") -> str:
     parts = []
     for err in e.errors():
-        key = prefix + ".".join(str(x) for x in err["loc"])
+        key = prefix + ".".join(repr(x) if isinstance(x, str) and unusable_name(x) else str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             parts.append(f"unknown key '{key}'")

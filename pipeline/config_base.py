@@ -16,3 +16,16 @@ class Strict(BaseModel):
 def absolute(path: str) -> str:
     """Local paths become absolute: Ray workers and served deployments run in other directories."""
     return path if "://" in path else str(Path(path).expanduser().resolve())
+
+
+def unusable_name(name: object) -> str | None:
+    """Why `name` (a run's, a task's, a model's) cannot be one component of a path, None when it can: it names a
+    directory or file under another (MTEB's result files: <results_dir>/<model>/...), where "..", "." or a
+    separator would write outside it or into another's place, and a control character makes a name no one can type."""
+    if not isinstance(name, str) or not name:
+        return "a name must be a non-empty string"
+    if name in (".", ".."):
+        return "'.' is a folder itself and '..' its parent: a path built from it lands outside its folder"
+    if bad := sorted({c for c in name if c in "/\\" or ord(c) < 32 or ord(c) == 127}):
+        return f"holds {', '.join(map(repr, bad))}: a name must not hold a path separator or a control character"
+    return None

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from pipeline.baselines.config import Baselines
 from pipeline.baselines.fasttext.config import FastTextBaseline
-from pipeline.config_base import Strict, absolute
+from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.corpus.credentials import conceal
 from pipeline.evaluate.names import (SICK_TASK, STS_TASKS, is_kind_column, is_pair_column, pair_suffix,
                                      rankable_columns)
@@ -59,7 +59,9 @@ class EvaluateConfig(Strict):
         if not isinstance(v, dict):
             return None if v is None else absolute(v)
         for task, spec in v.items():
-            if not task or "/" in task or task.startswith(".") or task in (*STS_TASKS, SICK_TASK):
+            if why := unusable_name(task):  # it names MTEB's result file of the task
+                raise ValueError(f"{task!r} is no usable task name: {why}")
+            if task.startswith(".") or task in (*STS_TASKS, SICK_TASK):
                 raise ValueError(f"{task!r}: a task name must be a file name, not a SentEval task's name")
             if not pair_suffix(spec):
                 raise ValueError(f"{task}: {spec} does not end in an STS pair file's suffix "

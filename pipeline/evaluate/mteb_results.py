@@ -34,6 +34,8 @@ import os
 import tempfile
 from collections import defaultdict
 
+from pipeline.config_base import unusable_name
+from pipeline.errors import InputError
 from pipeline.evaluate import clustering, pairclass, reranking, retrieval
 from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, SIMILARITY_TASKS, STS_YEARS
 from storage import put_file, read_manifest, read_table
@@ -109,8 +111,12 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
 
 
 def model_dir(name: str) -> str:
-    """The model's directory name, as mteb's ResultCache spells a model name."""
-    return name.replace("/", "__").replace(" ", "_")
+    """The model's directory name, as mteb's ResultCache spells a model name; an InputError for a name that would
+    leave results_dir or land in another's place ("..", "."), though the config and --model's refuse such names."""
+    spelled = name.replace("/", "__").replace(" ", "_")
+    if why := unusable_name(spelled):
+        raise InputError(f"MTEB results of model {name!r}: {why}")
+    return spelled
 
 
 def model_meta(row: dict, max_length: int | None) -> dict:

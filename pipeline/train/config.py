@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from pipeline.augment.clear_names import unknown_augmentation
 from pipeline.augment.config import DEFAULT_CLEAR
@@ -189,7 +189,7 @@ class TrainConfig(Strict):
                            "(BEIR's dev queries); never test")
     max_failures: int = Field(2, ge=0, description="worker failures Ray Train recovers from")
     log_every: int = Field(10, ge=1)
-    seed: int = 0
+    seed: StrictInt = 0
 
     @field_validator("dev_set")
     @classmethod
