@@ -125,7 +125,7 @@ def cmd_evaluate(args) -> int:
     results = [f"evaluate.results_dir={json.dumps(args.results_dir)}"] if args.results_dir else []
     options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
                               overrides=_overrides(args) + results))
-    cfg = configured(**options, first="evaluate")  # before the heavy imports, as cmd_run
+    cfg = configured(**options, first="evaluate", models=args.model)  # before the heavy imports, as cmd_run
     check_models(args.model)  # every model exists, holds no code to run, before torch or Prefect is imported
 
     import fsspec

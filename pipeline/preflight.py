@@ -9,7 +9,9 @@ import os
 
 from pipeline import registry
 from pipeline.config import Config, load_config
-from pipeline.errors import ConfigError
+from pipeline.config_base import unusable_name
+from pipeline.errors import ConfigError, InputError
+from pipeline.model.locate import is_hub_name
 from storage import check_writable
 
 # Stages whose check is run here: their modules import nothing heavy. The tokenizer's checks model.base (a
@@ -19,9 +21,9 @@ CHECKED = ("corpus", "tokenizer")
 
 def configured(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
                artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
-               first: str = registry.NAMES[0]) -> Config:
+               first: str = registry.NAMES[0], models: list[str] | None = None) -> Config:
     """The run's config, loaded and checked as far as it can be without the stages' heavy modules, for the
-    stages from `first` to `until`."""
+    stages from `first` to `until`; `models`: `cpipe evaluate --model`'s, the leaderboard's rows."""
     if until is not None and until not in registry.NAMES:
         raise ConfigError(f"--until {until}: unknown stage (stages: {', '.join(registry.NAMES)})")
     sources = [corpus] if isinstance(corpus, str) else corpus
@@ -33,6 +35,8 @@ def configured(config: str | None = None, corpus: str | list[str] | None = None,
     check_writable(cfg.artifacts)
     if "leaderboard" in reached and cfg.evaluate.results_dir:  # MTEB's result files, written once it is published
         check_writable(cfg.evaluate.results_dir, "evaluate.results_dir")
+    if "leaderboard" in reached:
+        _compare_to_a_row(cfg.evaluate.compare_to, _rows(cfg, models, whole=first == registry.NAMES[0]))
     for name in CHECKED:
         if name in reached:
             registry.stage(name).check(cfg)
@@ -44,3 +48,30 @@ def _local_files_exist(data: str | dict[str, str] | None) -> None:
     for path in data.values() if isinstance(data, dict) else [data] if data else []:
         if "://" not in path and not os.path.exists(path):
             raise ConfigError(f"evaluate.data: {path}: no such file or directory")
+
+
+def model_rows(models: list[str]) -> list[str]:
+    """`cpipe evaluate --model`'s rows, as pipeline.evaluate.stage.user_models names them: a hub name (org/name,
+    which MTEB's folder spells org__name), or the directory's name, which names its folder of MTEB results and so
+    must be one path component."""
+    names = []
+    for model in models:
+        names.append(model if is_hub_name(model) else os.path.basename(os.path.abspath(model)))
+        if not is_hub_name(model) and (why := unusable_name(names[-1])):
+            raise InputError(f"--model: the directory name {names[-1]!r} names its row, and is no usable name: {why}")
+    return names
+
+
+def _rows(cfg: Config, models: list[str] | None, whole: bool) -> list[str] | None:
+    """The leaderboard's rows as far as they are known before any work: the given models', or a whole run's (the
+    config's); None for the evaluate flow alone, which may be given models or not."""
+    if models:
+        return model_rows(models)
+    return list(cfg.rows()) if whole else None
+
+
+def _compare_to_a_row(compare_to: str | None, rows: list[str] | None) -> None:
+    """evaluate.compare_to names a row, checked before the models are scored, not after (the leaderboard's)."""
+    if compare_to is not None and rows is not None and compare_to not in rows:
+        raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this run's leaderboard (rows: "
+                          f"{', '.join(rows)})")
