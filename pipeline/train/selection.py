@@ -22,11 +22,13 @@ from pathlib import Path
 from pipeline.augment.heldout import read_heldout
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import kinds
+from pipeline.file_snapshot import rglob
 from pipeline.train import devset
 from pipeline.train.config import HELDOUT_LOSS, STS_DEV
 from pipeline.train.heldout import COLUMNS, heldout_batches
 
 TASK_SCORE = "dev_score"  # a task's main metric, in the metrics rows
+RETRIEVAL = "retrieval"  # its tasks are read by split
 
 
 def select_by(train: dict) -> str:
@@ -68,10 +70,16 @@ def _digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _read_task(name: str, where: str, split: str) -> tuple[kinds.Task | None, list[kinds.Task]]:
-    tasks = [t for kind in kinds.KINDS for t in (kinds.module(kind).find(Path(where), split) if kind == "retrieval"
-                                                  else kinds.module(kind).find(Path(where)))]
-    return next((t for t in tasks if t.name == name), None), tasks
+def _read_task(name: str, where: str, split: str) -> tuple[kinds.Task | None, list[str]]:
+    """The task `name` in `where` (None without one) and every task's name there. A retrieval task (a folder
+    holding a corpus file) is read with `split`'s qrels only when it is the one named: another's lacking them
+    is no error of this selection."""
+    tasks = [t for kind in kinds.KINDS if kind != RETRIEVAL for t in kinds.module(kind).find(Path(where))]
+    folders = sorted({p.parent for f in ("corpus.jsonl", "corpus.jsonl.gz") for p in rglob(Path(where), f)})
+    task = next((t for t in tasks if t.name == name), None)
+    if task is None and (named := [d for d in folders if d.name == name]):
+        task = kinds.module(RETRIEVAL).read(named[0], split)
+    return task, [d.name for d in folders] + [t.name for t in tasks]
 
 
 def find_task(name: str, dev_set: str | None, split: str, eval_data: str | None) -> kinds.Task:
@@ -80,18 +88,17 @@ def find_task(name: str, dev_set: str | None, split: str, eval_data: str | None)
     if where is None or not Path(where).is_dir():
         raise ConfigError(f"train.select_by {name}: no dev data to find it in: set train.dev_set to a directory "
                           f"holding the task {name} ({'evaluate.data is not set' if where is None else where})")
-    task, tasks = _read_task(name, where, split)
-    task = next((t for t in tasks if t.name == name), None)
+    task, names = _read_task(name, where, split)
     if task is None:
-        found = ", ".join(t.name for t in tasks) or "none"
+        found = ", ".join(names) or "none"
         raise ConfigError(f"train.select_by {name!r}: no task of that name in {where} (tasks there: {found}); "
                           f"select_by is {STS_DEV}, {HELDOUT_LOSS} or a task of the dev data")
-    if task.kind != "retrieval" and dev_set is None:
+    if task.kind != RETRIEVAL and dev_set is None:
         raise ConfigError(f"train.select_by {name}: {task.files[0]} is the {task.kind} task's test split "
                           "(evaluate.data); put its dev split in a directory and name it train.dev_set")
     scored = kinds.find_all(eval_data) if dev_set and isinstance(eval_data, str) else []
     evaluated = {_digest(f) for t in scored for f in t.files}
-    if task.kind != "retrieval" and any(_digest(f) in evaluated for f in task.files):
+    if task.kind != RETRIEVAL and any(_digest(f) in evaluated for f in task.files):
         raise ConfigError(f"train.select_by {name}: {task.files[0]} is a copy of a test file of {eval_data}; "
                           "a test split is never a dev set")
     return task
