@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from transformers import BertConfig, BertForMaskedLM
 
-from pipeline.augment.objectives.tsdae import delete_tokens
+from pipeline.augment.objectives.tsdae import delete
 from pipeline.config import Config
 from pipeline.model.transformer import SpanEncoder, export
 from pipeline.train.batching import collate, special_ids
@@ -31,11 +31,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def test_deletion_keeps_forty_percent_in_order_and_never_nothing():
     rng = np.random.default_rng(0)
     ids = list(range(20_000))
-    kept = delete_tokens(ids, 0.6, rng)
+    kept = delete(ids, 0.6, rng)
     assert abs(len(kept) / len(ids) - 0.4) < 0.01  # 4 standard deviations of a Binomial(20000, 0.4) share
     assert kept == sorted(kept)  # a subsequence: the order of what is left is the sentence's
-    assert all(delete_tokens([7], 0.6, rng) == [7] for _ in range(50))
-    short = [delete_tokens([1, 2, 3], 0.99, rng) for _ in range(200)]
+    assert all(delete([7], 0.6, rng) == [7] for _ in range(50))
+    short = [delete([1, 2, 3], 0.99, rng) for _ in range(200)]
     assert all(len(s) >= 1 and set(s) <= {1, 2, 3} for s in short)
     assert {tuple(s) for s in short} >= {(1,), (2,), (3,)}  # the kept token is drawn, not always the first
 
@@ -112,6 +112,16 @@ def test_only_tsdae_runs_carry_the_tie_in_their_fingerprint():
     settings = {row: train_stage.config(cfg, row)["train"] for row in ("t", "u", "d")}
     assert settings["t"]["tie_decoder"] is True
     assert "tie_decoder" not in settings["u"] and "tie_decoder" not in settings["d"]
+
+
+def test_only_tsdae_pairs_carry_the_word_noise_in_their_fingerprint():
+    """Word deletion replaced piece deletion: TSDAE's pairs are rebuilt, every other objective's are kept."""
+    from pipeline.augment import stage as augment
+
+    cfg = Config()
+    built = {o: augment.config(cfg, TrainConfig(objective=o)) for o in ("tsdae", "simcse", "declutr", "clear")}
+    assert built["tsdae"]["version"] == "2"
+    assert all("version" not in built[o] for o in ("simcse", "declutr", "clear"))
 
 
 def test_decoder_sees_the_cls_state_only(tokenizer):

@@ -65,7 +65,7 @@ class AugmentConfig(Strict):
                            description="sentence objectives (simcse, clear): shorter sentences are left out")
     max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
     clear: ClearConfig = Field(default_factory=ClearConfig)
-    tsdae_deletion: float = Field(0.6, gt=0, lt=1, description="tsdae: the probability that each token of a "
+    tsdae_deletion: float = Field(0.6, gt=0, lt=1, description="tsdae: the probability that each word of a "
                                   "sentence is deleted (one is always kept); 0.6, the TSDAE paper's best")
     simcse_sup: SimcseSupConfig = Field(default_factory=SimcseSupConfig)
     num_anchors: int = Field(2, ge=1)

@@ -57,6 +57,8 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     (pipeline.repeats): the same pairs as before for seed 0."""
     augment, maker = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}, PAIR_MAKERS[run.objective]
     settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.SETTINGS)}}
+    if hasattr(maker, "VERSION"):  # an objective's own change of its pairs rebuilds only its datasets
+        settings["version"] = maker.VERSION
     if hasattr(maker, "files"):
         settings["files"] = maker.files(cfg)
     if augment["heldout_fraction"]:  # only then: the datasets built before the setting keep their fingerprints
