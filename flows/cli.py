@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # the run flows.cpipe starts
-    from flows.cpipe import exit_now
+    from flows.cpipe import end_with_parent, exit_now
 
+    end_with_parent()
     exit_now(main())
