@@ -15,7 +15,12 @@ class Strict(BaseModel):
 
 def absolute(path: str) -> str:
     """Local paths become absolute: Ray workers and served deployments run in other directories."""
-    return path if "://" in path else str(Path(path).expanduser().resolve())
+    if "://" in path:
+        return path
+    try:
+        return str(Path(path).expanduser().resolve())
+    except RuntimeError:  # Python 3.11's resolve() on links that lead back to themselves
+        raise ValueError(f"{path} is a symlink loop: its links lead back to themselves") from None
 
 
 def unusable_name(name: object) -> str | None:

@@ -8,6 +8,7 @@ changed since."""
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import json
@@ -71,6 +72,25 @@ def listing_digest(files: list, root: str | os.PathLike | None = None) -> str:
     return hashlib.sha256(json.dumps(listing(files, root)).encode()).hexdigest()[:16]
 
 
+def loop_error(path: str | os.PathLike) -> InputError | None:
+    """An InputError naming the links of `path` that lead back to themselves (a -> b -> a), when they do: os.stat
+    fails with ELOOP, and os.path.exists reads that as "no such file", which points the user at the wrong fault."""
+    try:
+        os.stat(path)
+        return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            return None
+    chain, seen, at = [str(path)], {os.path.abspath(path)}, str(path)
+    while os.path.islink(at):  # the last component's own links; a loop through a parent is named by its start
+        at = os.path.join(os.path.dirname(at), os.readlink(at))
+        chain.append(at)
+        if os.path.abspath(at) in seen:
+            break
+        seen.add(os.path.abspath(at))
+    return InputError(f"{path} is a symlink loop: {' -> '.join(chain)}")
+
+
 def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
     """Path.rglob(pattern) that follows symlinked directories: each file or directory under root (not root itself)
     whose name matches, a directory's names in sorted order before its subdirectories'. Python 3.11's rglob does not
@@ -91,12 +111,13 @@ def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
             if fnmatch.fnmatchcase(name, pattern):
                 path = Path(directory, name)
                 if path.is_symlink() and not path.exists():
-                    raise InputError(f"{path} is a broken symlink: {os.readlink(path)} does not exist")
+                    raise loop_error(path) or InputError(
+                        f"{path} is a broken symlink: {os.readlink(path)} does not exist")
                 yield path
 
 
 def snapshot(path: str) -> list:
     if not os.path.exists(path):
-        raise InputError(f"baseline path does not exist: {path}")
+        raise loop_error(path) or InputError(f"baseline path does not exist: {path}")
     files = [path] if os.path.isfile(path) else sorted(str(p) for p in rglob(path) if not p.is_dir())
     return listing(files, path)

@@ -20,6 +20,7 @@ from pipeline.errors import InputError
 from pipeline.evaluate import retrieval
 from pipeline.evaluate.sts_data import find_sts
 from pipeline.file_snapshot import listing, rglob, snapshot
+from pipeline.preflight import configured
 
 
 def write(path: Path, text: str = "x\n") -> Path:
@@ -129,3 +130,23 @@ def test_a_link_that_points_nowhere_is_an_error_naming_it_not_a_missing_task_or_
     (eval_dir / "notes.txt").symlink_to(tmp_path / "gone.txt")
     subsets, _ = find_sts(eval_dir)
     assert [s.task for s in subsets] == ["SICKR"]
+
+
+def test_a_symlink_loop_is_an_error_naming_the_loop_not_a_missing_path(tmp_path):
+    """Links that lead back to themselves (a -> b -> a) fail os.stat with ELOOP, which os.path.exists reads as "no such
+    file": the user was told a path was missing, or a link broken, that is there."""
+    corpus = tmp_path / "corpus"
+    write(corpus / "a.txt")
+    (corpus / "b.txt").symlink_to("c.txt")
+    (corpus / "c.txt").symlink_to("b.txt")
+    b = re.escape(str(corpus / "b.txt"))
+    loop = rf"^{b} is a symlink loop: {b} -> .*c\.txt -> .*b\.txt$"
+    for read in (lambda: LocalSource(str(corpus)).files(), lambda: snapshot(str(corpus)),
+                 lambda: snapshot(str(corpus / "b.txt"))):
+        with pytest.raises(InputError, match=loop):
+            read()
+    (tmp_path / "eval").symlink_to("eval")  # a path given on the command line: Path.resolve's RuntimeError before
+    for given in (dict(corpus=str(tmp_path / "eval")),
+                  dict(corpus=str(corpus / "a.txt"), eval_data=str(tmp_path / "eval"))):
+        with pytest.raises(InputError, match=rf"{re.escape(str(tmp_path / 'eval'))} is a symlink loop: "):
+            configured(**given, artifacts=str(tmp_path / "art"))
