@@ -104,15 +104,17 @@ def cmd_run(args) -> int:
 def cmd_serve(args) -> int:
     import inspect
 
+    parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
+                                                    artifacts=args.artifacts, until=args.until,
+                                                    overrides=_overrides(args) or None).items() if v is not None}
+    cfg = configured(**parameters) if args.corpus and args.eval_data else None  # before the flows' imports, as cmd_run
+
     from prefect import serve
 
     from flows.pipeline_flows import checked, data_flow, evaluate_flow, full_pipeline, train_flow
 
-    parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
-                                                    artifacts=args.artifacts, until=args.until,
-                                                    overrides=_overrides(args) or None).items() if v is not None}
-    if args.corpus and args.eval_data:
-        checked(configured(**parameters), until=args.until)
+    if cfg is not None:
+        checked(cfg, until=args.until)
     # Each flow's deployment gets the defaults it takes (the data flow reads no evaluation data, say).
     serve(*(f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
                                                         if k in inspect.signature(f.fn).parameters})
