@@ -146,7 +146,8 @@ SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_ju
 
 
 def write_sick(path, rows) -> str:
-    path.write_text(SICK_HEADER + "".join(f"{i}\t{a}\t{b}\t{3.5}\t{label}\n" for i, (a, b, label) in enumerate(rows)))
+    path.write_text(SICK_HEADER + "".join(f"{i}\t{a}\t{b}\t{1 + i % 5}\t{label}\n"
+                                          for i, (a, b, label) in enumerate(rows)))
     return str(path)
 
 
@@ -173,11 +174,11 @@ def test_a_bad_nli_file_is_one_line_naming_file_and_line(tmp_path, content, wher
     assert f"{path}{where}" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_nli_files_by_split_and_never_a_test_split(tmp_path):
+def test_nli_files_by_split_by_name(tmp_path):
     sick = tmp_path / "eval" / "sick2014"
     sick.mkdir(parents=True)
     for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
-        write_sick(sick / name, [("a", "b", "NEUTRAL")])
+        write_sick(sick / name, [(f"a {name}", "b", "NEUTRAL")])  # no split a copy of another
     assert infersent.nli_files([], str(tmp_path / "eval")) == {
         "train": [str(sick / "SICK_train.txt")], "dev": [str(sick / "SICK_trial.txt")]}
     assert infersent.nli_files([], str(tmp_path / "nothing-here")) is None
@@ -185,8 +186,8 @@ def test_nli_files_by_split_and_never_a_test_split(tmp_path):
     snli = [write_jsonl(tmp_path / f"snli_1.0_{s}.jsonl", SNLI_ROWS) for s in ("train", "dev", "test")]
     mnli = write_jsonl(tmp_path / "multinli_1.0_dev_matched.jsonl", SNLI_ROWS)
     assert infersent.nli_files(snli[:2] + [mnli], None) == {"train": snli[:1], "dev": [snli[1], mnli]}
-    with pytest.raises(InputError, match="snli_1.0_test.jsonl: a test split"):
-        infersent.nli_files(snli, None)
+    # A test split the evaluation does not score is training data like any other (scored ones: test_eval_content)
+    assert infersent.nli_files(snli, None) == {"train": [snli[0], snli[2]], "dev": snli[1:2]}
     with pytest.raises(InputError, match="no dev file"):
         infersent.nli_files(snli[:1], None)
     with pytest.raises(InputError, match="not found"):

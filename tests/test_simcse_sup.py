@@ -109,15 +109,15 @@ def test_triplets_from_sicks_train_split_by_default(tmp_path, tok_dir):
     assert all(r["negative_text"] != r["positive_text"][0] for r in rows)
 
 
-def test_only_train_files_are_read(tmp_path):
+def test_nli_files_are_not_judged_by_their_names(tmp_path):
     cfg = lambda **s: Config(augment=AugmentConfig(simcse_sup=s), evaluate=EvaluateConfig(data=str(tmp_path)))
     run = TrainConfig(objective="simcse-sup")
     with pytest.raises(InputError, match="SICK_train.txt under evaluate.data"):
         augment.config(cfg(), run)
-    for name in ("snli_1.0_test.jsonl", "multinli_1.0_dev_matched.jsonl", "SICK_trial.txt"):
+    # Splits the evaluation does not score are training data whatever their names (scored ones: test_eval_content)
+    for name in ("snli_1.0_test.jsonl", "multinli_1.0_dev_matched.jsonl", "protest_train.jsonl"):
         (tmp_path / name).write_text("")
-        with pytest.raises(InputError, match="not a train split"):
-            augment.config(cfg(nli=[str(tmp_path / name)]), run)
+        assert augment.config(cfg(nli=[str(tmp_path / name)]), run)
     train = tmp_path / "snli_1.0_train.jsonl"
     train.write_text("")
     before = augment.config(cfg(nli=[str(train)]), run)

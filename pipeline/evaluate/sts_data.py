@@ -315,3 +315,20 @@ def data_hash(subsets: list[StsSubset]) -> str:
         h.update(json.dumps([s.task, s.name, s.split, s.sent1, s.sent2, s.gold.tolist()]).encode())
         h.update(b"\n")
     return h.hexdigest()[:16]
+
+
+def same_pair(a: str, b: str) -> frozenset[str]:
+    """A sentence pair as another file may hold it: either order, whitespace runs as one space."""
+    return frozenset((" ".join(a.split()), " ".join(b.split())))
+
+
+def scored_splits(eval_data, splits: tuple[str, ...] = ("test",)) -> list[StsSubset]:
+    """The STS subsets of `splits` the evaluation scores from eval_data, for the checks that a file a run trains or
+    selects on is no copy of one. None where eval_data is no local path or does not parse: that is the evaluate
+    stage's to refuse, and a run that stops before it (--until train) needs no evaluation files."""
+    if not (isinstance(eval_data, str) and Path(eval_data).exists()):
+        return []
+    try:
+        return [s for s in find_sts(eval_data, required=False)[0] if s.split in splits]
+    except EvalDataError:
+        return []

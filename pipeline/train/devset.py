@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import EvalDataError, StsSubset, data_hash, find_file, find_sts, read_stsb_split
+from pipeline.evaluate.sts_data import StsSubset, data_hash, find_file, read_stsb_split, same_pair, scored_splits
 
 DEFAULT_DEV = "sts-dev.csv"
 # The share of a dev set's pairs that one test file may hold before the dev set counts as a copy of it.
@@ -40,27 +40,18 @@ def find_dev(dev_set: str | None, eval_data: str | None) -> Path:
     return found
 
 
-def _pair(a: str, b: str) -> frozenset[str]:
-    """A pair as a test file may hold it: either order, whitespace runs as one space."""
-    return frozenset((" ".join(a.split()), " ".join(b.split())))
-
-
 def refuse_test_copy(path: Path, eval_data: str | None) -> None:
     """A test split renamed passes the check by name (pipeline.train.splits), so the dev pairs are compared
     with every test file the evaluation scores. STS-B's dev shares some pairs with STS12's test files (it was
     drawn from the same SemEval data): 9.0% with MSRvid's, 8.1% with MSRpar's, 0.2% with STS-B's test (1500
-    pairs), far below SHARED_LIMIT. Evaluation data that does not parse is the evaluate stage's to refuse (a run
-    that stops before it, --until train, needs no test files), and holds no test file to compare with here."""
-    if not (isinstance(eval_data, str) and Path(eval_data).exists()):
-        return
-    try:
-        scored = find_sts(eval_data)[0]
-    except EvalDataError:
+    pairs), far below SHARED_LIMIT."""
+    scored = scored_splits(eval_data)
+    if not scored:
         return
     dev = read_dev(path)
-    pairs = [_pair(a, b) for a, b in zip(dev.sent1, dev.sent2)]
-    for test in (s for s in scored if s.split == "test" and pairs):
-        held = {_pair(a, b) for a, b in zip(test.sent1, test.sent2)}
+    pairs = [same_pair(a, b) for a, b in zip(dev.sent1, dev.sent2)]
+    for test in (s for s in scored if pairs):
+        held = {same_pair(a, b) for a, b in zip(test.sent1, test.sent2)}
         shared = sum(p in held for p in pairs) / len(pairs)
         if shared >= SHARED_LIMIT:
             raise ConfigError(f"dev set {path}: {shared:.0%} of its {len(pairs)} pairs are in the test split "

@@ -18,9 +18,9 @@ import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.objectives.common import epoch_seed, pair
-from pipeline.baselines.infersent.model import LABELS, read_nli
+from pipeline.baselines.infersent.model import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.errors import InputError
-from pipeline.evaluate.sts_data import SICK_FILES, find_file
+from pipeline.evaluate.sts_data import SCORED_SPLITS, SICK_FILES, find_file
 from pipeline.file_snapshot import snapshot
 from pipeline.tokenizer.loading import encode_whole
 
@@ -33,8 +33,8 @@ log = logging.getLogger("cpipe")
 
 def files(cfg) -> dict:
     """The NLI files the triplets are read from, with their snapshot (an edited file rebuilds the pairs):
-    augment.simcse_sup.nli, else SICK_train.txt under evaluate.data. Only train splits: dev ones select models
-    and test ones are evaluation tasks."""
+    augment.simcse_sup.nli, else SICK_train.txt under evaluate.data. None may copy a test or dev split the
+    evaluation scores, whatever its name (pipeline.baselines.infersent.model.refuse_scored_copy)."""
     paths = cfg.augment.simcse_sup.nli
     if not paths:
         data = cfg.evaluate.data  # a directory, or pair files that hold no SICK
@@ -43,12 +43,11 @@ def files(cfg) -> dict:
             raise InputError("augment: simcse-sup needs NLI triplets: set augment.simcse_sup.nli to SNLI / MultiNLI "
                              f".jsonl files, or put {SICK_FILES['train']} under evaluate.data")
         paths = [str(found)]
+    scored = scored_pairs(cfg.evaluate.data)
     for path in paths:
         if not os.path.isfile(path):
             raise InputError(f"augment.simcse_sup.nli: no such file: {path}")
-        if any(split in os.path.basename(path).lower() for split in ("test", "dev", "trial")):
-            raise InputError(f"augment.simcse_sup.nli: {path} is not a train split; supervised SimCSE trains on "
-                             "train files only (dev files select models, test files are evaluated)")
+        refuse_scored_copy(path, scored, SCORED_SPLITS, "augment.simcse_sup.nli:")
     return {"nli": paths, "snapshot": {path: snapshot(path) for path in paths}}
 
 
