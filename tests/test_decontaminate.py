@@ -107,7 +107,7 @@ def test_the_fingerprint_follows_the_ngrams_not_the_files(tmp_path):
     base = _fingerprint(tmp_path, "a", STSB_ROWS)
     assert _fingerprint(tmp_path, "b", STSB_ROWS[::-1]) == base  # rows reordered, in another directory
     swapped = [(b, a, s) for a, b, s in STSB_ROWS]  # the same sentences, the scores changed too
-    assert _fingerprint(tmp_path, "c", [(a, b, 5.0) for a, b, _ in swapped]) == base
+    assert _fingerprint(tmp_path, "c", [(a, b, 5.0 - s) for a, b, s in swapped]) == base
     added = [*STSB_ROWS, ("Seven new words make a sentence here today.", "Short.", 2.0)]  # 8 words: indexed
     assert _fingerprint(tmp_path, "d", added) != base
     too_short = [*STSB_ROWS, ("Seven words are not enough here.", "x", 2.0)]  # below min_words: not indexed

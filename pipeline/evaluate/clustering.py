@@ -38,7 +38,10 @@ FORMATS = (".jsonl", ".csv", ".tsv", ".parquet")
 
 
 def _label(value, where: str) -> str:
-    # A label names a cluster, so 1 and "1" are one; bool is an int to Python, but True is no cluster's name.
+    # A label names a cluster, so 1 and "1" are one; bool is an int to Python, but True is no cluster's name. An
+    # empty cell (a CSV's missing label) would gather every unlabelled sentence into one made-up cluster.
+    if isinstance(value, str) and not value.strip():
+        raise EvalDataError(f"{where}: an empty label")
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return str(value)
     raise EvalDataError(f"{where}: label {value!r} is not a string or an integer")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -31,11 +33,15 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
-from pipeline.evaluate.sts_data import EvalDataError
+from pipeline.evaluate.sts_data import SENTEVAL_NAMES, EvalDataError
+from pipeline.evaluate.transfer_data import LAYOUT_FILES
+from pipeline.file_snapshot import rglob
 
 KINDS = tuple(TASK_KINDS)
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
 SUBSET, SPLIT = "all", "test"
+log = logging.getLogger("cpipe")
+_said: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,40 @@ def find_all(data: str | Path | None) -> list[Task]:
         if t.name in seen:
             raise InputError(f"{t.files[0]} and {seen[t.name].files[0]} both name the task {t.name!r}; rename one")
         seen[t.name] = t
+    if unread := unrecognised(Path(data), tasks):
+        warn_once(f"{data}: {len(unread)} entr{'y' if len(unread) == 1 else 'ies'} no task reads: "
+                  f"{', '.join(p.name + ('/' if p.is_dir() else '') for p in unread)}")
     return tasks
+
+
+def warn_once(message: str) -> None:
+    """A warning about the evaluation data, said once a process: the data is found several times a run (the check
+    before any work, the data's fingerprint, the scoring)."""
+    if message not in _said:
+        _said.add(message)
+        log.warning(message)
+
+
+def unrecognised(data_dir: Path, tasks: list[Task]) -> list[Path]:
+    """The entries directly in data_dir that hold nothing the evaluation reads, so that a misnamed or incomplete
+    task (a BEIR folder with queries alone, `quora.pairclass.txt`) is not left out without a word: a file is read
+    when it has a table's suffix (an STS pair file, or a kind's file: both are parsed or refused), a directory when
+    one of `tasks`' files, or a SentEval task's file or directory, lies below it. Hidden entries are passed over."""
+    read = [str(Path(f)) for t in tasks for f in t.files]
+    known = SENTEVAL_NAMES | LAYOUT_FILES
+    out = []
+    for entry in sorted(data_dir.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            inside = str(entry) + os.sep
+            found = entry.name in known or any(f.startswith(inside) for f in read) \
+                or any(p.name in known for p in rglob(entry))
+        else:
+            found = pair_format(entry) is not None or entry.name in known
+        if not found:
+            out.append(entry)
+    return out
 
 
 def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:

@@ -45,6 +45,8 @@ def _texts(value, key: str, where: str) -> list[str]:
 def _sample(where: str, record: dict) -> Sample:
     if not isinstance(record.get("query"), str):
         raise EvalDataError(f"{where}: query is {record.get('query')!r}, not a text")
+    if not record["query"].strip():
+        raise EvalDataError(f"{where}: an empty query")
     return Sample(record["query"], _texts(record.get("positive"), "positive", where),
                   _texts(record.get("negative"), "negative", where))
 

@@ -36,6 +36,8 @@ CHUNK, QUERIES = 50_000, 256
 NDCG_K, MRR_K, RECALL_K, MAP_K = 10, 10, 100, 100
 TOP = max(NDCG_K, MRR_K, RECALL_K, MAP_K)
 QRELS_HEADER = ("query-id", "corpus-id", "score")
+PARTS = ("corpus.jsonl", "queries.jsonl", "qrels")
+EXAMPLES = 3  # ids a warning names
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ def _texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
                 raise EvalDataError(f"{where}: text is {text!r}, not a string")
             if not isinstance(head, str):
                 raise EvalDataError(f"{where}: title is {head!r}, not a string")
+            if not title and not text.strip():  # a passage may be its title alone
+                raise EvalDataError(f"{where}: query {_id_!r} has an empty text")
             if _id_ in seen:
                 raise EvalDataError(f"{where}: _id {_id_!r} appears twice")
             seen.add(_id_)
@@ -98,12 +102,33 @@ def _qrels(path: Path) -> dict[str, set[str]]:
     return relevant
 
 
+def _parts(directory: Path, split: str) -> tuple[Path | None, Path | None, Path | None]:
+    return (_file(directory, "corpus.jsonl"), _file(directory, "queries.jsonl"),
+            _file(directory / "qrels", f"{split}.tsv"))
+
+
+def _absent(qrels: Path, relevant: dict[str, set[str]], passage_ids: list[str]) -> None:
+    """Relevant passages missing from the corpus can never be ranked, so they lower every metric (nDCG to 0 when
+    all are missing) while the evaluator still counts them, as sentence-transformers' and BEIR's do: a warning
+    naming some, or an error when the corpus holds none of them."""
+    corpus = set(passage_ids)
+    judged = [p for ids in relevant.values() for p in sorted(ids)]
+    absent = [p for p in judged if p not in corpus]
+    if absent and len(absent) == len(judged):
+        raise EvalDataError(f"{qrels}: none of its {len(judged)} relevant corpus-ids is in the corpus "
+                            f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); the qrels belong to another corpus")
+    if absent:
+        kinds.warn_once(f"{qrels}: {len(absent)} of its {len(judged)} relevant corpus-ids are not in the corpus "
+                        f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); they count as relevant passages never "
+                        "retrieved, lowering the scores")
+
+
 def read(directory: Path, split: str = SPLIT) -> kinds.Task:
     """The task in `directory`, its queries those of qrels/<split>.tsv (train.select_by reads the dev split)."""
-    corpus, queries = _file(directory, "corpus.jsonl"), _file(directory, "queries.jsonl")
-    qrels = _file(directory / "qrels", f"{split}.tsv")
-    if queries is None or qrels is None:
-        missing = "queries.jsonl" if queries is None else f"qrels/{split}.tsv"
+    corpus, queries, qrels = _parts(directory, split)
+    if corpus is None or queries is None or qrels is None:
+        missing = next(name for name, part in zip(("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"),
+                                                  (corpus, queries, qrels)) if part is None)
         raise EvalDataError(f"{directory}: a retrieval task (BEIR's layout) without {missing}")
     try:
         passage_ids, passages = _texts(corpus, title=True)
@@ -118,14 +143,21 @@ def read(directory: Path, split: str = SPLIT) -> kinds.Task:
         raise EvalDataError(f"{corpus}: no passage")
     data = Data(passage_ids, passages, [query_ids[i] for i in kept], [query_texts[i] for i in kept],
                 {query_ids[i]: relevant[query_ids[i]] for i in kept})
+    _absent(qrels, data.relevant, passage_ids)
     return kinds.Task(KIND, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
 
 
+def _has(directory: Path, part: str) -> bool:
+    return (directory / part).is_dir() if part == "qrels" else _file(directory, part) is not None
+
+
 def find(data_dir: Path, split: str = SPLIT) -> list[kinds.Task]:
-    """Every directory under data_dir with a corpus.jsonl (or .gz) beside a queries file or a qrels directory
-    (a corpus file alone is no retrieval task)."""
-    found = sorted({p.parent for name in ("corpus.jsonl", "corpus.jsonl.gz") for p in rglob(data_dir, name)})
-    return [read(d, split) for d in found if _file(d, "queries.jsonl") is not None or (d / "qrels").is_dir()]
+    """Every directory under data_dir holding two of BEIR's three parts (corpus, queries, a qrels directory): a
+    folder that lacks the third is an error naming it, not a task skipped without a word. One part alone is no
+    retrieval task (pipeline.evaluate.kinds names what no task reads)."""
+    names = ("corpus.jsonl", "corpus.jsonl.gz", "queries.jsonl", "queries.jsonl.gz", "qrels")
+    found = sorted({p.parent for name in names for p in rglob(data_dir, name)})
+    return [read(d, split) for d in found if sum(_has(d, part) for part in PARTS) >= 2]
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -35,6 +35,10 @@ _STSB_SCORE, _STSB_SENT1, _STSB_SENT2 = 4, 5, 6
 SICK_TEST = "SICK_test_annotated.txt"
 SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": SICK_TEST}
 _SICK_HEADER = ["pair_ID", "sentence_A", "sentence_B", "relatedness_score", "entailment_judgment"]
+# The gold scores' scales as the datasets define them: SemEval's STS guidelines score 0 to 5 (STS12-16, and STS-B
+# drawn from them), SICK's relatedness 1 to 5. A score outside is a broken or mixed-up file, not a harder pair.
+# STS pair files declare no scale (MTEB's are 0-5, others 0-4 or 1-4), so theirs are only required to be numbers.
+STS_SCALE, SICK_SCALE = (0.0, 5.0), (1.0, 5.0)
 # STS pair files: the columns MTEB's STS datasets use (their formats: names.PAIR_SUFFIXES).
 PAIR_COLUMNS = ("sentence1", "sentence2", "score")
 
@@ -61,6 +65,10 @@ def _task_dir(task: str) -> str:
     return _STSB_DIR if task == "STSB" else f"{task}-en-test"
 
 
+# The names by which SentEval's STS tasks are found below an evaluation directory (SICK's files, STS-B's tables).
+SENTEVAL_NAMES = frozenset((*map(_task_dir, STS_TASKS), *SICK_FILES.values(), *STSB_FILES.values()))
+
+
 def _lines(path: Path, encodings: tuple[str, ...] = ("utf-8",)) -> list[str]:
     """The file's lines, decoded with the first of `encodings` that fits the whole file; an empty file is an error,
     not a task of no pairs."""
@@ -83,11 +91,24 @@ def _lines(path: Path, encodings: tuple[str, ...] = ("utf-8",)) -> list[str]:
     return [line.rstrip("\r") for line in lines]
 
 
-def _float(value: str, path: Path, lineno: int) -> float:
+def _float(value: str, path: Path, lineno: int, scale: tuple[float, float] | None = None) -> float:
     try:
-        return float(value)
+        score = float(value)
     except ValueError:
         raise StsDataError(f"{path}:{lineno}: gold score {value!r} is not a number") from None
+    if scale is not None and not scale[0] <= score <= scale[1]:  # NaN too
+        raise StsDataError(f"{path}:{lineno}: gold score {value.strip()} is outside the task's range "
+                           f"{scale[0]:g} to {scale[1]:g}")
+    return score
+
+
+def _varied(subset: StsSubset, path: Path) -> StsSubset:
+    """A subset whose gold scores all agree has no correlation (Spearman is NaN, the leaderboard's "-"): an error,
+    as no model can score on it."""
+    if len(subset.gold) > 1 and np.all(subset.gold == subset.gold[0]):
+        raise StsDataError(f"{path}: all {len(subset.gold)} pairs have the gold score {subset.gold[0]:g}; "
+                           "a correlation needs scores that differ")
+    return subset
 
 
 def _read_sts_subset(task: str, input_path: Path) -> StsSubset:
@@ -110,8 +131,9 @@ def _read_sts_subset(task: str, input_path: Path) -> StsSubset:
         # SentEval's download script keeps columns 1-2 (cut -f1/-f2); extra ones are ignored alike.
         sent1.append(fields[0])
         sent2.append(fields[1])
-        gold.append(_float(g, gs_path, lineno))
-    return StsSubset(task, name, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
+        gold.append(_float(g, gs_path, lineno, STS_SCALE))
+    subset = StsSubset(task, name, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
+    return _varied(subset, gs_path)
 
 
 def read_stsb_split(path: Path, split: str) -> StsSubset:
@@ -122,10 +144,10 @@ def read_stsb_split(path: Path, split: str) -> StsSubset:
         if len(fields) <= _STSB_SENT2:
             raise StsDataError(
                 f"{path}:{lineno}: expected at least {_STSB_SENT2 + 1} tab-separated columns, got {len(fields)}")
-        gold.append(_float(fields[_STSB_SCORE], path, lineno))
+        gold.append(_float(fields[_STSB_SCORE], path, lineno, STS_SCALE))
         sent1.append(fields[_STSB_SENT1])
         sent2.append(fields[_STSB_SENT2])
-    return StsSubset("STSB", f"sts-{split}", split, sent1, sent2, np.asarray(gold, dtype=np.float64))
+    return _varied(StsSubset("STSB", f"sts-{split}", split, sent1, sent2, np.asarray(gold, dtype=np.float64)), path)
 
 
 def find_file(data_dir: Path, name: str) -> Path | None:
@@ -154,8 +176,9 @@ def sick_rows(path: Path) -> list[tuple[int, list[str]]]:
 
 def _read_sick(path: Path, split: str) -> StsSubset:
     rows = sick_rows(path)
-    gold = np.asarray([_float(f[3], path, lineno) for lineno, f in rows], dtype=np.float64)
-    return StsSubset(SICK_TASK, path.stem, split, [f[1] for _, f in rows], [f[2] for _, f in rows], gold)
+    gold = np.asarray([_float(f[3], path, lineno, SICK_SCALE) for lineno, f in rows], dtype=np.float64)
+    return _varied(StsSubset(SICK_TASK, path.stem, split, [f[1] for _, f in rows], [f[2] for _, f in rows], gold),
+                   path)
 
 
 def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
@@ -244,7 +267,7 @@ def read_pair_file(path: str | Path) -> StsSubset:
     if len(gold) < 2:
         raise StsDataError(f"{path}: {len(gold)} pair(s); a correlation needs at least 2")
     task = pair_task(path)
-    return StsSubset(task, task, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64))
+    return _varied(StsSubset(task, task, LEADERBOARD_SPLIT, sent1, sent2, np.asarray(gold, dtype=np.float64)), path)
 
 
 def find_pairs(data: Path) -> list[StsSubset]:

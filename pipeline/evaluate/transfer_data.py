@@ -203,6 +203,10 @@ _LAYOUTS: dict[str, tuple[tuple[str, ...], list[tuple[tuple[str, ...], Loader]]]
 }
 
 
+# The names by which the transfer tasks are found below an evaluation directory.
+LAYOUT_FILES = frozenset(f for _, layouts in _LAYOUTS.values() for files, _ in layouts for f in files)
+
+
 def _present(data_dir: Path, name: str, files: tuple[str, ...]) -> Path | None:
     """The directory holding the layout's files, None when none is below data_dir; a partial set is an error."""
     found = [p for f in files if (p := find_file(data_dir, f)) is not None]
