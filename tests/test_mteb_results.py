@@ -4,6 +4,7 @@ TaskResult.to_disk writes, in ResultCache's layout."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pyarrow as pa
 
@@ -133,3 +134,18 @@ def test_an_unwritable_results_dir_is_a_one_line_error_before_any_work(tmp_path,
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"cpipe: error: evaluate.results_dir {tmp_path}/file/r: 1: cannot write there"), err
     assert not (tmp_path / "art").exists()
+
+
+def test_a_nan_score_is_written_to_mtebs_files_as_null_with_a_warning(tmp_path, caplog):
+    rows = [row("flat", "spearman", "cosine", float("nan"), 4), row("flat", "pearson", "cosine", 0.5, 4)]
+    with caplog.at_level(logging.WARNING, logger="cpipe"):
+        [written] = mteb_results.write(str(tmp_path / "results"), _evaluated(str(tmp_path / "art"), rows, []))
+    text = open(written).read()
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    scores = json.loads(text, parse_constant=refuse)["scores"]["test"][0]  # strict JSON: no NaN
+    assert scores["cosine_spearman"] is None and scores["main_score"] is None and scores["cosine_pearson"] == 0.5
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line == "MTEB results of org/enc (seed 1): flat test spearman is nan, written as null"

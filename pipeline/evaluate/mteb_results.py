@@ -30,6 +30,8 @@ are the SentEval protocols' or the analysis rows: none of them is written.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import tempfile
 from collections import defaultdict
@@ -58,6 +60,7 @@ MTEB_LANGUAGES = ["eng-Latn"]
 SUBSET, DECIMALS = "default", 6
 META = "model_meta.json"
 DEFAULT_DIR = "mteb-results"  # under the artifacts directory, when evaluate.results_dir is null
+log = logging.getLogger("cpipe")
 
 
 def _protocol(task: str, protocols: set[str]) -> str | None:
@@ -94,7 +97,7 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
         main = next(iter(names.values()))
         splits: dict[str, dict] = defaultdict(dict)
         for r in scored:
-            splits[r["split"]][names[r["metric"]]] = round(float(r["value"]), DECIMALS)
+            splits[r["split"]][names[r["metric"]]] = _value(r)
         languages = MTEB_LANGUAGES if task in SIMILARITY_TASKS else []  # SentEval's are English; the user's, unknown
         out[name] = {
             "dataset_revision": scored[0]["data_hash"],
@@ -108,6 +111,18 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
             "evaluation_phases": None,
         }
     return out
+
+
+def _value(row: dict) -> float | None:
+    """A score as MTEB's files hold it; null where it is no number (a correlation of an encoder whose similarities
+    are all equal: the leaderboard's "-"), since JSON has no NaN and mteb's loaders would refuse the file. A
+    warning, not an error: the model's other scores are good and are written."""
+    value = float(row["value"])
+    if math.isfinite(value):
+        return round(value, DECIMALS)
+    log.warning("MTEB results of %s: %s %s %s is %s, written as null", row.get("model"), row["task"], row["split"],
+                row["metric"], value)
+    return None
 
 
 def model_dir(name: str) -> str:
@@ -134,7 +149,7 @@ def _put_json(obj: dict, path: str) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2)
+            json.dump(obj, f, indent=2, allow_nan=False)
         put_file(tmp, path)
     finally:
         os.unlink(tmp)
