@@ -32,6 +32,8 @@ def configured(config: str | None = None, corpus: str | list[str] | None = None,
     reached = registry.NAMES[registry.NAMES.index(first):registry.NAMES.index(until or registry.NAMES[-1]) + 1]
     if "evaluate" in reached:
         _local_files_exist(cfg.evaluate.data)
+    if "augment" in reached:  # read as the flow runs, after Prefect and Ray have started (half a minute)
+        _readable_files(cfg.augment.simcse_sup.nli, "augment.simcse_sup.nli")
     check_writable(cfg.artifacts)
     if "leaderboard" in reached and cfg.evaluate.results_dir:  # MTEB's result files, written once it is published
         check_writable(cfg.evaluate.results_dir, "evaluate.results_dir")
@@ -41,6 +43,16 @@ def configured(config: str | None = None, corpus: str | list[str] | None = None,
         if name in reached:
             registry.stage(name).check(cfg)
     return cfg
+
+
+def _readable_files(paths: list[str], key: str) -> None:
+    for path in paths:
+        if "://" in path:
+            continue
+        if not os.path.isfile(path):
+            raise ConfigError(f"{key}: no such file: {path}")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"{key}: {path}: not readable")
 
 
 def _local_files_exist(data: str | dict[str, str] | None) -> None:

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from pipeline.errors import ConfigError
+from pipeline.preflight import configured
 from tests.conftest import ROOT
 
 HEAVY = ("torch", "transformers", "prefect", "ray")
@@ -21,6 +23,8 @@ PROBE = ("import sys\nfrom flows.cli import main\ntry:\n    code = main(sys.argv
 @pytest.mark.parametrize("args, message", [
     (["run", "--until", "nosuch"], "cpipe run: error: argument --until: invalid choice: 'nosuch'"),
     (["run", "--corpus", "{tmp}/no-corpus", "--artifacts", "{tmp}/a"], "cpipe: error: corpus"),
+    (["run", "--corpus", "{tmp}/c.txt", "--artifacts", "{tmp}/a", "--set", "augment.simcse_sup.nli=[{tmp}/nli.jsonl]"],
+     "cpipe: error: augment.simcse_sup.nli: no such file: {tmp}/nli.jsonl"),
     (["serve", "--corpus", "{tmp}/c.txt", "--eval-data", "{tmp}/no-eval"],
      "cpipe: error: evaluate.data: {tmp}/no-eval: no such file or directory"),
     (["evaluate"], "cpipe evaluate: error: the following arguments are required: --model"),
@@ -47,3 +51,12 @@ def test_a_usage_error_is_one_line_and_exit_2_before_any_heavy_import(tmp_path, 
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(message.format(tmp=tmp_path)), proc.stderr
     assert proc.stdout.strip() == "[]", f"imported before the error: {proc.stdout}"
     assert not (tmp_path / "a").exists() and not (tmp_path / "o.parquet").exists()
+
+
+def test_a_missing_nli_file_is_checked_only_by_runs_that_make_pairs(tmp_path, tiny_corpus):
+    nli = [f"augment.simcse_sup.nli=[{tmp_path / 'nli.jsonl'}]"]
+    with pytest.raises(ConfigError, match=r"^augment\.simcse_sup\.nli: no such file: "):
+        configured(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=nli)
+    configured(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=nli, until="filter")
+    (tmp_path / "nli.jsonl").write_text("{}\n")
+    configured(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=nli)
