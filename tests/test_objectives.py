@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
@@ -12,7 +13,7 @@ from pipeline.augment import stage as augment
 from pipeline.augment.clear_operations import WORDNET, wordnet_dir
 from pipeline.augment.config import AugmentConfig
 from pipeline.augment.objectives import PAIR_MAKERS
-from pipeline.augment.segment import sentences
+from pipeline.augment.segment import document_sentences, sentences
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
@@ -61,12 +62,43 @@ def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
     for row in rows:
         assert row["objective"] == "simcse" and row["positive_text"] == [row["anchor_text"]]
         assert row["positive_ids"] == [row["anchor_ids"]] and len(row["anchor_ids"]) > 2
-    texts = [s for t in read_table(docs).column("text").to_pylist() for s in sentences(t) if len(s) >= 10]
-    assert {r["anchor_text"] for r in rows} == set(texts[:12])
-    counts = read_manifest(path)["counts"]
-    assert counts["over_max_sentences"] == len(texts) - 12
+    table = read_table(docs).to_pylist()
+    texts = [s for t in table for s in sentences(t["text"]) if len(s) >= 10]
+    drawn = {r["anchor_text"] for r in rows}
+    assert len(drawn) == 12 and drawn <= set(texts) and drawn != set(texts[:12])  # not the first documents' only
+    manifest = read_manifest(path)
+    assert manifest["counts"]["over_max_sentences"] == len(texts) - 12
+    assert manifest["drawn"]["sentences"] == 12
+    assert manifest["drawn"]["documents"] == len({r["doc_id"] for r in rows})
     orders = [[r["pair_id"].split("-", 1)[1] for r in rows if r["epoch"] == e] for e in range(3)]
     assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[2])
+    # TSDAE's pairs of the same seed are made from the same sentences, and from the same documents.
+    tsdae = run_stage(augment.STAGE, pairs_config("tsdae", epochs=1, min_chars=10, max_sentences=12),
+                      {"documents": docs, "tokenizer": tok}, art)
+    assert {r["positive_text"][0] for r in read_table(tsdae).to_pylist()} == drawn
+    assert read_manifest(tsdae)["drawn"] == manifest["drawn"]
+
+
+def test_a_sentence_cap_draws_every_sentence_alike_wherever_it_stands():
+    """With a cap of 10 of 100 sentences in 10 documents, each sentence is drawn with probability 1/10 (a uniform
+    sample), those of the last document as often as the first's: 2,000 seeds, a binomial bound per sentence."""
+    docs = [(f"d{d}", "\n".join(f"Sentence {s} of document {d} is here." for s in range(10))) for d in range(10)]
+    seen = np.zeros(100)
+    for seed in range(2000):
+        rows = list(document_sentences(docs, 10, 10, lambda _: None, seed=seed))
+        assert len(rows) == 10
+        order = [int(r["doc_id"][1:]) * 10 + int(r["segment_id"].rsplit("-", 1)[-1]) for r in rows]
+        assert order == sorted(order)  # in the corpus's order
+        seen[order] += 1
+    # Binomial(2000, 0.1): mean 200, sd 13.4; 5 sd either side for each of 100 sentences.
+    assert seen.min() >= 200 - 67 and seen.max() <= 200 + 67
+    first = list(document_sentences(docs, 10, 10, lambda _: None))
+    assert {r["doc_id"] for r in first} == {"d0"}  # without a seed: the first 10, one document's
+
+
+def test_only_capped_pairs_are_fingerprinted_with_the_spread_draw():
+    assert "sampling" not in pairs_config("simcse") and "sampling" not in pairs_config("declutr")
+    assert pairs_config("simcse", max_sentences=12)["sampling"] == "spread"
 
 
 def test_tsdae_pairs_a_sentence_with_its_copy_less_60_percent_of_words_afresh_each_epoch(documents):
@@ -86,7 +118,7 @@ def test_tsdae_pairs_a_sentence_with_its_copy_less_60_percent_of_words_afresh_ea
         # model's tokenizer encodes that text afresh (a subsequence of the original's pieces would split words).
         left, words = re.findall(r"\w+", row["anchor_text"]), re.findall(r"\w+", original)
         rest = iter(words)
-        assert left and all(w in rest for w in left)
+        assert row["anchor_text"].strip() and all(w in rest for w in left)  # the one word kept may be a "."
         assert row["anchor_ids"] == tokenizer(row["anchor_text"], add_special_tokens=False)["input_ids"]
         kept, total = kept + len(left), total + len(words)
     assert abs(kept / total - 0.4) < 0.1  # some hundreds of words

@@ -63,7 +63,8 @@ class AugmentConfig(Strict):
     epochs: int = Field(1, ge=1)
     min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1,
                            description="sentence objectives (simcse, clear): shorter sentences are left out")
-    max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch")
+    max_sentences: int | None = Field(None, ge=1, description="sentence objectives: cap on sentences per epoch, drawn "
+                                         "uniformly over the whole corpus from augment.seed (the same for each)")
     clear: ClearConfig = Field(default_factory=ClearConfig)
     tsdae_deletion: float = Field(0.6, gt=0, lt=1, description="tsdae: the probability that each word of a "
                                   "sentence is deleted (one is always kept); 0.6, the TSDAE paper's best")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
+
 # Sentences shorter than this are left out wherever sentences are read from documents, unless a stage sets its own
 # (augment.min_chars, backtranslate.min_chars).
 MIN_SENTENCE_CHARS = 20
@@ -57,18 +59,39 @@ def segment_id(doc_id: str, index: int) -> str:
 
 
 def document_sentences(docs: Iterable[tuple[str, str]], min_chars: int, limit: int | None,
-                       count: Callable[[str], None]) -> Iterator[dict]:
+                       count: Callable[[str], None], seed: int | None = None) -> Iterator[dict]:
     """Rows (doc_id, segment_id, start, end, text) of the documents' sentences of at least `min_chars`
-    characters, the first `limit` of them; `count` hears of each one left out and why."""
-    taken = 0
+    characters; with a `limit`, the first `limit` of them, or with a `seed` too, `limit` drawn uniformly from all
+    of them (a reservoir, so memory holds `limit`), in the corpus's order: the first N of a corpus in document
+    order are its first documents only. `count` hears of each one left out and why."""
+    rows = _sentences(docs, min_chars, count)
+    if limit is None:
+        yield from rows
+        return
+    if seed is None:
+        for taken, row in enumerate(rows):
+            if taken < limit:
+                yield row
+            else:
+                count("over_max_sentences")
+        return
+    rng, reservoir = np.random.default_rng(seed), []
+    for seen, row in enumerate(rows):  # Vitter's algorithm R
+        if seen < limit:
+            reservoir.append((seen, row))
+        else:
+            count("over_max_sentences")
+            if (slot := int(rng.integers(seen + 1))) < limit:
+                reservoir[slot] = (seen, row)
+    yield from (row for _, row in sorted(reservoir, key=lambda drawn: drawn[0]))
+
+
+def _sentences(docs: Iterable[tuple[str, str]], min_chars: int, count: Callable[[str], None]) -> Iterator[dict]:
     for doc, text in docs:
         for i, (start, end) in enumerate(segments(text)):
             if end - start < min_chars:
                 count("short_sentence")
-            elif limit is not None and taken >= limit:
-                count("over_max_sentences")
             else:
-                taken += 1
                 yield {"doc_id": doc, "segment_id": segment_id(doc, i), "start": start, "end": end,
                        "text": " ".join(text[start:end].split())}
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from pipeline.augment.heldout import HeldOutSplit
 from pipeline.augment.objectives import PAIR_MAKERS
+from pipeline.augment.objectives.common import SPREAD
 from pipeline.config import Config
 from pipeline.repeats import label
 from pipeline.stage import Stage
@@ -59,6 +60,8 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.SETTINGS)}}
     if hasattr(maker, "VERSION"):  # an objective's own change of its pairs rebuilds only its datasets
         settings["version"] = maker.VERSION
+    if settings.get("max_sentences") is not None:  # the cap draws over the corpus (only capped pairs rebuilt)
+        settings["sampling"] = SPREAD
     if hasattr(maker, "files"):
         settings["files"] = maker.files(cfg)
     if augment["heldout_fraction"]:  # only then: the datasets built before the setting keep their fingerprints

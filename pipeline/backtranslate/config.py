@@ -48,7 +48,8 @@ class BacktranslateConfig(Generation):
         "(opus-mt-en-zh) need the target language's >>id<<"))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bf16 on GPU")
     min_chars: int = Field(MIN_SENTENCE_CHARS, ge=1, description="shorter sentences are not translated (counted)")
-    max_sentences: int | None = Field(None, ge=1, description="cap on sentences translated (samples, budgets)")
+    max_sentences: int | None = Field(None, ge=1, description="cap on sentences translated (samples, "
+                                         "budgets), drawn uniformly over the whole corpus from backtranslate.seed")
     chunk_size: int = Field(256, ge=1, description="sentences per resumable chunk")
     workers: int = Field(0, ge=0, description="0: translate in this process; N: a Ray Data actor pool of N models")
     use_gpu: bool = Field(False, description="one GPU per actor")

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import sentences
+from pipeline.augment.objectives.common import SPREAD, sentences
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.config import Config
@@ -41,6 +41,8 @@ def config(cfg: Config, key: None = None) -> dict:
     for pivot in bt["pivots"]:
         for model in model_names(bt, pivot):
             check_backend(bt["backend"], model)
+    if bt["max_sentences"] is not None:  # the cap draws over the corpus (only capped translations rebuilt)
+        bt["sampling"] = SPREAD
     return split_runtime(RUNTIME, bt)
 
 

@@ -13,7 +13,7 @@ import logging
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import epoch_seed, pair
+from pipeline.augment.objectives.common import epoch_seed, pair, record_drawn
 from pipeline.errors import InputError
 from pipeline.tokenizer.loading import encode_whole
 from storage import read_table
@@ -61,4 +61,5 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             a, b = choices[k][int(rng.integers(len(choices[k])))]
             out.write([pair(f"{epoch}-{ids[k]}", sentences[ids[k]]["doc_id"], NAME, epoch, seed, token_ids[k][a],
                             texts[k][a], [token_ids[k][b]], [texts[k][b]], sources=[a, b])])
+    record_drawn(out, {sentences[i]["doc_id"] for i in ids}, sentences=len(ids))
     log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])

@@ -15,7 +15,7 @@ import logging
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import epoch_seed, pair
+from pipeline.augment.objectives.common import epoch_seed, pair, record_drawn
 from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
 from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 from storage import read_table
@@ -64,5 +64,6 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
                 texts = tok.batch_decode([anchor_ids, *positive_ids])
                 out.write([pair(f"{epoch}-{doc_ids[d]}-{a}", doc_ids[d], NAME, epoch, seed, anchor_ids, texts[0],
                                 positive_ids, texts[1:], anchor.start, [p.start for p in positives])])
+    record_drawn(out, {doc_ids[d] for d in eligible})
     log.info("augment: %d documents x %d epochs; %d too short", len(eligible), config["epochs"],
              len(doc_ids) - len(eligible))
