@@ -38,6 +38,10 @@ TOP = max(NDCG_K, MRR_K, RECALL_K, MAP_K)
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 PARTS = ("corpus.jsonl", "queries.jsonl", "qrels")
 EXAMPLES = 3  # ids a warning names
+# A passage or query is cut to its first MAX_CHARS characters as it is read. No encoder reads that far (a transformer
+# stops at evaluate.max_length tokens, a few thousand characters at most), but each would tokenize the whole text: a
+# 50 MB line (a dump run into one record) took over 300 s and 4 GB.
+MAX_CHARS = 100_000
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def _id(value, where: str) -> str:
 
 
 def _texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
-    ids, texts, seen = [], [], set()
+    ids, texts, seen, cut = [], [], set(), []
     with text_file(path) as f:
         for lineno, record in json_objects(f, path, EvalDataError):
             where = f"{path}:{lineno}"
@@ -77,6 +81,13 @@ def _texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
             seen.add(_id_)
             ids.append(_id_)
             texts.append((head + " " + text).strip() if title else text)
+            if len(texts[-1]) > MAX_CHARS:
+                texts[-1] = texts[-1][:MAX_CHARS]
+                cut.append(f"line {lineno}")
+    if cut:
+        kinds.warn_once(f"{path}: {len(cut)} text{'s' if len(cut) > 1 else ''} longer than {MAX_CHARS:,} characters "
+                        f"cut to them ({', '.join(cut[:EXAMPLES])}{', ...' if len(cut) > EXAMPLES else ''}); no "
+                        "encoder reads that far")
     return ids, texts
 
 
