@@ -145,6 +145,7 @@ def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], arti
         with DatasetWriter(artifacts, stage.name, fp, config=config, inputs=input_fingerprints(inputs),
                            schema=stage.schema, rows_per_shard=config.get("rows_per_shard"),
                            shard_bytes=config.get("shard_mb", 256) * 2**20) as out:
+            out.built_from(*inputs.values())
             stage.run(config, inputs, out)
     log.info("%s: wrote %s", stage.name, path)
     return path

@@ -8,6 +8,10 @@ that check `_SUCCESS` never see a half-written dataset. The manifest records eac
 Parquet shard's rows, bytes and CRC-32, and every reader checks them (`verify`), so
 a shard deleted or damaged after the fact stops the reader with one line rather
 than changing what it reads.
+
+A local dataset is no more readable by group or others than what it was built from (`DatasetWriter.built_from`:
+its input datasets, a corpus's source files): text from a file only its owner can read stays readable only by
+its owner, stage after stage. Otherwise the umask decides, as for any new file; nothing is made wider.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -350,6 +355,32 @@ def _no_space(e: BaseException, path: str) -> None:
         raise DatasetError(f"no space left on device writing {path}") from None
 
 
+def withheld_access(path: str) -> int:
+    """The permission bits that what is built from the local file or directory `path` may not grant: a class's
+    (group's, others') all, where `path` does not let that class read it (and, a directory, search it).
+    A URL or a hub name, nothing on local disk, withholds nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return 0
+    withheld = 0
+    for bits, read, search in ((0o070, stat.S_IRGRP, stat.S_IXGRP), (0o007, stat.S_IROTH, stat.S_IXOTH)):
+        if not mode & read or stat.S_ISDIR(mode) and not mode & search:
+            withheld |= bits
+    return withheld
+
+
+def _narrow(root: str, withheld: int) -> None:
+    """Take the `withheld` bits from `root` and everything under it; links are left alone (chmod follows them)."""
+    if not withheld:
+        return
+    for directory, dirs, files in os.walk(root):
+        for p in [directory, *(os.path.join(directory, name) for name in dirs + files)]:
+            mode = os.lstat(p).st_mode
+            if not stat.S_ISLNK(mode) and mode & withheld:
+                os.chmod(p, stat.S_IMODE(mode) & ~withheld)
+
+
 class DatasetWriter:
     """Writes one stage's output atomically; use as a context manager.
 
@@ -387,6 +418,16 @@ class DatasetWriter:
         self._work: str | None = None
         self._local = _on_disk(self.fs)
         self._upload: str | None = None  # a remote dataset's local_dir
+        self._withheld = 0  # permission bits the finished dataset may not grant (built_from)
+        self._mode = 0o700  # the temporary directory's mode as the umask made it, given back when it is published
+
+    def built_from(self, *paths: str) -> None:
+        """Local files or directories this dataset's content comes from: group or others may not read the
+        dataset where they may not read one of them. Remote ones (URLs) and names say nothing."""
+        for p in paths:
+            self._withheld |= withheld_access(p)
+        if self._work and self._local:
+            _narrow(self._work, self._withheld)
 
     @property
     def local_dir(self) -> str:
@@ -407,6 +448,7 @@ class DatasetWriter:
             if self._local:
                 self._work = f"{dataset_parts(self._final)[0]}/{WORK_DIR}/{self.stage}-{self.fp}"
                 self.fs.makedirs(self._work, exist_ok=True)
+                _narrow(self._work, self._withheld)
             else:
                 self._work = tempfile.mkdtemp(prefix=f"cpipe-{self.stage}-work-")
         return self._work
@@ -417,6 +459,10 @@ class DatasetWriter:
 
     def __enter__(self) -> "DatasetWriter":
         self.fs.makedirs(self.tmp, exist_ok=True)
+        if self._local:
+            # Private while it is written: what it may grant is known only once every source is (built_from).
+            self._mode = stat.S_IMODE(os.stat(self.tmp).st_mode)
+            os.chmod(self.tmp, 0o700)
         return self
 
     def write(self, rows: list[dict] | pa.Table) -> None:
@@ -530,6 +576,8 @@ class DatasetWriter:
         if self._local:
             with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
                 f.write("")
+            _narrow(self.tmp, self._withheld)
+            os.chmod(self.tmp, self._mode & ~self._withheld)
             self._publish_local()
             if self._work:
                 remove(self._work)

@@ -87,6 +87,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             # Opened one at a time, so a URL is not downloaded when max_docs was reached before it.
             source = open_source(spec, settings["download_dir"], config["subsets"])
             opened.append(source)
+            if not _remote(spec):
+                out.built_from(spec.removeprefix("file://"),
+                               *(map(str, source.files()) if isinstance(source, LocalSource) else ()))
             reads = ordered_map(read_part, source.parts(), settings["backend"], settings["workers"])
             for read in tqdm(reads, desc=f"corpus {spec}", unit="part", mininterval=2):
                 for doc in source.take(read):
