@@ -65,11 +65,13 @@ def build(cfg: Config, stages: list[Stage], done: dict[str, str], until: str | N
 
 # The flow functions end in _flow, so that `train_flow` never reads as the train stage it builds.
 @flow(name="data")
-def data_flow(config: str | None = None, corpus: str | list[str] | None = None, artifacts: str | None = None,
-              until: str | None = None, overrides: list[str] | None = None,
+def data_flow(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
+              artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
               resolved: Config | None = None) -> dict[str, str]:
-    """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs."""
-    cfg = resolved or resolve(config, corpus, None, artifacts, until or registry.in_flow("data")[-1].name, overrides)
+    """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs.
+    `eval_data` is what decontamination keeps out of them (default: the profile's evaluate.data)."""
+    cfg = resolved or resolve(config, corpus, eval_data, artifacts, until or registry.in_flow("data")[-1].name,
+                              overrides)
     done: dict[str, str] = {}
     build(cfg, registry.in_flow("data"), done, until)
     return done
