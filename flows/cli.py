@@ -101,7 +101,8 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_serve(args) -> int:
+def serve_deployments(args) -> list:
+    """The four flows' deployments, each with the defaults it takes of `cpipe serve`'s options."""
     import inspect
 
     parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
@@ -109,17 +110,20 @@ def cmd_serve(args) -> int:
                                                     overrides=_overrides(args) or None).items() if v is not None}
     cfg = configured(**parameters) if args.corpus and args.eval_data else None  # before the flows' imports, as cmd_run
 
-    from prefect import serve
-
     from flows.pipeline_flows import checked, data_flow, evaluate_flow, full_pipeline, train_flow
 
     if cfg is not None:
         checked(cfg, until=args.until)
-    # Each flow's deployment gets the defaults it takes (the data flow reads no evaluation data, say).
-    serve(*(f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
+    # Each flow's deployment gets the defaults it takes (the evaluate flow reads no corpus, say).
+    return [f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
                                                         if k in inspect.signature(f.fn).parameters})
-            for f in (data_flow, train_flow, evaluate_flow, full_pipeline)))
-    return 0
+            for f in (data_flow, train_flow, evaluate_flow, full_pipeline)]
+
+
+def cmd_serve(args) -> int:
+    from flows.serve import serve
+
+    return serve(serve_deployments(args), on_stop=_report_once)
 
 
 def cmd_evaluate(args) -> int:
