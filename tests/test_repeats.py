@@ -1,6 +1,6 @@
 """Repeats (seeds / repeats in the config): one dataset per seed, seed 0's the datasets a config without repeats
 builds, a new seed building only its own; and a row over several seeds on the leaderboard (mean, std, t-interval,
-per-seed scores, the paired difference pooled over seeds).
+per-seed scores, the difference to the reference over items and seeds).
 
 Expectations are computed apart from the code under test: statistics.mean / stdev and scipy's t quantile on
 hand-built per-seed scores, and a plain-Python loop (tests.test_uncertainty's Spearman and percentile) over the
@@ -208,10 +208,12 @@ def test_a_row_over_seeds_is_the_mean_with_its_std_and_t_interval():
     assert pd.isna(table.loc["single", "STS12 senteval std"])
 
 
-def test_the_paired_difference_over_seeds_is_pooled_on_the_same_resamples():
-    """Per resample (the same indices for every seed of both rows), the mean over the row's seeds less the mean
-    over the reference's seeds; the rows' own intervals stay the t-interval (seed rows) and the bootstrap's
-    (the row of one model)."""
+def test_a_difference_over_seeds_adds_the_seeds_variance_to_the_items():
+    """The items' part: per resample (the same indices for every seed of both rows) the mean over the row's seeds
+    less the mean over the reference's, its variance over resamples; the seeds' part: Welch's var/n of each row's
+    per-seed scores (these rows have different seeds; a row of one model adds none). The interval is the difference
+    of the means +- t(0.975, Welch-Satterthwaite df) x sqrt(the sum), p two-sided from the same t. The rows' own
+    intervals stay the t-interval (seed rows) and the bootstrap's (the row of one model)."""
     predicted, b, rnd = models(), 200, random.Random(11)
     draws = [{task: {s: [rnd.randrange(len(g)) for _ in g] for s, g in strata.items()} for task, strata in GOLD.items()}
              for _ in range(b)]
@@ -223,6 +225,7 @@ def test_the_paired_difference_over_seeds_is_pooled_on_the_same_resamples():
     table, comparison = add_intervals(leaderboard(scores), items, compare_to="untrained", b=b, draw=seam)
     table = table.set_index("model")
     loop = [{m: statistics_of(p, d) for m, p in predicted.items()} for d in draws]
+    point = {m: statistics_of(p) for m, p in predicted.items()}
     run = [m for m in predicted if m.startswith("run")]
     reference = [m for m in predicted if m.startswith("untrained")]
     plain = leaderboard(scores).set_index("model")
@@ -230,12 +233,21 @@ def test_the_paired_difference_over_seeds_is_pooled_on_the_same_resamples():
         def pooled(names, r):
             return sum(r[m][column] for m in names) / len(names)
 
+        def seeds_part(names):
+            values = [point[m][column] for m in names]
+            return (statistics.variance(values) / len(values), len(values) - 1) if len(values) > 1 else (0.0, 1)
+
         for row, names in (("run", run), ("single", ["single"])):
-            diffs = [pooled(names, r) - pooled(reference, r) for r in loop]
-            lo, hi = percentile(diffs, 2.5), percentile(diffs, 97.5)
-            assert table.loc[row, f"{column} diff lo"] == pytest.approx(lo, abs=0.0051), (row, column)
-            assert table.loc[row, f"{column} diff hi"] == pytest.approx(hi, abs=0.0051), (row, column)
-            assert bool(table.loc[row, f"{column} significant"]) == (lo > 0 or hi < 0)
+            items_part = statistics.variance([pooled(names, r) - pooled(reference, r) for r in loop])
+            parts = [seeds_part(names), seeds_part(reference)]
+            total = items_part + sum(v for v, _ in parts)
+            df = total ** 2 / sum(v * v / k for v, k in parts)
+            d = pooled(names, point) - pooled(reference, point)
+            half = stats.t.ppf(0.975, df) * math.sqrt(total)
+            assert table.loc[row, f"{column} diff lo"] == pytest.approx(d - half, rel=1e-3, abs=0.02), (row, column)
+            assert table.loc[row, f"{column} diff hi"] == pytest.approx(d + half, rel=1e-3, abs=0.02), (row, column)
+            p = 2 * stats.t.sf(abs(d) / math.sqrt(total), df)
+            assert table.loc[row, f"{column} p"] == pytest.approx(p, abs=2e-3), (row, column)
             assert table.loc[row, f"{column} diff"] == pytest.approx(table.loc[row, column]
                                                                      - table.loc["untrained", column], abs=0.011)
         values = [r["single"][column] for r in loop]
@@ -245,7 +257,6 @@ def test_the_paired_difference_over_seeds_is_pooled_on_the_same_resamples():
             assert table.loc[row, f"{column} hi"] == plain.loc[row, f"{column} hi"]
         assert pd.isna(table.loc["untrained", f"{column} diff"])
     assert comparison.comparisons == 2 * len(COLUMNS)
-    assert table.loc["run", "STS12 simcse significant"]  # well apart: the test above means something
 
 
 def test_seed_rows_read_as_such_in_markdown_csv_and_parquet(tmp_path):

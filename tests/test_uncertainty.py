@@ -128,6 +128,7 @@ def test_vectorised_bootstrap_is_the_plain_loop_on_the_same_resamples():
     table = table.set_index("model")
     loop = {m: [loop_statistics(m, d) for d in draws] for m in PREDICTED}
     columns = list(loop["ref"][0])
+    p, excludes_0 = {}, {}
     for column in columns:
         for model in PREDICTED:
             values = [r[column] for r in loop[model]]
@@ -137,9 +138,20 @@ def test_vectorised_bootstrap_is_the_plain_loop_on_the_same_resamples():
         lo, hi = percentile(diffs, 2.5), percentile(diffs, 97.5)
         assert table.loc["better", f"{column} diff lo"] == pytest.approx(lo, abs=0.0051)
         assert table.loc["better", f"{column} diff hi"] == pytest.approx(hi, abs=0.0051)
-        assert bool(table.loc["better", f"{column} significant"]) == (lo > 0 or hi < 0)
+        # Two-sided bootstrap p, the observed difference counted as one more resample.
+        p[column] = min(1.0, 2 * (min(sum(d <= 0 for d in diffs), sum(d >= 0 for d in diffs)) + 1) / (b + 1))
+        assert table.loc["better", f"{column} p"] == pytest.approx(p[column], abs=5e-5)
+        excludes_0[column] = lo > 0 or hi < 0
         assert pd.isna(table.loc["ref", f"{column} diff"])  # the reference is not compared with itself
-    assert comparison.comparisons == len(columns)
+    # Marked after Holm's step-down over the table's comparisons (once: each interval excluding 0 alone).
+    holm, ordered = set(), sorted(columns, key=p.get)
+    for k, column in enumerate(ordered):
+        if p[column] > 0.05 / (len(ordered) - k):
+            break
+        holm.add(column)
+    for column in columns:
+        assert bool(table.loc["better", f"{column} significant"]) == (column in holm and excludes_0[column]), column
+    assert comparison.comparisons == len(columns) and comparison.significant == len(holm)
 
 
 def test_the_default_draws_are_the_exposed_indices_and_fixed():

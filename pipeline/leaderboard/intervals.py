@@ -1,4 +1,5 @@
-"""Bootstrap intervals on a leaderboard's score columns, and each row's paired difference to a reference row.
+"""Bootstrap intervals on a leaderboard's score columns, and each row's difference to a reference row, judged over
+the test items and the training seeds, the marks decided after a correction for the table's many comparisons.
 
 Every score column is recomputed from the models' test items (pipeline.evaluate.items) on B resamples of
 those items (pipeline.leaderboard.bootstrap): STS12-16 senteval as the mean of the per-subset Spearman, simcse
@@ -7,6 +8,34 @@ mean over the cross-validation folds (one fold for the tasks with a test split),
 resample is the average of its columns on the same resample, so its tasks' items are resampled jointly.
 The interval is the 2.5th to 97.5th percentile of the resampled scores. A row's difference to the reference
 comes from the same resamples of both (the items pair up by position, checked by their gold scores or labels).
+
+A difference has two sources of noise (Bouthillier et al. 2021, "Accounting for variance in machine learning
+benchmarks", MLSys): which test items were drawn, and which training seeds. Between two rows of one model each
+there is no seed to resample: the difference's interval is the percentile interval of the paired item bootstrap,
+its p the two-sided bootstrap p of the same resamples (bootstrap.p_value). Where either row is over several
+seeds, the difference of their means over seeds, D, is judged by a t-interval whose variance adds the two parts:
+the items' (the variance of the paired bootstrap difference, on each resample the mean over each row's seeds, all
+seeds on the same resamples) and the seeds' (var/n of each row's per-seed scores, Welch's two samples; or, when
+both rows have the very same seeds, var/n of the per-seed differences: a run's seed s starts from the untrained
+encoder's seed-s weights, so they pair). Its degrees of freedom are Welch-Satterthwaite's, the item part counted
+as known (infinitely many): D +- t(0.975, df) sqrt(V_items + V_seeds), p = 2 P(T_df > |D| / sqrt(V)). With n
+seeds df is near n - 1 when the seeds dominate (t(0.975, 2) = 4.30 at 3 seeds) and near the normal's when the
+items do. Per-seed scores on fixed items carry the seed-by-item interaction, which the items' part counts too:
+counted twice, conservatively, as in resampling both factors of a crossed design (Owen 2007, "The pigeonhole
+bootstrap").
+
+Why not a two-level bootstrap (resample seeds, then items; Davison & Hinkley 1997, section 3.8, hierarchical
+data)? With the 2-5 seeds a run has, the seed stage cannot reproduce the seeds' variance: a resampled mean of n
+seeds never leaves [min, max] of the n, which misses the true mean with probability 2^(1-n) under any symmetric
+seed noise (25% at three seeds, so a 95% interval could cover at most 75%), and its variance is (n - 1)/n of the
+plug-in's. The t-quantile on df = n - 1 is what makes three seeds honest; the bootstrap keeps what it is good at,
+the many test items.
+
+The marks: every cell with a difference interval is one comparison of the table's family, and a cell is marked
+(`significant`) where its p, adjusted by Holm's step-down correction over that family (Holm 1979; "bh",
+Benjamini & Hochberg 1995, is available to `adjust`), is at most 0.05, which bounds the chance of any false mark
+in the table by 5% under any dependence between the cells. The `diff lo` / `diff hi` shown are each cell's
+unadjusted 95% interval: a cell whose interval excludes 0 may stay unmarked; `p` and `p adjusted` say why.
 """
 
 from __future__ import annotations
@@ -18,6 +47,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from scipy import stats
+
 from pipeline.evaluate.items import run_group
 from pipeline.evaluate.names import (AVG_PAIRS, MRPC_BOTH, PAPER_AVERAGES, RELATEDNESS_TASKS, STS_AVERAGES,
                                      STS_YEARS, TASK_KINDS, TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer,
@@ -26,9 +57,14 @@ from pipeline.leaderboard import bootstrap
 from pipeline.repeats import seeded
 
 LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT = "lo", "hi", "diff", "diff lo", "diff hi", "significant"
+P, P_ADJUSTED = "p", "p adjusted"  # a difference's two-sided p, and after the table's correction (CORRECTION)
 # A row trained over several seeds (pipeline.leaderboard.seeds): its seeds, and per column the spread over them.
 SEEDS, STD, PER_SEED = "seeds", "std", "per seed"
-SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT, STD, PER_SEED)
+SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, P, P_ADJUSTED, SIGNIFICANT, STD, PER_SEED)
+CORRECTION = "holm"  # how the marks are decided over the table's comparisons: "holm" or "bh" (adjust)
+CORRECTIONS = {"holm": "Holm's step-down correction (family-wise error)",
+               "bh": "Benjamini-Hochberg's correction (false discovery rate)"}
+ALPHA = 1 - bootstrap.LEVEL
 _MRPC_BOTH = MRPC_BOTH
 # (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
 Draw = Callable[[str, list[int], int], Iterator[list[np.ndarray]]]
@@ -46,8 +82,9 @@ class Spec(NamedTuple):
 
 class Comparison(NamedTuple):
     reference: str | None
-    comparisons: int  # cells with a difference interval, the reference row's own left out
-    significant: int
+    comparisons: int  # cells with a difference interval, the reference row's own left out: the family
+    significant: int  # marked after the correction
+    correction: str = CORRECTION
 
 
 def spec(column: str) -> Spec | None:
@@ -221,15 +258,92 @@ def _listed(value) -> bool:
     return value is not None and not (np.isscalar(value) and pd.isna(value))
 
 
+def adjust(p: np.ndarray, method: str = CORRECTION) -> np.ndarray:
+    """Adjusted p-values of one family: Holm's step-down ("holm": the i-th smallest times m - i + 1, made
+    non-decreasing) or Benjamini-Hochberg's step-up ("bh": the i-th smallest times m / i, made non-increasing from
+    the largest); each at most 1. A comparison is kept where its adjusted p is at most the level."""
+    p = np.asarray(p, dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    ranked = p[order]
+    if method == "holm":
+        adjusted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ranked))
+    elif method == "bh":
+        adjusted = np.minimum.accumulate(np.minimum(1.0, m / np.arange(1, m + 1) * ranked)[::-1])[::-1]
+    else:
+        raise ValueError(f"unknown correction {method!r} (known: {', '.join(CORRECTIONS)})")
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
+
+
+def seed_variance(mine: np.ndarray | None, theirs: np.ndarray | None, paired: bool) -> tuple[float, float]:
+    """What the seeds add to the variance of a difference of two means over seeds (None: a row of one model, which
+    adds nothing it can measure), and that variance's Welch-Satterthwaite term, sum of v_k^2 / df_k: of the
+    per-seed differences when `paired` (the same seeds), else of each row's v = var / n on n - 1."""
+    if paired:
+        mine, theirs = mine - theirs, None
+    parts = [(np.var(x, ddof=1) / len(x), len(x) - 1) for x in (mine, theirs) if x is not None]
+    return sum(v for v, _ in parts), sum(v * v / df for v, df in parts)
+
+
+class _Judged(NamedTuple):
+    lo: np.ndarray
+    hi: np.ndarray
+    p: np.ndarray
+
+
+def _per_seed(table: pd.DataFrame, column: str, repeated: np.ndarray) -> list[np.ndarray | None]:
+    """Each row's per-seed scores of `column` (None on a row of one model)."""
+    if not repeated.any():
+        return [None] * len(table)
+    if f"{column} {PER_SEED}" not in table.columns:
+        raise ValueError(f"leaderboard column {column!r} has rows over several seeds but no {PER_SEED!r} scores")
+    return [np.asarray(x, dtype=float) if r else None for x, r in zip(table[f"{column} {PER_SEED}"], repeated)]
+
+
+def _seeds(table: pd.DataFrame, row: int) -> list[int]:
+    return [int(s) for s in table[SEEDS].iat[row]]
+
+
+def _judge(table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, ref: int, repeated: np.ndarray
+           ) -> _Judged:
+    """Each compared row's (`ok`) difference interval and p: the paired item bootstrap's alone between two rows of
+    one model, else the t-interval over items and seeds (the module's docstring)."""
+    out = _Judged(*(np.full(len(table), np.nan) for _ in range(3)))
+    diffs = rep - rep[ref]
+    values = table[column].to_numpy(dtype=float)
+    x = _per_seed(table, column, repeated)
+    for i in np.flatnonzero(ok):
+        if x[i] is None and x[ref] is None:
+            (out.lo[i],), (out.hi[i],) = bootstrap.interval(diffs[i:i + 1])
+            out.p[i] = bootstrap.p_value(diffs[i])
+            continue
+        if any(v is not None and np.isnan(v).any() for v in (x[i], x[ref])):
+            ok[i] = False  # a seed without this column: its row has no mean to compare
+            continue
+        same = x[i] is not None and x[ref] is not None and _seeds(table, i) == _seeds(table, ref)
+        v_seeds, welch = seed_variance(x[i], x[ref], same)
+        v = v_seeds + np.nanvar(diffs[i], ddof=1)
+        df = v * v / welch if welch > 0 else np.inf
+        d, se = values[i] - values[ref], np.sqrt(v)
+        half = stats.t.ppf((1 + bootstrap.LEVEL) / 2, df) * se
+        out.lo[i], out.hi[i] = d - half, d + half
+        out.p[i] = 2 * stats.t.sf(abs(d) / se, df) if se > 0 else float(d == 0)
+    return out
+
+
 def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None = None,
                   b: int = bootstrap.B, draw: Draw = DRAW) -> tuple[pd.DataFrame, Comparison]:
     """`table` with `<column> lo` and `<column> hi` after each score column that some row has items for, and with
-    `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` and `significant` (the difference's
-    interval excludes 0). `draw` gives each task's resamples (a seam: tests pass their own indices).
+    `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` (its unadjusted 95% interval), `p`,
+    `p adjusted` (by CORRECTION over every compared cell of the table) and `significant` (adjusted p at most 0.05).
+    `draw` gives each task's resamples (a seam: tests pass their own indices).
 
     A row over several seeds (pipeline.leaderboard.seeds) keeps its t-interval over seeds as its `lo` and `hi`;
-    its resampled score, for the differences, is the mean over its seeds of their scores on the same resample
-    of the items, and so is the reference row's when it has seeds: the difference pooled over seeds."""
+    its resampled score is the mean over its seeds of their scores on the same resample of the items, and so is the
+    reference row's when it has seeds; a difference with such a row adds the seeds' variance (the module's
+    docstring)."""
     models, items = table["model"].tolist(), index(items)
     rows = members(table)
     flat = list(dict.fromkeys(m for ms in rows for m in ms))
@@ -251,7 +365,7 @@ def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_t
             alike[name] = np.all([alike.get(p, np.zeros(len(flat), bool)) for p in ps], axis=0)
         pairable = {c: np.array([v[g].all() and v[groups[ref]].all() for g in groups]) for c, v in alike.items()}
     extra: dict[str, dict[str, object]] = {}
-    comparisons = significant = 0
+    judged: dict[str, tuple[np.ndarray, _Judged]] = {}
     for column in [c for c in table.columns if c in direct or c in parts]:
         rep = reps[column]
         has = ~np.isnan(rep).all(axis=1)
@@ -262,25 +376,39 @@ def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_t
         if repeated.any():  # over seeds: the t-interval, from the seeds' scores
             lo[repeated] = table[f"{column} {LO}"].to_numpy(dtype=float)[repeated]
             hi[repeated] = table[f"{column} {HI}"].to_numpy(dtype=float)[repeated]
-        cols = {LO: np.round(lo, 2), HI: np.round(hi, 2)}
+        extra[column] = {LO: np.round(lo, 2), HI: np.round(hi, 2)}
         if ref is not None:
             ok = pairable[column] & has & has[ref]
             ok[ref] = False
-            diff_lo, diff_hi = np.full(len(models), np.nan), np.full(len(models), np.nan)
-            if ok.any():
-                diff_lo[ok], diff_hi[ok] = bootstrap.interval(rep[ok] - rep[ref])
-            values = table[column].to_numpy(dtype=float)
-            cols[DIFF] = np.where(ok, np.round(values - values[ref], 2), np.nan)
-            cols[DIFF_LO], cols[DIFF_HI] = np.round(diff_lo, 2), np.round(diff_hi, 2)
-            sig = (diff_lo > 0) | (diff_hi < 0)
-            cols[SIGNIFICANT] = pd.array([bool(x) if o else None for x, o in zip(sig, ok)], dtype="boolean")
-            comparisons += int(ok.sum())
-            significant += int((sig & ok).sum())
-        extra[column] = cols
+            judged[column] = (ok, _judge(table, column, rep, ok, ref, repeated))
+    significant = _decide(table, ref, extra, judged) if ref is not None else 0
     added = {f"{column} {suffix}" for column, cols in extra.items() for suffix in cols}
     order = []
     for column in [c for c in table.columns if c not in added]:
         order.append(table[column])
         for suffix, values in extra.get(column, {}).items():
             order.append(pd.Series(values, index=table.index, name=f"{column} {suffix}"))
+    comparisons = sum(int(ok.sum()) for ok, _ in judged.values())
     return pd.concat(order, axis=1), Comparison(compare_to, comparisons, significant)
+
+
+def _decide(table: pd.DataFrame, ref: int, extra: dict[str, dict[str, object]],
+            judged: dict[str, tuple[np.ndarray, _Judged]]) -> int:
+    """Every compared cell's columns into `extra`, its mark decided after CORRECTION over all of them (the family);
+    how many are marked."""
+    family = np.concatenate([j.p[ok] for ok, j in judged.values()]) if judged else np.array([])
+    adjusted, start, marked = adjust(family, CORRECTION), 0, 0
+    for column, (ok, j) in judged.items():
+        p_adjusted = np.full(len(ok), np.nan)
+        p_adjusted[ok] = adjusted[start:start + int(ok.sum())]
+        start += int(ok.sum())
+        # And the interval's side, so that a mark's direction is its interval's (implied by p for both kinds).
+        sig = (p_adjusted <= ALPHA) & ((j.lo > 0) | (j.hi < 0))
+        values = table[column].to_numpy(dtype=float)
+        extra[column].update({
+            DIFF: np.where(ok, np.round(values - values[ref], 2), np.nan),
+            DIFF_LO: np.round(j.lo, 2), DIFF_HI: np.round(j.hi, 2), P: np.round(j.p, 4),
+            P_ADJUSTED: np.round(p_adjusted, 4),
+            SIGNIFICANT: pd.array([bool(x) if o else None for x, o in zip(sig, ok)], dtype="boolean")})
+        marked += int((sig & ok).sum())
+    return marked

@@ -33,14 +33,17 @@ from storage import DatasetWriter, dataset_parts, dataset_path, leased, put_file
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
 # 4: bootstrap intervals on every score column, and the paired difference to evaluate.compare_to's row.
-VERSION = "4"
+# 5: a difference over seeds counts their variance with the items'; marks after Holm's correction; p, p adjusted.
+VERSION = "5"
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
 CUMULATIVE = "leaderboard-all"
-# Scores kept across runs, under the labels of this VERSION: rows scored before STS-B/SICK-R had the "cosine"
-# and "senteval" protocols carry the old labels, so they are not mixed in.
-CUMULATIVE_SCORES = f"{CUMULATIVE}.v{VERSION}.{SCORES}"
-CUMULATIVE_ITEMS = f"{CUMULATIVE}.v{VERSION}.items"  # a directory: pipeline.leaderboard.kept_items
+# Scores kept across runs, under the labels of version 4: rows scored before STS-B/SICK-R had the "cosine" and
+# "senteval" protocols carry the old labels, so they are not mixed in. Version 5 changed only how the table judges
+# differences, not what the kept scores and items mean, so their store keeps its name (and every earlier run's rows).
+LABELS = "4"
+CUMULATIVE_SCORES = f"{CUMULATIVE}.v{LABELS}.{SCORES}"
+CUMULATIVE_ITEMS = f"{CUMULATIVE}.v{LABELS}.items"  # a directory: pipeline.leaderboard.kept_items
 log = logging.getLogger("cpipe")
 
 

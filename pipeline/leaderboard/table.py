@@ -37,7 +37,8 @@ from pipeline.evaluate.names import (AVERAGES, AVG_DOWNSTREAM_DECLUTR, AVG_PAIRS
                                      rankable_columns)
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
-from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES, add_intervals
+from pipeline.leaderboard.intervals import (CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD,
+                                             SUFFIXES, add_intervals)
 from pipeline.leaderboard.seeds import aggregate
 from pipeline.train.devset import SELECTED
 from storage import put_file
@@ -301,11 +302,23 @@ def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     if compare_to is not None and significant:
         flags = table[significant]
         n, marked = int(flags.notna().sum().sum()), int(flags.fillna(False).astype(bool).sum().sum())
-        notes.append(f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), the 95% interval "
-                     f"of the paired bootstrap difference (the same resamples for both rows; a row over several "
-                     f"seeds resampled as the mean over its seeds, all on the same resamples; columns \"diff\", "
-                     f"\"diff lo\", \"diff hi\" in the CSV) excluding 0. This table makes {n} such comparisons "
-                     f"and marks {marked}; at 95% each, about {n / 20:.1f} would be marked by chance alone.")
+        families = [k for i in _sections(table) if (k := int(flags.iloc[i].notna().sum().sum()))]
+        family = (f"each data section's comparisons ({', '.join(map(str, families))})" if len(families) > 1
+                  else f"the table's {n} comparisons")
+        notes.append(f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), decided after "
+                     f"{CORRECTIONS[CORRECTION]} over {family}, the family: every cell with a difference interval. A "
+                     f"cell is marked where its adjusted p (\"<column> p adjusted\" in the CSV) is at most 0.05, "
+                     "so any false mark in a family has at most a 5% chance. Between two rows of one model each, "
+                     "the difference's interval is the 95% percentile interval of the paired bootstrap over the test "
+                     "items (the same resamples for both rows) and p is two-sided from the same resamples, "
+                     "2 min(#diff* <= 0 + 1, #diff* >= 0 + 1) / (B + 1). Where either row is over several seeds "
+                     "both noises count: the difference of the means over seeds ± t(0.975, df) x sqrt(items' "
+                     "variance + seeds' variance), the items' from the paired bootstrap (each row's mean over its "
+                     "seeds on each resample), the seeds' from the per-seed scores (var/n of each row's, or of the "
+                     "per-seed differences when both rows have the same seeds: a run's seed s starts from the "
+                     "untrained encoder's seed s), df by Welch-Satterthwaite; a row of one model adds no seed "
+                     "variance. The \"diff lo\", \"diff hi\" (CSV) are each cell's unadjusted 95% interval: one that "
+                     f"excludes 0 may stay unmarked. This table makes {n} such comparisons and marks {marked}.")
     return notes
 
 
