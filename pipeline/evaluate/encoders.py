@@ -24,8 +24,8 @@ TRANSFORM_DIR = "transform"
 def load(spec: dict, inputs: dict, max_length: int):
     """The encoder a spec names. Specs with a model input read it from `inputs["model"]`."""
     kind = spec["kind"]
-    if kind in ("trained", "untrained"):
-        return Encoder(inputs["model"], max_length=max_length)
+    if kind in ("trained", "untrained"):  # a spec's pooling: a reference read as its compared rows are (readouts)
+        return Encoder(inputs["model"], max_length=max_length, pooling=spec.get("pooling"))
     if kind == "fasttext":
         return FastTextEncoder(f"{inputs['model']}/{MODEL_FILE}")
     if kind == "infersent":

@@ -38,7 +38,7 @@ from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines import use
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
-from pipeline.evaluate import encoders, kinds
+from pipeline.evaluate import encoders, kinds, readouts
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import score_sts
@@ -170,7 +170,8 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, Row]:
     """Every row of the leaderboard: the models given as `model/<name>` (`cpipe evaluate --model`), or else the
     pipeline's: the runs, the untrained model, the baselines."""
     given = [model_row(k.split("/", 1)[1], path) for k, path in done.items() if k.startswith("model/")]
-    return {f"evaluate/{r.name}": r for r in given or pipeline_rows(cfg, done)}
+    rows = given + reference_readouts(cfg, given, {}) if given else pipeline_rows(cfg, done)
+    return {f"evaluate/{r.name}": r for r in rows}
 
 
 def _repeats(name: str, seeds: list[int]) -> list[tuple[str, int]]:
@@ -217,7 +218,31 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
             name = f"{row}+{pp.kind}" if seed is None else seeded(f"{row}+{pp.kind}", seed)
             rows.append(Row(name, {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
                             {**r.inputs, "corpus": done["decontaminate"]}, {**r.about, "recipe": pp.kind}))
-    return rows
+    return rows + reference_readouts(cfg, rows, trainings)
+
+
+def row_readout(row: Row, trainings: dict) -> str | None:
+    """A row's readout (pipeline.evaluate.readouts); a post-processed run's is its run's."""
+    name, seed = split_seeded(row.name)
+    if "postprocess" in row.spec:
+        name = name.rsplit("+", 1)[0]
+    training = trainings.get(name if seed is None else seeded(name, seed))
+    return readouts.of_spec(row.spec, None if training is None else
+                            {"pooling": training.config.pooling, "keep_head": training.config.keep_head})
+
+
+def reference_readouts(cfg: Config, rows: list[Row], trainings: dict) -> list[Row]:
+    """The reference row (evaluate.compare_to, else the initial encoder's) once more under each other pooling that
+    a compared row uses, each repeat of it, so that every difference is taken under one readout. No rows where the
+    reference's readout is fixed (pipeline.evaluate.readouts.variable)."""
+    reference = cfg.evaluate.compare_to or (initial_row(cfg)[0] if cfg.evaluate.untrained else None)
+    theirs = [r for r in rows if split_seeded(r.name)[0] == reference and "postprocess" not in r.spec]
+    if not theirs or not readouts.variable(theirs[0].spec, own := row_readout(theirs[0], trainings)):
+        return []
+    used = {readouts.pooling(row_readout(r, trainings)) for r in rows if split_seeded(r.name)[0] != reference}
+    return [Row(readouts.variant(r.name, p), readouts.variant_spec(r.spec, p), r.inputs,
+                {**r.about, "recipe": "; ".join(filter(None, [r.about.get("recipe"), f"read by {p} pooling"]))})
+            for p in sorted(used - {None, readouts.pooling(own)}) for r in theirs]
 
 
 def initial_row(cfg: Config) -> tuple[str, dict]:
