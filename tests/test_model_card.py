@@ -92,12 +92,16 @@ def test_the_trained_model_card_traces_its_inputs_and_loads(artifacts):
     card = Path(model_dir, ST_DIR, CARD).read_text()
     for fact in ("DeCLUTR", "none: from scratch", "1 layers, hidden size 32, 2 heads, feed-forward 64", "999",
                  "`aaaaaaaaaaaaaaaa`: 48 pairs", "decontaminate documents `ffffffffffffffff` (20 rows)", "| steps | 6",
-                 "0.5000 Spearman at step 6", TrainConfig(batch_size=4, max_steps=6).recipe()):
+                 "0.5000 Spearman at step 6", RAN):
         assert fact in card, fact
     assert ModelCard.load(Path(model_dir, ST_DIR, CARD)).data.library_name == "sentence-transformers"
     model = SentenceTransformer(str(Path(model_dir, ST_DIR)), device="cpu")
     assert model.encode(["a b", "c"]).shape == (2, 32)
     assert read_manifest(model_dir)["card"]["pairs"] == {"fingerprint": "a" * 16, "rows": 48}
+
+
+# The fixture's run as its recipe states it: the 6 steps it took, of batch 4, read 24 of its 48 pairs.
+RAN = TrainConfig(batch_size=4, max_steps=6).recipe().replace(", 6 steps,", ", 6 steps on 24 of 48 pairs,")
 
 
 def _scores(model: str, kind: str, stsb: float) -> list[dict]:
@@ -114,7 +118,7 @@ def test_a_continued_runs_card_names_the_run_it_continues_and_keeps_its_base(art
                       AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"))
     card = render(info)
     assert "none: from scratch" in card and "1 layers, hidden size 32" in card and "999" in card
-    assert f"train run `{'m' * 16}` ({TrainConfig(batch_size=4, max_steps=6).recipe()})" in card
+    assert f"train run `{'m' * 16}` ({RAN})" in card
 
 
 def test_the_architecture_is_the_trained_models_own_whatever_the_init_config_says(artifacts, tmp_path):
@@ -154,5 +158,5 @@ def test_a_model_outside_the_table_keeps_its_card(artifacts, tmp_path):
 
     _, model_dir = artifacts
     card = Path(model_dir, ST_DIR, CARD).read_text()
-    assert update_cards({}, pd.DataFrame({"model": []}), "train") == []
+    assert update_cards({}, pd.DataFrame({"model": []})) == []
     assert Path(model_dir, ST_DIR, CARD).read_text() == card

@@ -19,13 +19,14 @@ import tempfile
 import fsspec
 import pandas as pd
 
+from pipeline.augment import stage as augment
 from pipeline.config import Config
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.stage import STAGE as EVALUATE, initial_row
 from pipeline.leaderboard import kept_items
 from pipeline.leaderboard.table import (DATA, absent_tasks, leaderboard, rank_column, ranked, to_markdown,
                                         write_leaderboard)
-from pipeline.model.card import update_cards
+from pipeline.model.card import restated, trained_runs, update_cards
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage
 from pipeline.train import stage as train
@@ -34,6 +35,8 @@ from storage import DatasetWriter, dataset_parts, dataset_path, leased, put_file
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
 # 4: bootstrap intervals on every score column, and the paired difference to evaluate.compare_to's row.
 # 5: a difference over seeds counts their variance with the items'; marks after Holm's correction; p, p adjusted.
+# 5 also: a trained row's recipe states what ran (steps taken, pairs read, documents drawn); a note names
+# compared rows trained on different documents.
 VERSION = "5"
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
@@ -85,14 +88,15 @@ def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     """`config["rank_by"]`: the column to rank by (evaluate.rank_by), or None for the default rule."""
     paths = [inputs[k] for k in sorted(inputs)]
-    scores = load_scores(paths)
+    runs = trained_runs(inputs, train.STAGE.name, augment.STAGE.name)
+    scores = restated(load_scores(paths), runs)  # what each trained row ran, from its train and pairs manifests
     compare_to = reference(config, scores["model"])
     table = leaderboard(scores, rank_by=config.get("rank_by"), items=load_items(paths), compare_to=compare_to)
     rank_by = rank_column(table, config.get("rank_by"))
     absent = absent_tasks(scores)
     write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by, compare_to=compare_to)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
-    update_cards(inputs, table, train.STAGE.name)  # each trained model's README.md now states its scores
+    update_cards(runs, table)  # each trained model's README.md now states its scores
     out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
                       "rank_by_setting": config.get("rank_by"), "compare_to": compare_to})
 

@@ -39,7 +39,7 @@ from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.intervals import (CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD,
                                              SUFFIXES, add_intervals)
-from pipeline.leaderboard.seeds import aggregate
+from pipeline.leaderboard.seeds import aggregate, groups
 from pipeline.train.devset import SELECTED
 from storage import put_file
 
@@ -47,6 +47,11 @@ META = ("kind", "objective", "parameters", "dimension", "corpus")  # shown when 
 ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
 MISSING = "—"
 DATA = "data"  # the cumulative table's: the evaluation data's hash, by which its rows are sectioned
+# A trained row's training data (pipeline.model.card.restated): what its pairs were made from, and the digest of
+# the documents drawn, which tells rows trained on different documents apart. In the CSV and Parquet; the
+# Markdown says them in a note.
+TRAINED_ON, DOCUMENTS = "trained on", "documents digest"
+DESCRIBED = ("recipe", TRAINED_ON, DOCUMENTS)  # text columns: a row's first model's (a row over seeds: see _described)
 
 
 def _test(scores: pd.DataFrame) -> pd.DataFrame:
@@ -208,9 +213,8 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     extra = [similarity, transfer, _paper_averages(similarity, transfer), _kinds(scores, models),
              _analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
-    if "recipe" in scores.columns:
-        table["recipe"] = scores.groupby("model", sort=False)["recipe"].first().reindex(models).to_numpy()
-    numeric = [c for c in table.columns if c not in (*meta, "model", "recipe", *ANALYSIS)]
+    table = _described(table, scores, models)
+    numeric = [c for c in table.columns if c not in (*meta, "model", *DESCRIBED, *ANALYSIS)]
     analysis = [c for c in ANALYSIS if c in table.columns]
     table = aggregate(table, numeric, analysis)  # a row trained over several seeds: their mean, spread, t-interval
     table[numeric] = table[numeric].astype(float).round(2)
@@ -222,6 +226,20 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
         table = add_intervals(table, items, compare_to)[0]
     column = rank_column(table, rank_by)
     return table if column is None else ranked(table, column)
+
+
+def _described(table: pd.DataFrame, scores: pd.DataFrame, models) -> pd.DataFrame:
+    """The DESCRIBED columns the scores carry, per model; a row over several seeds is trained on each seed's
+    documents, so its seeds' models all carry every seed's (joined in seed order), which aggregate keeps."""
+    for column in [c for c in DESCRIBED if c in scores.columns]:
+        table[column] = scores.groupby("model", sort=False)[column].first().reindex(models).to_numpy()
+    for members in groups(table["model"]).values():
+        at = table["model"].isin([m for _, m in members])
+        for column in [c for c in (TRAINED_ON, DOCUMENTS) if c in table.columns]:
+            values = table.set_index("model").loc[[m for _, m in members], column]
+            # One seed's unknown leaves the row's unknown.
+            table.loc[at, column] = " + ".join(dict.fromkeys(map(str, values))) if values.notna().all() else None
+    return table
 
 
 def ranked(table: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -322,6 +340,39 @@ def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     return notes
 
 
+def _data_notes(table: pd.DataFrame) -> list[str]:
+    """Which trained rows were trained on which documents, where the rows a table compares (each data section's
+    with each other, and so with its reference row) differ in them or some have no record of them: a difference
+    between such rows compares their training data too, not only their objectives."""
+    if DOCUMENTS not in table.columns or "kind" not in table.columns:
+        return []
+    sections = _sections(table)
+    clauses = [f"on data {str(table[DATA].iat[index[0]])[:8]}: {said}" if len(sections) > 1 else said
+               for index in sections if (said := _trained_on(table.iloc[index]))]
+    if not clauses:
+        return []
+    return ["Training data differs between compared rows: " + "; ".join(clauses) + ". Differences between them also "
+            "compare their data, not only their objectives and recipes (the recipe says how many pairs each run "
+            "read of which; column \"documents digest\" in the CSV, from each pairs dataset's manifest)."]
+
+
+def _trained_on(rows: pd.DataFrame) -> str | None:
+    """"simcse, tsdae on 20,000 sentences of 96 documents (1a2b3c4d); declutr on 275 documents (5e6f7a8b)" for one
+    section's trained rows, or None when they are fewer than two or were all trained on the same documents."""
+    trained = rows[rows["kind"] == "trained"]
+    keys = trained[DOCUMENTS]
+    if len(trained) < 2 or keys.notna().all() and keys.nunique() == 1:
+        return None
+    said = []
+    for key, group in trained[keys.notna()].groupby(DOCUMENTS, sort=False):
+        digest = " + ".join(k[:8] for k in str(key).split(" + "))
+        said.append(f"{', '.join(map(_escaped, group['model']))} on {group[TRAINED_ON].iat[0]} ({digest})")
+    if (unknown := trained.loc[keys.isna(), "model"]).size:
+        said.append(f"{', '.join(map(_escaped, unknown))} on documents not known (pairs made before their manifest "
+                    "recorded the documents drawn; rebuilding the augment stage records them)")
+    return "; ".join(said)
+
+
 def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_to: str | None = None
            ) -> list[str]:
     columns = set(table.columns)
@@ -384,6 +435,7 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
                      "sts-dev Spearman of cosine on the dev set, STS-B dev unless train.dev_set names another; "
                      "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
                      "a task's main metric on its dev split), not the last.")
+    notes += _data_notes(table)
     notes += _interval_notes(table, compare_to)
     if DATA in columns:
         notes.append(f"{DATA}: the hash of the evaluation data a row was scored on. Scores on different data are not "
@@ -399,7 +451,7 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
                 compare_to: str | None = None) -> str:
     """GitHub-flavoured Markdown: missing scores as "—", intervals inside their score's cell, then notes on every
     column's protocol."""
-    derived = _derived(table.columns)
+    derived = _derived(table.columns) | {TRAINED_ON, DOCUMENTS}  # said in _data_notes
     columns = [c for c in table.columns if c not in derived]
     text = ("model", DATA, SEEDS, "kind", "objective", "corpus", "recipe")
     lines = [f"# {title}", "",

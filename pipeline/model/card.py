@@ -8,15 +8,19 @@ entry or loader depends on its content, so rewriting it inside a finished datase
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import tempfile
+from typing import NamedTuple
 
 import pandas as pd
 
 from pipeline.augment.objectives import PAIR_MAKERS
-from pipeline.leaderboard.table import ANALYSIS, MISSING, rankable_columns
+from pipeline.leaderboard.table import ANALYSIS, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
 from pipeline.model.transformer import ST_DIR
+from pipeline.train import devset
 from pipeline.train.config import TrainConfig
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 
@@ -53,7 +57,8 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
     return {
         "objective": cfg["objective"], "augmentation": run.views,
         "contrastive": cfg["contrastive"], "loss": cfg["loss"], "temperature": cfg["temperature"],
-        "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"], "recipe": run.recipe(),
+        "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"],
+        "recipe": ran_recipe(run.recipe(), cfg, extra.get("steps"), pairs),
         "base_model": parent["base_model"] if parent else model.get("base"),
         "architecture": parent["architecture"] if parent else _architecture(model.get("base"), model_config),
         "parameters": parent["parameters"] if parent else init.get("parameters"),
@@ -66,6 +71,100 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
 def _dataset(root: str, stage: str, fp: str) -> dict:
     path = dataset_path(root, stage, fp)
     return {"fingerprint": fp, "stage": stage, "rows": read_manifest(path).get("rows") if complete(path) else None}
+
+
+def ran_recipe(recipe: str, train: dict, steps: int | None, pairs: dict | None) -> str:
+    """`recipe` (TrainConfig.recipe, or an evaluate row's: it, then "from <parent>" and the dev selection) stating
+    what ran: its configured steps (max_steps, a ceiling the pairs may stop short of) replaced by ran()'s steps
+    taken, pairs read and what those were made from. `train`: the run's settings (a train manifest's
+    config["train"]); `pairs`: its pairs dataset's manifest, None when that dataset is gone."""
+    if steps is None:
+        return recipe
+    planned, taken = f", {train.get('max_steps') or 'all'} steps", ran(train, steps, pairs)
+    if taken in recipe:  # already restated (a card written since)
+        return recipe
+    # A recipe of another layout says what ran after what was configured, never only what was configured.
+    return recipe.replace(planned, f", {taken}", 1) if planned in recipe else f"{recipe}; ran {taken}"
+
+
+def ran(train: dict, steps: int, pairs: dict | None) -> str:
+    """"27 steps (max_steps 1000) on 1,728 of 1,750 pairs from 20,000 sentences of 96 documents": the steps taken,
+    the pairs they read (batch_size x grad_accumulation a step) of the pairs dataset's, and what those were made
+    from (drawn)."""
+    ceiling = train.get("max_steps")
+    text = f"{steps} steps" + (f" (max_steps {ceiling})" if ceiling and steps < ceiling else "")
+    if pairs is None or pairs.get("rows") is None:
+        return text
+    used = min(steps * train["batch_size"] * train.get("grad_accumulation", 1), pairs["rows"])
+    source = drawn(pairs)[0]
+    return f"{text} on {used:,} of {pairs['rows']:,} pairs" + (f" from {source}" if source else "")
+
+
+def drawn(pairs: dict) -> tuple[str | None, str | None]:
+    """What a pairs dataset (its manifest) was made from, and a key two datasets share when made from the same
+    data: the corpus documents drawn (record_drawn of pipeline.augment.objectives.common: "20,000 sentences of 96
+    documents", the digest of their ids) or supervised SimCSE's NLI triplets (a digest of their files). (None,
+    None) for pairs made before their manifest recorded it."""
+    if (record := pairs.get("drawn")) is not None:
+        documents = f"{record['documents']:,} documents"
+        sentences = record.get("sentences")
+        return (documents if sentences is None else f"{sentences:,} sentences of {documents}",
+                record["documents_digest"])
+    if "triplets" in pairs:
+        files = json.dumps(pairs.get("config", {}).get("files"), sort_keys=True, default=str)
+        return f"{pairs['triplets']:,} NLI triplets", f"nli-{hashlib.sha256(files.encode()).hexdigest()[:16]}"
+    return None, None
+
+
+class TrainedRun(NamedTuple):
+    """A leaderboard row's train run: its dataset, that dataset's manifest, its pairs dataset's manifest (None when
+    that dataset is gone), and whether the row is the model post-processed (evaluate.baselines.postprocess)."""
+    model_dir: str
+    train: dict
+    pairs: dict | None
+    postprocessed: bool
+
+
+def trained_runs(scores_inputs: dict[str, str], train_stage: str, pairs_stage: str) -> dict[str, TrainedRun]:
+    """{row: its TrainedRun} of each trained model among the leaderboard's scores datasets, which name their model,
+    and it its pairs, by fingerprint beside them in the same artifacts."""
+    runs = {}
+    for path in scores_inputs.values():
+        manifest = read_manifest(path)
+        if manifest["config"]["spec"]["kind"] != "trained":
+            continue
+        root = dataset_parts(path)[0]
+        model_dir = dataset_path(root, train_stage, manifest["inputs"]["model"])
+        train = read_manifest(model_dir)
+        pairs = dataset_path(root, pairs_stage, train["inputs"]["pairs"])
+        runs[manifest["config"]["model"]] = TrainedRun(model_dir, train, read_manifest(pairs) if complete(pairs) else
+                                                       None, bool(manifest["config"]["spec"].get("postprocess")))
+    return runs
+
+
+def restated(scores: pd.DataFrame, runs: dict[str, TrainedRun]) -> pd.DataFrame:
+    """The leaderboard's scores with each trained row's recipe stating what ran (ran_recipe, and the dev-selected
+    step where selection chose one; a post-processed row's recipe is its post-processing) and, in TRAINED_ON and
+    DOCUMENTS, what its pairs were made from (missing for pairs made before their manifest recorded it, and for
+    rows not trained)."""
+    scores = scores.assign(**{TRAINED_ON: None, DOCUMENTS: None})
+    for model, (_, train, pairs, postprocessed) in runs.items():
+        rows = scores["model"] == model
+        if not rows.any():
+            continue
+        text, key = drawn(pairs) if pairs is not None else (None, None)
+        for column, value in ((TRAINED_ON, text), (DOCUMENTS, key)):
+            scores.loc[rows, column] = value
+        if not postprocessed and "recipe" in scores.columns and pd.notna(said := scores.loc[rows, "recipe"].iloc[0]):
+            scores.loc[rows, "recipe"] = _row_recipe(said, train, pairs)
+    return scores
+
+
+def _row_recipe(recipe: str, train: dict, pairs: dict | None) -> str:
+    recipe = ran_recipe(recipe, train["config"]["train"], train.get("steps"), pairs)
+    if (chosen := devset.selected(train)) and devset.SELECTED not in recipe:  # rows scored before it was said
+        recipe += f", {chosen}"
+    return recipe
 
 
 def _architecture(base: str | None, config) -> str:
@@ -150,25 +249,20 @@ def write_card(st_dir: str, info: dict, scores: dict | None = None) -> None:
         put_file(f"{tmp}/{CARD}", f"{st_dir.rstrip('/')}/{CARD}")
 
 
-def update_cards(scores_inputs: dict[str, str], table: pd.DataFrame,
-                 train_stage: str) -> list[str]:
-    """Rewrite the card of every trained model among the leaderboard's scores datasets with its row's scores
-    (the table's score, average and analysis columns); `train_stage` is the train stage's name, under which
-    the artifacts hold the trained models. Returns the model directories whose cards it wrote."""
+def update_cards(runs: dict[str, TrainedRun], table: pd.DataFrame) -> list[str]:
+    """Rewrite the card of every trained model among the leaderboard's rows (`runs`: trained_runs) with its row's
+    scores (the table's score, average and analysis columns; not a post-processed row's, which are not the
+    model's) and a recipe that states what ran (ran_recipe: a card written before it said max_steps). Returns the
+    model directories whose cards it wrote."""
     columns = [c for c in (*rankable_columns(), *ANALYSIS) if c in table.columns]
     rows = table.set_index("model")
     written = []
-    for path in scores_inputs.values():
-        manifest = read_manifest(path)
-        name = manifest["config"]["model"]
-        if manifest["config"]["spec"]["kind"] != "trained" or name not in rows.index:
+    for name, (model_dir, train, pairs, postprocessed) in runs.items():
+        info = train.get("card")
+        if info is None or postprocessed or name not in rows.index:  # a model trained before cards has none
             continue
-        # A trained model is a train dataset beside the scores, which the manifest names by fingerprint.
-        model_dir = dataset_path(dataset_parts(path)[0], train_stage, manifest["inputs"]["model"])
-        info = read_manifest(model_dir).get("card")
-        if info is None:  # a model trained before cards were written has no card to update
-            continue
+        recipe = ran_recipe(info["recipe"], train["config"]["train"], train.get("steps"), pairs)
         scores = {c: float(rows.at[name, c]) for c in columns if pd.notna(rows.at[name, c])}
-        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name}, scores)
+        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name, "recipe": recipe}, scores)
         written.append(model_dir)
     return written
