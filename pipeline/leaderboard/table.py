@@ -37,13 +37,14 @@ from pipeline.evaluate.names import (AVERAGES, AVG_DOWNSTREAM_DECLUTR, AVG_PAIRS
                                      rankable_columns)
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
+from pipeline.leaderboard.readouts import READOUT, matched_intervals, notes as readout_notes
 from pipeline.leaderboard.intervals import (CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD,
-                                             SUFFIXES, add_intervals)
+                                             SUFFIXES)
 from pipeline.leaderboard.seeds import aggregate, groups
 from pipeline.train.devset import SELECTED
 from storage import put_file
 
-META = ("kind", "objective", "parameters", "dimension", "corpus")  # shown when the scores carry them
+META = ("kind", "objective", "parameters", "dimension", "corpus", READOUT)  # shown when the scores carry them
 ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
 MISSING = "—"
 DATA = "data"  # the cumulative table's: the evaluation data's hash, by which its rows are sectioned
@@ -223,7 +224,7 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
         raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this leaderboard "
                           f"(rows: {', '.join(map(str, table['model']))})")
     if items is not None:
-        table = add_intervals(table, items, compare_to)[0]
+        table = matched_intervals(table, items, compare_to)  # each row against the reference read as it is
     column = rank_column(table, rank_by)
     return table if column is None else ranked(table, column)
 
@@ -436,6 +437,7 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
                      "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
                      "a task's main metric on its dev split), not the last.")
     notes += _data_notes(table)
+    notes += readout_notes(table, compare_to)
     notes += _interval_notes(table, compare_to)
     if DATA in columns:
         notes.append(f"{DATA}: the hash of the evaluation data a row was scored on. Scores on different data are not "
@@ -453,7 +455,7 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
     column's protocol."""
     derived = _derived(table.columns) | {TRAINED_ON, DOCUMENTS}  # said in _data_notes
     columns = [c for c in table.columns if c not in derived]
-    text = ("model", DATA, SEEDS, "kind", "objective", "corpus", "recipe")
+    text = ("model", DATA, SEEDS, "kind", "objective", "corpus", READOUT, "recipe")
     lines = [f"# {title}", "",
              "| " + " | ".join(map(_escaped, columns)) + " |",
              "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
