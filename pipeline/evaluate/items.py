@@ -15,7 +15,9 @@ same data, so two models' items pair up by position):
   them once per set (`run_group`).
 
 The records go to ITEMS in the evaluate dataset's directory, beside its score shards (which `read_table` reads;
-this file it does not).
+this file it does not). Its leading "_" keeps it out of `pd.read_parquet(<evaluate dir>)` and any pyarrow dataset
+discovery, which would otherwise read the items in place of the scores; `read` still finds OLD_ITEMS, the name
+datasets written before kept them under.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ITEMS = "items.parquet"
+ITEMS = "_items.parquet"
+OLD_ITEMS = "items.parquet"
 SCHEMA = pa.schema([
     ("task", pa.string()),
     ("protocol", pa.string()),
@@ -82,8 +85,9 @@ def write(items: list[Items], directory: str) -> None:
 
 def read(dataset: str) -> pd.DataFrame | None:
     """A finished evaluate dataset's items, or None for one written before they were kept."""
-    fs, path = fsspec.core.url_to_fs(f"{dataset.rstrip('/')}/{ITEMS}")
-    if not fs.exists(path):
-        return None
-    with fs.open(path, "rb") as f:
-        return pq.read_table(f).to_pandas()
+    fs, root = fsspec.core.url_to_fs(dataset.rstrip("/"))
+    for name in (ITEMS, OLD_ITEMS):
+        if fs.exists(f"{root}/{name}"):
+            with fs.open(f"{root}/{name}", "rb") as f:
+                return pq.read_table(f).to_pandas()
+    return None
