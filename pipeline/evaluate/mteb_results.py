@@ -6,7 +6,8 @@ The layout and fields are those of mteb 2.x's ResultCache.save_to_cache and Task
 is the model's fingerprint, which tells two models of one name apart as the cumulative leaderboard does) beside a
 `model_meta.json` naming the model and revision. Each task file holds `task_name`, `dataset_revision` (the
 evaluation data's hash: TaskResult requires a string), `mteb_version` (null: not scored by mteb), `scores` as
-{split: [{<metric>: value, ..., "main_score", "hf_subset": "default", "languages"}]} rounded to 6 places as
+{split: [{<metric>: value, ..., "main_score", "hf_subset": "default", "languages"}]} for the test split alone
+(where a task has one: TaskResult.get_score() averages every split in the file) rounded to 6 places as
 to_disk rounds them, `evaluation_time` (seconds of the task's evaluation unit), `kg_co2_emissions` (null), `date`
 (when the model was scored) and `evaluation_phases` (null).
 
@@ -96,7 +97,7 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
         name = task_name(task, test)
         main = next(iter(names.values()))
         splits: dict[str, dict] = defaultdict(dict)
-        for r in scored:
+        for r in _reported(scored):
             splits[r["split"]][names[r["metric"]]] = _value(r)
         languages = MTEB_LANGUAGES if task in SIMILARITY_TASKS else []  # SentEval's are English; the user's, unknown
         out[name] = {
@@ -111,6 +112,15 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
             "evaluation_phases": None,
         }
     return out
+
+
+def _reported(rows: list[dict]) -> list[dict]:
+    """The rows of the split MTEB reports: the test split where there is one. TaskResult.get_score() averages the
+    main score over every split in the file, so STS-B's dev rows beside its test rows made it read the mean of
+    the two; MTEB itself writes only a task's evaluation splits (test for its STS tasks). The dev rows stay in
+    the evaluate dataset's scores."""
+    test = [r for r in rows if r["split"] == "test"]
+    return test or rows
 
 
 def _value(row: dict) -> float | None:
