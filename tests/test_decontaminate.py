@@ -51,14 +51,17 @@ STSB_ROWS = [(LONG, "A man plays the flute.", 3.8), (OTHER, "A person cuts a veg
              (SHORT, "Budget passed.", 1.0)]
 
 
-@pytest.fixture(scope="module")
-def documents(tmp_path_factory):
-    """The filter stage's dataset of DOCS (its schema, as the stage reads it) and a tokenizer directory."""
-    art = tmp_path_factory.mktemp("decont")
+def filtered(art, docs: dict[str, str]) -> tuple[str, str]:
+    """(artifacts, the filter stage's dataset of `docs` there, in its schema, as the stage reads it)."""
     with DatasetWriter(str(art), "filter", "f" * 16, config={}, inputs={}, schema=SCHEMA) as out:
         out.write([{"doc_id": k, "source": "hand", "title_or_url": k, "text": v, "n_tokens": 0, "lang": None,
-                    "lang_score": None} for k, v in DOCS.items()])
+                    "lang_score": None} for k, v in docs.items()])
     return str(art), dataset_path(str(art), "filter", "f" * 16)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    return filtered(tmp_path_factory.mktemp("decont"), DOCS)
 
 
 def build(documents, tmp_path, mode="drop", rows=STSB_ROWS, tokenizer=None):

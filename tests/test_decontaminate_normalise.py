@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.decontaminate.match import masked, word_spans
 from pipeline.decontaminate.ngrams import word_lists
-from tests.test_decontaminate import FILLER, build
+from tests.test_decontaminate import FILLER, build, filtered
 
 # SentEval's STS files: tokenized, a space before the final full stop and inside contractions.
 GIRL = "a girl is styling her hair with a brush ."  # 9 words: looked up whole
@@ -38,14 +38,7 @@ DIRTY = {"girl-inside", "dog-contracted", "dog-treebank", "sunny-running", "sing
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory):
-    from pipeline.filter.stage import SCHEMA
-    from storage import DatasetWriter, dataset_path
-
-    art = tmp_path_factory.mktemp("decont-norm")
-    with DatasetWriter(str(art), "filter", "e" * 16, config={}, inputs={}, schema=SCHEMA) as out:
-        out.write([{"doc_id": k, "source": "hand", "title_or_url": k, "text": v, "n_tokens": 0, "lang": None,
-                    "lang_score": None} for k, v in DOCS.items()])
-    return str(art), dataset_path(str(art), "filter", "e" * 16)
+    return filtered(tmp_path_factory.mktemp("decont-norm"), DOCS)
 
 
 def test_evaluation_text_is_dropped_however_it_was_written_and_clean_text_is_kept(documents, tmp_path):
