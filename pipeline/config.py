@@ -298,16 +298,11 @@ def _set(data: dict, path: list[str], value: Any, what: str) -> None:
 DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **replace: Any) -> Config:
-    """Load YAML (without a path: configs/default.yaml, the small CPU demo: the papers' defaults with what it
-    changes), apply `--set` overrides and validate; a key a profile leaves out takes its section's default.
-
-    `replace` holds values from dedicated CLI options (artifacts, corpus sources,
-    eval data) as dotted keys, applied after the overrides.
-    """
-    p = Path(path) if path is not None else DEFAULT_PROFILE
+def read_profile(p: Path, extending: tuple[Path, ...] = ()) -> dict:
+    """A profile's settings, on top of those of the profile it `extends` (a path relative to it): sections merge
+    key by key, anything else (a list, a value) replaces the parent's."""
     if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+        raise ConfigError(f"config file not found: {p}" + (f" (extended by {extending[-1]})" if extending else ""))
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
@@ -316,6 +311,30 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{where}: not valid YAML: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
+    if (parent := data.pop("extends", None)) is None:
+        return data
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{p}: extends: expected the path of another profile, got {parent!r}")
+    base = (p.parent / parent).resolve()
+    if base in (*extending, p.resolve()):
+        raise ConfigError(f"{p}: extends {parent}, which extends it in turn")
+    return _merged(read_profile(base, (*extending, p.resolve())), data)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    return {**base, **{k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                       for k, v in over.items()}}
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **replace: Any) -> Config:
+    """Load YAML (without a path: configs/default.yaml, the small CPU demo: the papers' defaults with what it
+    changes), apply `--set` overrides and validate; a key a profile leaves out takes its section's default.
+
+    `replace` holds values from dedicated CLI options (artifacts, corpus sources,
+    eval data) as dotted keys, applied after the overrides.
+    """
+    p = Path(path) if path is not None else DEFAULT_PROFILE
+    data = read_profile(p)
     apply_overrides(data, list(overrides or []))
     for key, value in replace.items():
         if value is not None:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -35,6 +37,36 @@ def test_declutr_small_profile_follows_the_paper():
     assert cfg.model.base == "distilroberta-base"
     assert (cfg.augment.min_length, cfg.augment.max_length) == (32, 512)
     assert cfg.train.lr == 5e-5 and cfg.train.temperature == 0.05 and cfg.train.weight_decay == 0.1
+
+
+def test_declutr_base_extends_declutr_small_with_roberta_base():
+    base, small = load_config(ROOT / "configs/declutr-base.yaml"), load_config(ROOT / "configs/declutr-small.yaml")
+    assert base.model.base == "roberta-base"
+    assert base.model_copy(update={"model": small.model}).model_dump() == small.model_dump()
+
+
+def test_a_profile_extends_another_section_by_section(tmp_path):
+    (tmp_path / "parent.yaml").write_text(
+        "seeds: [0, 1]\ntrain: {lr: 0.01, batch_size: 8}\ncorpus: {sources: [a.txt, b.txt]}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub/child.yaml").write_text(
+        "extends: ../parent.yaml\ntrain: {lr: 0.02}\ncorpus: {sources: [c.txt]}\n")
+    cfg = load_config(tmp_path / "sub/child.yaml", ["train.batch_size=4"])
+    assert cfg.seeds == [0, 1]  # kept from the parent
+    assert (cfg.train.lr, cfg.train.batch_size) == (0.02, 4)  # a section merges key by key; --set last
+    assert [Path(s).name for s in cfg.corpus.sources] == ["c.txt"]  # a list replaces the parent's
+
+
+@pytest.mark.parametrize("text, message", [
+    ("extends: self.yaml\n", "self.yaml: extends self.yaml, which extends it in turn"),
+    ("extends: gone.yaml\n", "config file not found: .*gone.yaml \\(extended by .*self.yaml\\)"),
+    ("extends: [a.yaml]\n", "self.yaml: extends: expected the path of another profile"),
+])
+def test_a_bad_extends_is_one_line_naming_the_profile(tmp_path, text, message):
+    (tmp_path / "self.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(tmp_path / "self.yaml")
+    assert "\n" not in str(e.value)
 
 
 def test_set_overrides_nested_values_and_parses_yaml_scalars():
