@@ -170,7 +170,7 @@ def cmd_embed(args) -> int:
 def cmd_inspect(args) -> int:
     from storage.inspection import show
 
-    show(args.path, rows=args.rows)
+    show(args.path, rows=args.rows, order=NAMES, dropped=args.dropped)
     return 0
 
 
@@ -219,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")
     p_inspect.add_argument("path")
     p_inspect.add_argument("--rows", type=_at_least(0), default=5, help="first rows to show (default 5)")
+    p_inspect.add_argument("--dropped", action="store_true",
+                           help="the documents the dataset's stage dropped, each with its reason (filter, decontaminate)")
     p_inspect.set_defaults(fn=cmd_inspect)
     return parser
 

@@ -1,12 +1,16 @@
-"""What `cpipe inspect` prints: one dataset in detail, or every dataset under an artifacts directory.
+"""What `cpipe inspect` prints: one dataset in detail (or the rows it dropped, `dropped=True`), or every dataset
+under an artifacts directory, in the run's order of stages.
 
 Either way each dataset's shards are checked against its manifest (`storage.verify`): a damaged one is
-reported in one line naming the file, and inspect fails."""
+reported in one line naming the file, and inspect fails. Off a terminal (a pipe, a file) lines are not cut at 80
+columns, so a path or a detail reaches grep whole."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
+from collections.abc import Sequence
 
 import fsspec
 import pyarrow.parquet as pq
@@ -14,6 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from storage.dataset import MANIFEST, DamagedDataset, DatasetError, list_datasets, read_manifest, shards, verify
+from storage.dropped import read_dropped
+
+WIDE = 100_000  # columns off a terminal: a line as long as its content
 
 
 def _age(created: float | None) -> str:
@@ -26,9 +33,19 @@ def _age(created: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
-def show(path: str, rows: int = 5, console: Console | None = None) -> None:
-    console = console or Console()
+def default_console() -> Console:
+    """The terminal's width on a terminal, else lines as long as they are."""
+    on_terminal = Console()
+    return on_terminal if on_terminal.is_terminal else Console(width=WIDE)
+
+
+def show(path: str, rows: int = 5, console: Console | None = None, order: Sequence[str] = (),
+         dropped: bool = False) -> None:
+    """`order`: the stages' names in the order a run builds them, for the listing (others after, by name)."""
+    console = console or default_console()
     fs, p = fsspec.core.url_to_fs(path)
+    if dropped:
+        return _show_dropped(path, console, fs.exists(f"{p}/{MANIFEST}"))
     if fs.exists(f"{p}/{MANIFEST}"):
         manifest = read_manifest(path)
         console.print_json(json.dumps(manifest, default=str))
@@ -49,7 +66,10 @@ def show(path: str, rows: int = 5, console: Console | None = None) -> None:
     datasets = list_datasets(path)
     if not datasets:
         raise DatasetError(f"{path}: no finished stage datasets here")
-    table = Table("stage", "fingerprint", "rows", "age", "state", "path", title=f"datasets under {path}")
+    rank = {name: i for i, name in enumerate(order)}
+    datasets.sort(key=lambda d: (rank.get(d["stage"], len(rank)), d["stage"], d["created"] or 0))
+    table = Table("stage", "fingerprint", "rows", "age", "state", title=f"datasets under {path}")
+    table.add_column("path", overflow="fold")  # folded on a narrow terminal, never cut
     damaged = []
     for d in datasets:
         try:
@@ -64,6 +84,26 @@ def show(path: str, rows: int = 5, console: Console | None = None) -> None:
     if damaged:
         more = f" (and {len(damaged) - 1} more marked damaged above)" if len(damaged) > 1 else ""
         raise DamagedDataset(damaged[0].path, f"{damaged[0].what}{more}")
+
+
+def _show_dropped(path: str, console: Console, is_dataset: bool) -> None:
+    """Every row the dataset's stage dropped, after a count per reason."""
+    if not is_dataset:
+        raise DatasetError(f"{path}: --dropped shows one stage dataset's dropped rows; this is no dataset")
+    dropped = read_dropped(path)
+    if dropped is None:
+        stage = read_manifest(path)["stage"]
+        raise DatasetError(f"{path}: no record of dropped rows (this {stage} dataset was written before they were "
+                           "kept, or its stage keeps none: the filter and decontaminate stages do)")
+    reasons = Counter(dropped.column("reason").to_pylist())
+    console.print(f"dropped: {dropped.num_rows}" + "".join(f"  {r}: {n}" for r, n in sorted(reasons.items())))
+    if dropped.num_rows:
+        table = Table(title=f"dropped rows of {path}")
+        for name in dropped.column_names:
+            table.add_column(name, overflow="fold")
+        for record in dropped.to_pylist():
+            table.add_row(*record.values())
+        console.print(table)
 
 
 def _short(value, width: int = 60) -> str:

@@ -6,13 +6,18 @@ from __future__ import annotations
 import os
 
 import pandas as pd
+import pyarrow.dataset as ds
 
+from flows.cli import main
 from pipeline.config import Config
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.stage import run_stage
-from storage import read_table
+from storage import dataset_parts, dataset_path, read_manifest, read_table
+from storage.dropped import read_dropped
+from tests.test_decontaminate import DIRTY, DOCS, build, documents  # noqa: F401  (a fixture)
+from tests.test_filter import stages  # noqa: F401  (a fixture)
 
 
 def test_pandas_reads_an_evaluate_datasets_scores_and_the_items_stay_readable(evaluate_setup, tmp_path):
@@ -26,3 +31,72 @@ def test_pandas_reads_an_evaluate_datasets_scores_and_the_items_stay_readable(ev
     # a dataset written before the items were renamed keeps them under the old name
     os.rename(f"{out}/{test_items.ITEMS}", f"{out}/{test_items.OLD_ITEMS}")
     pd.testing.assert_frame_equal(test_items.read(out), kept)
+
+
+def titles(filtered: str) -> dict[str, str]:
+    """doc_id -> the corpus file's name, from the corpus dataset the filter read."""
+    art, _, _ = dataset_parts(filtered)
+    corpus = read_table(dataset_path(art, "corpus", read_manifest(filtered)["inputs"]["corpus"])).to_pandas()
+    return dict(zip(corpus["doc_id"], corpus["title_or_url"]))
+
+
+def test_the_filter_records_each_dropped_document_with_its_reason_and_what_was_seen(stages):
+    path = stages(language="en", near_dedup=True)
+    dropped = read_dropped(path).to_pandas()
+    name = titles(path)
+    id_of = {v: k for k, v in name.items()}
+    why = {name[d]: (reason, detail) for d, reason, detail in dropped.itertuples(index=False)}
+    assert {k: reason for k, (reason, _) in why.items()} == {
+        "en-short": "too_short", "zz-copy": "duplicate", "de-1": "language", "zz-near": "near_duplicate"}
+    assert why["zz-copy"][1] == f"same text as {id_of['en-1']}"
+    assert why["zz-near"][1].startswith(f"like {id_of['en-1']} (estimated Jaccard 0.")
+    assert why["de-1"][1].startswith("de (p=") and why["de-1"][1].endswith("kept: en (p>=0.65)")
+    tokens, _ = why["en-short"][1].split(" tokens, fewer than ")
+    assert int(tokens) < 100 and why["en-short"][1].endswith("fewer than 100")
+    counts = read_manifest(path)["counts"]
+    assert dropped["reason"].value_counts().to_dict() == {k: v for k, v in counts.items() if k != "kept"}
+    assert read_manifest(path)["dropped"] == {"file": "_dropped.parquet", "rows": 4}
+    # the dataset's readers see the kept documents alone
+    kept = read_table(path).to_pandas()
+    pd.testing.assert_frame_equal(pd.read_parquet(path), kept)
+    assert ds.dataset(path).to_table().num_rows == len(kept) == 3
+
+
+def test_a_filter_that_drops_nothing_records_none(stages):
+    path = stages(min_tokens=0, dedup=False)
+    assert read_dropped(path).num_rows == 0 and read_manifest(path)["dropped"]["rows"] == 0
+
+
+def test_decontaminate_records_each_dropped_document_with_the_tasks_it_held(documents, tmp_path):
+    built = build(documents, tmp_path)
+    dropped = read_dropped(built).to_pylist()
+    assert sorted((r["doc_id"], r["reason"], r["detail"]) for r in dropped) == \
+        [(d, "contaminated", "STSB") for d in sorted(DIRTY)]
+    pd.testing.assert_frame_equal(pd.read_parquet(built), read_table(built).to_pandas())
+    assert len(pd.read_parquet(built)) == len(DOCS) - len(DIRTY)
+    # masked documents are kept: none is dropped
+    assert read_dropped(build(documents, tmp_path / "report", "report")).num_rows == 0
+
+
+def test_inspect_dropped_prints_every_dropped_document_and_says_when_none_were_recorded(documents, tmp_path,
+                                                                                        capsys):
+    built = build(documents, tmp_path)
+    assert main(["inspect", built, "--dropped"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "dropped: 3  contaminated: 3"
+    assert all(f"{d} " in out for d in DIRTY) and not any(f"{d} " in out for d in set(DOCS) - DIRTY)
+    _, filtered = documents  # written by hand, as a dataset from before dropped rows were kept
+    assert main(["inspect", filtered, "--dropped"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no record of dropped rows (this filter dataset" in err, err
+
+
+def test_inspect_lists_stages_in_the_runs_order_and_prints_whole_paths_off_a_terminal(stages, capsys):
+    path = stages()
+    art = path.rsplit("/", 2)[0]
+    assert main(["inspect", art]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = [line.split("│")[1].strip() for line in lines if line.count("│") > 5 and "fingerprint" not in line]
+    assert listed == sorted(listed, key=["corpus", "tokenizer", "filter"].index) and set(listed) == {
+        "corpus", "tokenizer", "filter"}
+    assert sum(path in line for line in lines) == 1  # whole, on one line

@@ -3,7 +3,8 @@ from them (back-translations, every objective's pairs, the fastText baseline, po
 
 Every sentence the run will score (pipeline.decontaminate.evalsets) is indexed by its word n-grams
 (pipeline.decontaminate.ngrams); a document holding any of them is dropped, masked or only counted
-(`decontaminate.mode`), and the manifest counts the documents per evaluation task (`contaminated_by_task`).
+(`decontaminate.mode`), and the manifest counts the documents per evaluation task (`contaminated_by_task`);
+in "drop" mode `_dropped.parquet` (storage.dropped) names each dropped document and the tasks it held text of.
 The fingerprint holds the hash of the sorted n-gram set, not the files': evaluation data rewritten, reordered or
 moved keeps the documents; a sentence added or edited rebuilds them. The tokenizer stays trained on the whole
 corpus (it comes before the filter, which counts tokens with it): evaluation words in its vocabulary teach the
@@ -31,6 +32,7 @@ from pipeline.filter.docstats import count_tokens, tokenizer
 from pipeline.filter.stage import SCHEMA
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches
+from storage.dropped import DroppedLog
 
 # Where the evaluation text is read from: its n-grams' hash, not these paths, is what the fingerprint holds.
 RUNTIME = {"data": None, "transfer": True, "dev_sets": []}
@@ -85,20 +87,25 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     if not index.tasks:
         log.warning("decontaminate: no evaluation sentence to keep out of training (evaluate.data: %s)", where["data"])
     matcher, by_task, mode, total = Matcher(index), Counter(), config["mode"], 0
-    for batch in iter_batches(inputs["documents"], batch_size=BATCH):
-        total += batch.num_rows
-        table = pa.Table.from_batches([batch])
-        hits = matcher.find(batch.column("text"))
-        dirty = [i for i, h in enumerate(hits) if h]
-        for i in dirty:
-            by_task.update(matcher.tasks_of(hits[i]))
-        out.count("contaminated", len(dirty))
-        if mode == "drop":
-            table = table.filter(pa.array([not h for h in hits]))
-        elif mode == "mask" and dirty:
-            table = _masked(table, hits, dirty, inputs["tokenizer"], out)
-        out.write(table)
-        out.count("kept", table.num_rows)
+    with DroppedLog(out) as dropped:
+        for batch in iter_batches(inputs["documents"], batch_size=BATCH):
+            total += batch.num_rows
+            table = pa.Table.from_batches([batch])
+            hits = matcher.find(batch.column("text"))
+            dirty = [i for i, h in enumerate(hits) if h]
+            doc_ids = batch.column("doc_id").to_pylist()
+            for i in dirty:
+                tasks = matcher.tasks_of(hits[i])
+                by_task.update(tasks)
+                if mode == "drop":
+                    dropped.add(doc_ids[i], "contaminated", ", ".join(sorted(tasks)))
+            out.count("contaminated", len(dirty))
+            if mode == "drop":
+                table = table.filter(pa.array([not h for h in hits]))
+            elif mode == "mask" and dirty:
+                table = _masked(table, hits, dirty, inputs["tokenizer"], out)
+            out.write(table)
+            out.count("kept", table.num_rows)
     out.extra["contaminated_by_task"] = dict(sorted(by_task.items()))
     out.extra["index"] = {task: {**index.stats[task], "ngrams": sum(map(len, index.tasks[task].values()))}
                           for task in sorted(index.tasks)}
@@ -119,5 +126,6 @@ def _masked(table: pa.Table, hits: list, dirty: list[int], tokenizer_path: str, 
 
 
 # 2: both sides normalised as ngrams.simplified says (contractions, no empty words, digits): other matches.
-STAGE = Stage(name="decontaminate", version="2", flow="data", section="decontaminate", config=config, inputs=inputs,
+# 3: _dropped.parquet beside the shards, each dropped document with the tasks it held (the shards are unchanged).
+STAGE = Stage(name="decontaminate", version="3", flow="data", section="decontaminate", config=config, inputs=inputs,
               run=run, schema=SCHEMA, runtime=RUNTIME, check=check)

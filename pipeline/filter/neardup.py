@@ -135,14 +135,20 @@ class NearDuplicates:
     def seen(self, signature: np.ndarray) -> bool:
         """True if a kept document is a near-duplicate of the one with this signature (computed here or on a
         worker with the same parameters); otherwise keep that document and return False."""
+        return self.match(signature) is not None
+
+    def match(self, signature: np.ndarray) -> tuple[int, float] | None:
+        """`seen`, saying which: (the kept document's number, counted from 0 in the order kept, and the two's
+        estimated Jaccard similarity) for a near-duplicate, else None, the document kept."""
         keys = [signature[i * self.rows : (i + 1) * self.rows].tobytes() for i in range(self.bands)]
-        candidates = {bucket[key] for bucket, key in zip(self.buckets, keys) if key in bucket}
+        candidates = sorted({bucket[key] for bucket, key in zip(self.buckets, keys) if key in bucket})
         for doc in candidates:
             # Confirming on the whole signature drops band collisions of dissimilar documents.
-            if np.count_nonzero(self.signatures[doc] == signature) >= self.threshold * self.num_perm:
-                return True
+            agree = int(np.count_nonzero(self.signatures[doc] == signature))
+            if agree >= self.threshold * self.num_perm:
+                return doc, agree / self.num_perm
         doc = len(self.signatures)
         self.signatures.append(signature)
         for bucket, key in zip(self.buckets, keys):
             bucket.setdefault(key, doc)
-        return False
+        return None

@@ -1,5 +1,6 @@
 """filter stage: count tokens, identify the language, keep long documents in the wanted
-language, and drop exact (and optionally near) duplicates; the manifest counts every drop.
+language, and drop exact (and optionally near) duplicates; the manifest counts every drop, and
+`_dropped.parquet` (storage.dropped) names each dropped document with its reason and what was seen.
 
 The per-document work (pipeline.filter.docstats) runs batch by batch through
 `ordered_map`, serially or on worker processes or Ray; the keep/drop decisions
@@ -24,6 +25,7 @@ from pipeline.filter.neardup import NearDuplicates
 from pipeline.parallel import ordered_map
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches, read_manifest
+from storage.dropped import DroppedLog
 
 SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32())) \
     .append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float32()))
@@ -56,7 +58,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         if config["language"] else None
     near_threshold = config["near_dedup_threshold"] if config["near_dedup"] else None
     near = NearDuplicates(threshold=near_threshold) if near_threshold else None
-    seen: set[bytes] = set()
+    seen = _Seen(near)
     total, longest, kept = read_manifest(inputs["corpus"])["rows"], 0, 0
     batches: deque[pa.RecordBatch] = deque()
 
@@ -66,10 +68,11 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             yield batch.column("text").to_pylist(), inputs["tokenizer"], langid_model, near_threshold
 
     results = ordered_map(analyse, jobs(), settings["backend"], settings["workers"])
-    with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar:
+    with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar, DroppedLog(out) as dropped:
         for result in results:
             batch = batches.popleft()
-            keep = [_decide(config, i, result, seen, near, out) for i in range(batch.num_rows)]
+            keep = [_keep(config, doc_id, i, result, seen, out, dropped)
+                    for i, doc_id in enumerate(batch.column("doc_id").to_pylist())]
             table = pa.Table.from_batches([batch]).append_column("n_tokens", pa.array(result["n_tokens"], pa.int32())) \
                 .append_column("lang", pa.array(result["lang"], pa.string())) \
                 .append_column("lang_score", pa.array(result["lang_score"], pa.float32()))
@@ -90,26 +93,46 @@ def _nothing_kept(config: dict, total: int, longest: int, counts) -> str:
     return f"no document kept: of {total} documents, dropped {dropped} (language wanted: {config['language']})"
 
 
-def _decide(config: dict, i: int, result: dict, seen: set, near: NearDuplicates | None, out) -> bool:
-    """Keep document i of the batch? Counts the reason when not. Order matters: cheapest checks first."""
+class _Seen:
+    """The documents seen so far, by what a later one may repeat: each exact-duplicate key's first document, and
+    the documents the near-duplicate index kept, in its order."""
+
+    def __init__(self, near: NearDuplicates | None):
+        self.exact: dict[bytes, str] = {}
+        self.near, self.near_kept = near, []
+
+
+def _keep(config: dict, doc_id: str, i: int, result: dict, seen: _Seen, out, dropped: DroppedLog) -> bool:
+    """Keep document i of the batch? When not, its reason is counted and it is logged with what was seen."""
+    why = _drop(config, doc_id, i, result, seen)
+    if why is None:
+        return True
+    out.count(why[0])
+    dropped.add(doc_id, *why)
+    return False
+
+
+def _drop(config: dict, doc_id: str, i: int, result: dict, seen: _Seen) -> tuple[str, str] | None:
+    """(reason, detail) for dropping document i of the batch, or None to keep it. Order matters: cheapest first."""
     if result["n_tokens"][i] < config["min_tokens"]:
-        out.count("too_short")
-        return False
+        return "too_short", f"{result['n_tokens'][i]} tokens, fewer than {config['min_tokens']}"
     if config["dedup"]:
         key = result["keys"][i]
-        if key in seen:
-            out.count("duplicate")
-            return False
-        seen.add(key)
-    if config["language"] and (result["lang"][i] != config["language"]
-                               or result["lang_score"][i] < config["min_lang_score"]):
-        out.count("language")
-        return False
-    if near is not None and near.seen(result["signatures"][i]):
-        out.count("near_duplicate")
-        return False
-    return True
+        if key in seen.exact:
+            return "duplicate", f"same text as {seen.exact[key]}"
+        seen.exact[key] = doc_id
+    lang, score = result["lang"][i], result["lang_score"][i]
+    if config["language"] and (lang != config["language"] or score < config["min_lang_score"]):
+        return "language", f"{lang} (p={score:.3f}); kept: {config['language']} (p>={config['min_lang_score']})"
+    if seen.near is not None:
+        match = seen.near.match(result["signatures"][i])
+        if match is None:
+            seen.near_kept.append(doc_id)
+        else:
+            return "near_duplicate", f"like {seen.near_kept[match[0]]} (estimated Jaccard {match[1]:.2f})"
+    return None
 
 
-STAGE = Stage(name="filter", version="2", flow="data", section="filter", config=config, inputs=inputs, run=run,
+# 3: _dropped.parquet beside the shards, each dropped document with its reason (the shards are unchanged).
+STAGE = Stage(name="filter", version="3", flow="data", section="filter", config=config, inputs=inputs, run=run,
               schema=SCHEMA, runtime=RUNTIME, needs_ray=needs_ray)
