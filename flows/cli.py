@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval = sub.add_parser("evaluate", help="score model directories or hub names (HF or sentence-transformers) "
                             "and add them to the cumulative leaderboard")
     p_eval.add_argument("--model", action="append", required=True,
-                        help="a model directory or hub name; repeat for several; the row is named by its directory")
+                        help="a model directory or hub name; repeat for several; the row is named by its directory "
+                        "(a run's train dataset: by its run)")
     p_eval.add_argument("--eval-data", help="evaluation tasks: a directory in SentEval's layout, STS pair files and/or "
                         "retrieval (BEIR), clustering, pairclass and reranking tasks (README, Evaluation), or one "
                         "pair file (default: the config's evaluate.data, public STS sets)")

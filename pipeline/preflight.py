@@ -11,6 +11,7 @@ from pipeline import registry
 from pipeline.config import Config, load_config
 from pipeline.config_base import unusable_name
 from pipeline.errors import ConfigError, InputError
+from pipeline.evaluate.given import row_name
 from pipeline.model.locate import is_hub_name
 from storage import check_writable
 
@@ -64,11 +65,11 @@ def _local_files_exist(data: str | dict[str, str] | None) -> None:
 
 def model_rows(models: list[str]) -> list[str]:
     """`cpipe evaluate --model`'s rows, as pipeline.evaluate.stage.user_models names them: a hub name (org/name,
-    which MTEB's folder spells org__name), or the directory's name, which names its folder of MTEB results and so
-    must be one path component."""
+    which MTEB's folder spells org__name), or the directory's name (a run's train dataset: its run's), which names
+    its folder of MTEB results and so must be one path component."""
     names = []
     for model in models:
-        names.append(model if is_hub_name(model) else os.path.basename(os.path.abspath(model)))
+        names.append(row_name(model))
         if not is_hub_name(model) and (why := unusable_name(names[-1])):
             raise InputError(f"--model: the directory name {names[-1]!r} names its row, and is no usable name: {why}")
     return names

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.dataset as ds
@@ -100,3 +101,30 @@ def test_inspect_lists_stages_in_the_runs_order_and_prints_whole_paths_off_a_ter
     assert listed == sorted(listed, key=["corpus", "tokenizer", "filter"].index) and set(listed) == {
         "corpus", "tokenizer", "filter"}
     assert sum(path in line for line in lines) == 1  # whole, on one line
+
+
+def test_evaluate_model_names_a_runs_train_dataset_by_its_run_and_says_its_objective(evaluate_setup, tmp_path):
+    """A train dataset (a tiny export under train/<fp>, its manifest holding the run's settings) that the
+    pipeline's evaluate stage scored as the run "declutr-small" (the real stage), then given to --model."""
+    from pipeline.preflight import model_rows
+    from storage import DatasetWriter
+    from tests.helpers import tiny_model
+
+    art = str(tmp_path / "art")
+    with DatasetWriter(art, "train", "a1b2c3d4e5f60718", config={"train": {"objective": "declutr"}},
+                       inputs={}) as out:
+        tiny_model(Path(out.local_dir))
+    cfg = Config(evaluate=EvaluateConfig(data=evaluate_setup["data"], batch_size=16, transfer=False))
+    row = evaluate.Row("declutr-small", {"kind": "trained"}, {"model": out.path},
+                       {"objective": "declutr", "corpus": "sotu"})
+    run_stage(evaluate.STAGE, evaluate.config(cfg, row), row.inputs, art)
+    assert evaluate.user_models([out.path]) == {"model/declutr-small": out.path}
+    assert model_rows([out.path]) == ["declutr-small"]  # the pre-flight's names, the same
+    about = evaluate.model_row("declutr-small", out.path).about
+    assert (about["objective"], about["corpus"]) == ("declutr", "sotu")
+    # never scored by its run: the fingerprint names it, the manifest says its objective
+    with DatasetWriter(art, "train", "0000111122223333", config={"train": {"objective": "simcse"}},
+                       inputs={}) as other:
+        tiny_model(Path(other.local_dir))
+    assert evaluate.user_models([other.path]) == {"model/0000111122223333": other.path}
+    assert evaluate.model_row("0000111122223333", other.path).about["objective"] == "simcse"

@@ -38,7 +38,7 @@ from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines import use
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError, InputError
-from pipeline.evaluate import encoders, kinds, readouts
+from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.sts import score_sts
@@ -148,21 +148,24 @@ def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> d
 
 
 def model_row(name: str, path: str, pooling: str | None = None) -> Row:
-    """Any Hugging Face or sentence-transformers model: a local directory, or a hub name."""
+    """Any Hugging Face or sentence-transformers model: a local directory, or a hub name; a run's train dataset
+    says its run's objective (pipeline.evaluate.given)."""
     spec = {"kind": "model", "path": path, "pooling": pooling,
             "snapshot": [path] if is_hub_name(path) else snapshot(path)}
-    return Row(name, spec, {}, {"objective": "pretrained", "recipe": f"{pooling or 'declared'} pooling"})
+    trained = given.trained_about(path) or {"objective": "pretrained"}
+    return Row(name, spec, {}, {**trained, "recipe": f"{pooling or 'declared'} pooling"})
 
 
 def user_models(models: list[str]) -> dict[str, str]:
     """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
-    directory's name, or by its hub name. Before any work, each is a model directory, or a hub model downloaded
-    into the hub's cache (pipeline.model.locate)."""
+    directory's name, or by its hub name, or a run's train dataset by its run's name (given.row_name). Before
+    any work, each is a model directory, or a hub model downloaded into the hub's cache (pipeline.model.locate)."""
     check_models(models)
-    named = [(m, m) if is_hub_name(m) else (os.path.basename(os.path.abspath(m)), os.path.abspath(m)) for m in models]
+    named = [(given.row_name(m), m if is_hub_name(m) else os.path.abspath(m)) for m in models]
     names = [name for name, _ in named]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
-        raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories")
+        raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories (a run's "
+                         "train dataset is named by its run)")
     return {f"model/{name}": path for name, path in named}
 
 

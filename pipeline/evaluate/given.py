@@ -1,0 +1,75 @@
+"""The row of a model given to `cpipe evaluate --model`: a hub name names its row, a directory its name, and a
+run's train dataset (<artifacts>/train/<fingerprint>) the run's name, the row its pipeline's evaluate stage scored
+it under, rather than the fingerprint (its row then says the run's objective: pipeline.evaluate.stage.model_row).
+
+Light on purpose: the command line names the rows before torch is imported."""
+
+from __future__ import annotations
+
+import os
+
+from pipeline.model.locate import is_hub_name
+from storage import DatasetError, complete, dataset_parts, list_datasets, read_manifest
+
+
+def row_name(model: str) -> str:
+    if is_hub_name(model):
+        return model
+    path = os.path.abspath(model)
+    return run_name(path) or os.path.basename(path)
+
+
+def train_manifest(path: str) -> dict | None:
+    """The manifest of the finished train dataset at the local `path` (its config holds a run's `train`
+    settings), else None."""
+    if is_hub_name(path) or not complete(path):
+        return None
+    try:
+        manifest = read_manifest(path)
+    except DatasetError:
+        return None
+    train = manifest.get("config", {}).get("train") if isinstance(manifest.get("config"), dict) else None
+    return manifest if isinstance(train, dict) and "objective" in train else None
+
+
+def run_name(path: str) -> str | None:
+    scored = scored_as(path)
+    return scored[0] if scored else None
+
+
+def trained_about(path: str) -> dict | None:
+    """What the row of the train dataset at `path` says of its training (objective, corpus), as its run's row
+    said it; the objective from its manifest where no evaluate stage scored it; None for any other model."""
+    scored = scored_as(path)
+    if scored is not None:
+        return {k: scored[1][k] for k in ("objective", "corpus") if scored[1].get(k) is not None}
+    manifest = train_manifest(path)
+    if manifest is None:
+        return None
+    train = manifest["config"]["train"]
+    return {"objective": train["objective"] if train.get("contrastive", True) else f"mlm ({train['objective']} anchors)"}
+
+
+def scored_as(path: str) -> tuple[str, dict] | None:
+    """(row name, its `about`) under which the evaluate stage beside the train dataset at `path` scored it (the
+    latest, where runs of two names trained the same model: a rename rebuilds nothing), or None: no train
+    dataset, or never scored."""
+    if train_manifest(path) is None:
+        return None
+    root, _, fp = dataset_parts(path)
+    try:
+        datasets = list_datasets(root)
+    except DatasetError:
+        return None
+    found = []
+    for d in datasets:
+        try:
+            manifest = read_manifest(d["url"])
+        except DatasetError:  # a damaged dataset elsewhere in the artifacts is no reason to stop here
+            continue
+        config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+        spec = config.get("spec") if isinstance(config.get("spec"), dict) else {}
+        # a post-processed row (whitening, flow) is another model made from this one
+        if spec.get("kind") == "trained" and not spec.get("postprocess") and manifest.get("inputs", {}).get("model") == fp:
+            found.append((manifest.get("created") or 0, config["model"], config.get("about") or {}))
+    return max(found, key=lambda f: f[0])[1:] if found else None
