@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import contextmanager
 
@@ -215,6 +216,26 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean",
                               init_bias=None if linear.bias is None else linear.bias.detach().clone())
                  for linear, activation in (dense_layers(head) if head is not None else [])]
         SentenceTransformer(modules=[word, pooler, *dense], device="cpu").save(f"{out_dir}/{ST_DIR}")
+    for folder in (hf, f"{out_dir}/{ST_DIR}"):
+        portable_tokenizer(folder)
+
+
+# transformers 5 saves a tokenizer that only tokenizer.json describes as class "TokenizersBackend", a name that
+# transformers 4 (and sentence-transformers on it) cannot load; PreTrainedTokenizerFast is that tokenizer's name
+# in both.
+PORTABLE_TOKENIZERS = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+
+
+def portable_tokenizer(folder: str) -> None:
+    """Give `folder`'s tokenizer_config.json a tokenizer_class that transformers 4 and 5 both load."""
+    file = f"{folder}/tokenizer_config.json"
+    with open(file, encoding="utf-8") as f:
+        settings = json.load(f)
+    if (portable := PORTABLE_TOKENIZERS.get(settings.get("tokenizer_class"))) is None:
+        return
+    with open(file, "w", encoding="utf-8") as f:
+        json.dump({**settings, "tokenizer_class": portable}, f, indent=2, ensure_ascii=False)
+        f.write("\n")
 
 
 def load_mlm(path: str) -> nn.Module:
