@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	# `use`: TensorFlow's CPU wheel (about 60 s and 1.4 GB more), so that the suite scores the USE row too.
-	$(BIN)/python -m pip install -q -e ".[test,use]"
+	# `use`: TensorFlow's CPU wheel (about 60 s and 1.4 GB more), so that the suite scores the USE row too;
+	# `onnx`: onnx, onnxscript and onnxruntime (about 40 MB), for `cpipe export --onnx` and its tests.
+	$(BIN)/python -m pip install -q -e ".[test,use,onnx]"
 	touch $@
 
 venv: $(STAMP)

@@ -167,6 +167,27 @@ def cmd_embed(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from pipeline.model.onnx_export import ExportMismatch, export_onnx
+
+    try:
+        difference = export_onnx(args.model, args.onnx)
+    except ExportMismatch as e:  # the export is wrong, not the input: exit 1
+        print(f"cpipe: error: {e}", file=sys.stderr)
+        return 1
+    print(f"cpipe: exported {args.model} to {args.onnx} (ONNX; onnxruntime's embeddings match PyTorch's within "
+          f"{difference:.1e})")
+    return 0
+
+
+def cmd_push(args) -> int:
+    from pipeline.model.hub_card import push
+
+    url = push(args.model, args.repo_id, private=args.private, license=args.license, artifacts=args.artifacts)
+    print(f"cpipe: pushed {args.model} to {url}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from storage.inspection import show
 
@@ -217,6 +238,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_embed.add_argument("--max-length", type=_at_least(1), default=128)
     p_embed.add_argument("--pooling", choices=["mean", "cls"], help="default: what the model declares, else mean")
     p_embed.set_defaults(fn=cmd_embed)
+    p_export = sub.add_parser("export", help="export a trained model as one ONNX graph (tokens to sentence "
+                              "embedding), checked against PyTorch")
+    p_export.add_argument("model", help="a train dataset dir, an HF / sentence-transformers dir, or a hub name")
+    p_export.add_argument("--onnx", required=True, metavar="OUT",
+                          help="a new directory: model.onnx, the tokenizer, config.json, export.json")
+    p_export.set_defaults(fn=cmd_export)
+    p_push = sub.add_parser("push", help="upload a model's sentence-transformers directory and a Hub model card "
+                            "to the Hugging Face Hub (token: HF_TOKEN or `hf auth login`)")
+    p_push.add_argument("model", help="a train dataset dir, or a sentence-transformers dir")
+    p_push.add_argument("repo_id", help="the Hub repository, owner/name (created if missing)")
+    p_push.add_argument("--private", action="store_true", help="create the repository private")
+    p_push.add_argument("--license", help="the card's license (default: the card's own, else apache-2.0)")
+    p_push.add_argument("--artifacts", help="where to find the model's scores for the card (default: a train "
+                        "dataset's own artifacts directory)")
+    p_push.set_defaults(fn=cmd_push)
     p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")
     p_inspect.add_argument("path")
     p_inspect.add_argument("--rows", type=_at_least(0), default=5, help="first rows to show (default 5)")
