@@ -448,8 +448,11 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
     table = pd.read_csv(artifacts / "leaderboard.csv").set_index("model")
     assert table.loc["A", "STSB cosine lo"] <= table.loc["A", "STSB cosine"] <= table.loc["A", "STSB cosine hi"]
     assert pd.isna(table.loc["A", "STSB cosine diff"])
+    # B reads by [CLS], A by mean pooling: B is compared with A read by [CLS] too (a row of its own), and as the two
+    # share their weights, B's difference is none, whatever the readouts' own scores.
+    assert table.loc["A [cls]", "STSB cosine"] == pytest.approx(table.loc["B", "STSB cosine"], abs=0.011)
     assert table.loc["B", "STSB cosine diff"] == pytest.approx(table.loc["B", "STSB cosine"]
-                                                               - table.loc["A", "STSB cosine"], abs=0.011)
+                                                               - table.loc["A [cls]", "STSB cosine"], abs=0.011)
     assert table.loc["B", "STSB cosine diff lo"] <= table.loc["B", "STSB cosine diff hi"]
     assert "reference row A" in (artifacts / "leaderboard.md").read_text()
     # What it prints at the end, the cumulative table, has the same intervals and marks.
