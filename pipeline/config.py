@@ -7,6 +7,7 @@ defaults are the papers' (DeCLUTR-small's recipe); configs/default.yaml holds wh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -239,6 +240,9 @@ def _add_row(rows: dict[str, str], row: str, key: str) -> None:
     rows[row] = key
 
 
+READOUT_VARIANT = re.compile(r".+ \[[^\]]+\]")
+
+
 def _check_row_name(where: str, name: str) -> None:
     """A run's or a baseline's name names its leaderboard row and its directory of MTEB results."""
     if why := unusable_name(name):
@@ -247,6 +251,9 @@ def _check_row_name(where: str, name: str) -> None:
     if seed is not None:  # the leaderboard would read it as seed `seed` of row `row`, and mix the two
         raise ValueError(f"{where}: {name!r} is named as a repeat is (\"<row> (seed N)\"): the leaderboard would take "
                          f"it for seed {seed} of {row!r}; rename it")
+    if READOUT_VARIANT.fullmatch(row):  # the reference's rows under other readouts (pipeline.evaluate.readouts)
+        raise ValueError(f"{where}: {name!r} is named as the leaderboard names a row read another way (\"<row> [cls]\"),"
+                         " which it adds itself; rename it")
 
 
 def _describe(e: ValidationError, prefix: str = "") -> str:

@@ -81,6 +81,14 @@ def test_a_run_named_as_a_repeat_is_refused():
              ["evaluate.baselines.models=[{name: 'b (seed 0)', path: /tmp}]"])
 
 
+def test_a_run_named_as_another_rows_readout_is_refused():
+    """"<row> [cls]" is the leaderboard's own row: the reference read by [CLS] (pipeline.evaluate.readouts)."""
+    one_line(r"runs: 'untrained \[cls\]' is named as the leaderboard names a row read another way", load_config,
+             None, ['runs={"untrained [cls]": {}}'])
+    one_line(r"'b \[mean\] \(seed 0\)' is named as a repeat", load_config, None, ['runs={"b [mean] (seed 0)": {}}'])
+    assert list(load_config(None, ['runs={"run [v2] again": {}}']).runs) == ["run [v2] again"]
+
+
 @pytest.mark.parametrize("overrides, match", [
     (["runs={random: {}}"], r"evaluate\.baselines\.random: the row 'random' is also runs\.random's"),
     (["runs={untrained: {}}"], r"evaluate\.untrained: the row 'untrained' is also runs\.untrained's"),
