@@ -94,3 +94,21 @@ def test_a_planted_checkpoint_is_refused_in_one_line_before_ray_trains(inputs, l
         run_stage(train.STAGE, config, inputs, str(art))
     assert "\n" not in str(e.value) and not marker.exists()
     assert not list(art.glob("train/*/_SUCCESS"))
+
+
+def test_a_local_run_has_no_placement_group_cleaner_to_remove_it(local_ray, tmp_path):
+    """Ray Train's cleaner asks the state API, which without an address asks any Ray instance on the host, whether
+    the controller lives: beside another instance it removed a live run's placement group (a ControllerError at
+    the workers' start, seen in the suite with two test workers' instances). On our local instance it is left out."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    settings = dict(scaling_config=ScalingConfig(num_workers=1),
+                    run_config=RunConfig(name="x", storage_path=str(tmp_path)))
+
+    def callbacks(trainer_class) -> set[str]:
+        return {type(c).__name__ for c in trainer_class(lambda c: None, **settings)._create_default_callbacks()}
+
+    ours = callbacks(train._trainer_class())
+    assert "PlacementGroupCleanerCallback" not in ours and "BackendSetupCallback" in ours
+    assert "PlacementGroupCleanerCallback" in callbacks(TorchTrainer)  # Ray Train's own has it

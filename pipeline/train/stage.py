@@ -116,6 +116,18 @@ def _trainer_class():
             and stays installed after fit returns): the caller's handler stays (the CLI's shuts Ray down and
             says where training resumes)."""
 
+        def _create_default_callbacks(self) -> list:
+            """Without Ray Train's placement group cleaner on a local instance we started: the cleaner (a detached
+            actor) asks Ray's state API whether the controller lives, and that API, given no address there, asks
+            whichever Ray instance it finds on the host. Beside another one (a second run, a test worker's) it
+            finds no such controller and removes the live run's placement group, and the workers die at start
+            ("Destroying worker since its placement group was removed", a ControllerError Ray does not retry).
+            A local instance's placement groups end with it anyway; on a cluster the cleaner stays."""
+            callbacks = super()._create_default_callbacks()
+            if not started_here():
+                return callbacks
+            return [c for c in callbacks if type(c).__name__ != "PlacementGroupCleanerCallback"]
+
     return Trainer
 
 
