@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve = sub.add_parser("serve", help="serve the deployments data/<name>, train/<name>, evaluate/<name> and "
                              "full-pipeline/<name> to a Prefect server")
     _run_options(p_serve)
-    p_serve.add_argument("--name", default="local", help="deployment name (default: local)")
+    p_serve.add_argument("--name", default="serve", help="deployment name (default: serve; prefect.yaml's are "
+                         "named local, and stopping serve pauses the deployments it served)")
     p_serve.set_defaults(fn=cmd_serve)
     p_eval = sub.add_parser("evaluate", help="score model directories or hub names (HF or sentence-transformers) "
                             "and add them to the cumulative leaderboard")

@@ -45,11 +45,11 @@ def test_serve_registers_every_flow_and_the_full_pipeline_and_evaluate_run_to_co
         def deployed() -> bool:
             out = subprocess.run([PREFECT, "deployment", "ls"], env={**env, "COLUMNS": "250"}, capture_output=True,
                                  text=True)
-            return all(f"{name}/local" in out.stdout for name in flows)
+            return all(f"{name}/serve" in out.stdout for name in flows)
 
-        wait_for(deployed, "the deployments data, train, evaluate and full-pipeline /local")
+        wait_for(deployed, "the deployments data, train, evaluate and full-pipeline /serve")
         run = subprocess.run(
-            [PREFECT, "deployment", "run", "full-pipeline/local", "--param", f"corpus={tiny_corpus}",
+            [PREFECT, "deployment", "run", "full-pipeline/serve", "--param", f"corpus={tiny_corpus}",
              "--param", f"eval_data={tiny_sts}", "--param", f"artifacts={artifacts}", "--watch"],
             env=env, capture_output=True, text=True, timeout=900)
         assert run.returncode == 0, run.stdout[-3000:] + (tmp_path / "serve.log").read_text()[-5000:]
@@ -59,11 +59,11 @@ def test_serve_registers_every_flow_and_the_full_pipeline_and_evaluate_run_to_co
                                   text=True)
         assert artifact.returncode == 0 and "declutr" in artifact.stdout and "fasttext-bow" in artifact.stdout
 
-        # evaluate/local scores a model directory given by path, as `cpipe evaluate --model` does.
+        # evaluate/serve scores a model directory given by path, as `cpipe evaluate --model` does.
         exported = next(artifacts.glob("train/*/sentence-transformers"))
         model = shutil.copytree(exported, tmp_path / "my-encoder")
         run = subprocess.run(
-            [PREFECT, "deployment", "run", "evaluate/local", "--param", f'models=["{model}"]',
+            [PREFECT, "deployment", "run", "evaluate/serve", "--param", f'models=["{model}"]',
              "--param", f"eval_data={tiny_sts}", "--param", f"artifacts={artifacts}", "--watch"],
             env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-3000:] + (tmp_path / "serve.log").read_text()[-5000:]

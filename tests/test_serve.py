@@ -44,7 +44,7 @@ def start_serve(home: Path, log: Path, *args: str) -> subprocess.Popen:
 
 def serving(serve: subprocess.Popen, log: Path) -> bool:
     assert serve.poll() is None, log.read_text() + log.with_suffix(".err").read_text()
-    return "cpipe: serving data/local" in log.read_text()
+    return "cpipe: serving data/serve" in log.read_text()
 
 
 def client_settings(home: Path) -> dict[str, str]:
@@ -78,7 +78,7 @@ def test_the_server_serve_starts_answers_only_its_users_auth_string_and_sigterm_
         assert auth not in log.read_text()  # the output says where the string is, never the string
 
         # Another local user's request (no auth string, or a wrong one) is refused: no flow run as this user.
-        status, found = request("GET", f"{api}/deployments/name/data/local", auth)
+        status, found = request("GET", f"{api}/deployments/name/data/serve", auth)
         assert status == 200, found
         run = {"parameters": {"corpus": [str(tmp_path / "private")], "artifacts": str(tmp_path / "theirs")}}
         for wrong in (None, auth[:-1] + ("x" if auth[-1] != "x" else "y")):
@@ -89,7 +89,7 @@ def test_the_server_serve_starts_answers_only_its_users_auth_string_and_sigterm_
         # The user's own client, with the file's settings, is answered.
         listed = subprocess.run([PREFECT, "deployment", "ls"], capture_output=True, text=True, timeout=120,
                                 env={**os.environ, "PREFECT_HOME": str(home), "COLUMNS": "250", **settings})
-        assert listed.returncode == 0 and "full-pipeline/local" in listed.stdout, listed.stdout + listed.stderr
+        assert listed.returncode == 0 and "full-pipeline/serve" in listed.stdout, listed.stdout + listed.stderr
 
         os.killpg(serve.pid, signal.SIGTERM)  # the whole group, as systemd's or a terminal's stop does
         stopped_quietly(serve, api, home, log)
