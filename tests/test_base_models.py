@@ -315,7 +315,7 @@ def test_sentence_objectives_encode_whole_sentences_whatever_the_tokenizer_says(
     """SimCSE and CLEAR handed a tokenizer that still truncates and pads (one not read by load_tokenizer)."""
     from transformers import AutoTokenizer
 
-    from pipeline.augment.objectives import clear, simcse
+    from pipeline.objectives import clear, simcse
 
     base, plain = bases["bert"]
     built = stages(base, corpus_path)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.augment.objectives.declutr import whole_arrays
+from pipeline.objectives.declutr import whole_arrays
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.filter.docstats import count_tokens, text_key

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from transformers import BertConfig, BertForMaskedLM
 
-from pipeline.augment.objectives.tsdae import delete
+from pipeline.objectives.tsdae import delete
 from pipeline.config import Config
 from pipeline.model.transformer import SpanEncoder, export
 from pipeline.train.batching import collate, special_ids

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from pipeline.augment.heldout import HeldOutSplit
 from pipeline.augment.objectives import PAIR_MAKERS
-from pipeline.augment.objectives.common import SPREAD
+from pipeline.augment.pairs import SPREAD
 from pipeline.config import Config
 from pipeline.repeats import label
 from pipeline.stage import Stage

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import SPREAD, sentences
+from pipeline.augment.pairs import SPREAD, sentences
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.config import Config

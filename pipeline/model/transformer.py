@@ -141,7 +141,7 @@ class SpanEncoder(nn.Module):
     `compile` runs the transformer body under torch.compile: the part whose shapes are a chunk's
     (rows, width) and where nearly all the FLOPs are. The head's gather of the masked tokens, whose
     count changes every step, stays eager, so it neither recompiles nor breaks the graph.
-    `decoder`: a training-only module reading the embeddings (TSDAE's, pipeline.train.tsdae_decoder), run in the
+    `decoder`: a training-only module reading the embeddings (TSDAE's, pipeline.objectives.tsdae_decoder), run in the
     same forward so that DDP sees one forward a step; like the head, it is never exported.
     """
 

@@ -41,7 +41,7 @@ OBJECTIVE_DEFAULTS = {
     "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
              "schedule": "cosine", "lr": 4e-5, "batch_size": 32, "max_length": 64, "weight_decay": 1e-5,
              "optimizer": "sgd", "sgd_momentum": 0.9, "projection_dim": 128},
-    # TSDAE: [CLS] into a decoder that rebuilds the sentence (pipeline.train.tsdae_decoder), no contrastive loss
+    # TSDAE: [CLS] into a decoder that rebuilds the sentence (pipeline.objectives.tsdae_decoder), no contrastive loss
     # and no MLM; the paper's (and sentence-transformers' TSDAE example's) AdamW at lr 3e-5, batch 8, weight
     # decay 0, constant schedule.
     "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant",

@@ -71,8 +71,8 @@ LOSSES = {"nt-xent": nt_xent, "info-nce": info_nce, "moco": moco, "moco-inbatch"
 
 def denoising(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """TSDAE's reconstruction loss, summed: the cross-entropy of each original token after the first
-    (<s>/[CLS], the decoder's start) under the decoder's logits from the position before it (pipeline.train.
-    tsdae_decoder), padding left out. The caller divides by the tokens counted over every worker."""
+    (<s>/[CLS], the decoder's start) under the decoder's logits from the position before it (pipeline.
+    objectives.tsdae_decoder), padding left out. The caller divides by the tokens counted over every worker."""
     labels = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
 

@@ -20,7 +20,7 @@ from pipeline.model.transformer import SpanEncoder
 from pipeline.train.batching import encode_ranges, length_blocks, padded_tokens, step_inputs
 from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import LOSSES, denoising
-from pipeline.train.tsdae_decoder import TsdaeDecoder
+from pipeline.objectives.tsdae_decoder import TsdaeDecoder
 
 
 def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, generator, bank=None,

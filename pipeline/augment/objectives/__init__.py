@@ -8,6 +8,6 @@ exposes `files(cfg)`, which names them (with their snapshot) in the stage config
 objective's pairs share one schema, so the train stage runs them all with one step.
 """
 
-from pipeline.augment.objectives import cert, clear, declutr, simcse, simcse_sup, tsdae
+from pipeline.objectives import cert, clear, declutr, simcse, simcse_sup, tsdae
 
 PAIR_MAKERS = {m.NAME: m for m in (declutr, cert, simcse, clear, tsdae, simcse_sup)}

@@ -8,7 +8,7 @@ import logging
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import epoch_seed, pair, sentences
+from pipeline.augment.pairs import epoch_seed, pair, sentences
 from pipeline.errors import InputError
 from pipeline.tokenizer.loading import encode_whole
 

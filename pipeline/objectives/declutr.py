@@ -15,7 +15,7 @@ import logging
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import epoch_seed, pair, record_drawn
+from pipeline.augment.pairs import epoch_seed, pair, record_drawn
 from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
 from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 from storage import read_table

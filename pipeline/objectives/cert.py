@@ -13,7 +13,7 @@ import logging
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import epoch_seed, pair, record_drawn
+from pipeline.augment.pairs import epoch_seed, pair, record_drawn
 from pipeline.errors import InputError
 from pipeline.tokenizer.loading import encode_whole
 from storage import read_table

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
-from pipeline.augment.objectives.common import epoch_seed, pair, sentences
+from pipeline.augment.pairs import epoch_seed, pair, sentences
 from pipeline.errors import InputError
 from pipeline.tokenizer.loading import encode_whole
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.objectives.common import epoch_seed, pair
+from pipeline.augment.pairs import epoch_seed, pair
 from pipeline.baselines.infersent.model import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.errors import InputError
 from pipeline.evaluate.sts_data import SCORED_SPLITS, SICK_FILES, find_file

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from pipeline.augment.clear_operations import (WORDNET, ClearParams, word_core, operations, read_synonyms,
                                                synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
 from pipeline.augment.config import ClearOperations
-from pipeline.augment.objectives.common import epoch_seed, pair, sentences
+from pipeline.augment.pairs import epoch_seed, pair, sentences
 from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
 from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.errors import InputError

@@ -1,0 +1,1 @@
+"""The training objectives, one module each (pipeline.objectives.<name>)."""
