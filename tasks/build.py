@@ -1,25 +1,30 @@
-"""One Prefect task runs any stage; its cache key is the stage's fingerprint (and artifacts directory).
-
-The key is offered only while the dataset it names is finished and intact on
-disk, so a deleted, half-written or damaged artifact is rebuilt rather than
-served from Prefect's cache. Tasks pass paths, never data.
+"""One Prefect task runs any stage; the stage decides whether its dataset is reused (`run_stage`: the
+fingerprint's dataset, finished and intact), not Prefect's cache, so a deleted, half-written or damaged artifact
+is rebuilt and a reused one is named in its task run's state: `Cached`, "reused <path>". Tasks pass paths, never
+data. A failure the network may get over (a timeout, a dropped connection, a busy server) is retried later, with
+backoff: a corpus download, a hub model, evaluation data.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import http.client
 import logging
+import socket
 import time
-from typing import Any
+import urllib.error
 
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
-from prefect.context import TaskRunContext
+from prefect.cache_policies import NO_CACHE
 from prefect.filesystems import RemoteFileSystem
+from prefect.states import Completed, State
+from prefect.tasks import exponential_backoff
 
 from pipeline import stopping
 from pipeline.config import RayConfig
+from pipeline.evaluate.data import local_eval_data
 from pipeline.leaderboard.stage import publish
 from pipeline.leaderboard.table import json_records
 from pipeline.ray_session import ray_init
@@ -43,18 +48,50 @@ def _show_pipeline_logs() -> None:
 _show_pipeline_logs()  # under remote artifacts: Prefect's results of the stage tasks
 
 
-def _cache_key(context: TaskRunContext, params: dict[str, Any]) -> str | None:
-    name, fp, artifacts = params["name"], params["fp"], params["artifacts"]
-    if not intact(dataset_path(artifacts, name, fp)):
-        return None
-    # The same fingerprint under another artifacts directory is another dataset (another path).
-    where = hashlib.sha256(artifacts.encode()).hexdigest()[:8]
-    return f"{name}-{fp}-{where}"
+def _transient(exc: BaseException | None) -> bool:
+    """Whether a failure may pass when tried again later: somewhere down its causes the network timed out, a
+    connection dropped or the server was busy (HTTP 429, 5xx). No such host, a refused connection (offline), an
+    HTTP 4xx or a file that does not verify fail the same way every time, as does anything else."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.startswith("ray"):  # Ray's own timeouts: training's, which it handles itself
+            return False
+        if isinstance(exc, urllib.error.HTTPError):
+            return exc.code == 429 or exc.code >= 500
+        if isinstance(exc, urllib.error.URLError):
+            return not isinstance(exc.reason, (socket.gaierror, ConnectionRefusedError))
+        if isinstance(exc, (TimeoutError, ConnectionResetError, ConnectionAbortedError, http.client.HTTPException)):
+            return True
+        if type(exc).__module__.startswith(("httpx", "requests")) and type(exc).__name__.endswith(
+                ("Timeout", "TimeoutException", "ReadError", "RemoteProtocolError")):  # the hub's client's
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
-@task(task_run_name="{name}", cache_key_fn=_cache_key, persist_result=True)
-def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str, fp: str) -> str:
-    return run_stage(registered(name), config, inputs, artifacts, fp)
+def _retry_network_failures(task, task_run, state: State) -> bool:
+    return _transient(state.result(raise_on_failure=False))
+
+
+# Each stage's own downloads retry a dropped connection at once (pipeline.corpus.download); these retries come
+# minutes later, for an outage that outlasts them.
+NETWORK_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=30), retry_jitter_factor=0.5,
+                       retry_condition_fn=_retry_network_failures)
+
+
+@task(task_run_name="{name}", cache_policy=NO_CACHE, persist_result=True, **NETWORK_RETRIES)
+def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str, fp: str) -> State:
+    started = time.time()
+    path = run_stage(registered(name), config, inputs, artifacts, fp)
+    if _reused(path, started):
+        return Completed(name="Cached", message=f"reused {path}", data=path)
+    return Completed(message=f"built {path}", data=path)
+
+
+@task(**NETWORK_RETRIES)
+def fetch_eval_data(data: str | dict[str, str] | None, download_dir: str) -> str | None:
+    return local_eval_data(data, download_dir)
 
 
 @functools.cache
@@ -83,10 +120,14 @@ def _task(label: str, artifacts: str):
     return stage_task.with_options(task_run_name=label, result_storage=result_storage(artifacts))
 
 
-def _logged(label: str, path: str, started: float) -> str:
-    # Finished before this task started: a cache hit, or a dataset another run built while this one waited.
-    reused = read_manifest(path)["created"] < started
-    get_run_logger().info("%s: %s %s", label, "reused" if reused else "built", path)
+def _reused(path: str, started: float) -> bool:
+    # Finished before the task started: found built, or built by another run while this one waited for it.
+    return read_manifest(path)["created"] < started
+
+
+def _logged(label: str, path: str | State, started: float) -> str:
+    path = path.result() if isinstance(path, State) else path  # a task called returns the state it returned
+    get_run_logger().info("%s: %s %s", label, "reused" if _reused(path, started) else "built", path)
     return path
 
 
