@@ -155,7 +155,7 @@ def cmd_submit(args, run_args: list[str]) -> int:
     check = _Parser(prog="cpipe submit", add_help=False)
     _run_options(check)
     check.parse_args(run_args)  # a typo fails here, not minutes later on the cluster
-    return submit(args.address, run_args, install=not args.no_install, follow=not args.no_wait)
+    return submit(args.address, run_args, install=args.install, follow=not args.no_wait)
 
 
 def cmd_embed(args) -> int:
@@ -226,8 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_submit = sub.add_parser("submit", help="run the pipeline as a Ray job on a cluster (Ray Jobs API); "
                               "every other option is passed to `cpipe run` there")
     p_submit.add_argument("--address", required=True, help="the cluster's dashboard, e.g. http://HOST:8265")
-    p_submit.add_argument("--no-install", action="store_true",
-                          help="do not pip-install the project's dependencies in the job (an image that has them)")
+    installs = p_submit.add_mutually_exclusive_group()
+    installs.add_argument("--install", action="store_true",
+                          help="have Ray build the job an environment, pip-installing the project's requirements on "
+                          "each node (minutes and GBs before it starts); by default the job runs in the nodes' own")
+    installs.add_argument("--no-install", action="store_true", help=argparse.SUPPRESS)  # the default now; scripts have it
     p_submit.add_argument("--no-wait", action="store_true", help="submit and return; do not stream the logs")
     p_submit.set_defaults(fn=cmd_submit)
     p_embed = sub.add_parser("embed", help="embed the sentences of a file with an exported (or any HF/ST) model")

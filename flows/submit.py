@@ -1,9 +1,15 @@
-"""`cpipe submit`: run the pipeline as a Ray job on a cluster, with this working directory shipped.
+"""`cpipe submit`: run the pipeline as a Ray job on a cluster, with the project it is run in shipped.
 
 The job runs `cpipe run` (as `python -m flows.cli run`) inside the cluster, so
 its Ray work lands there; its Prefect runs use the cluster's PREFECT_API_URL if
 the nodes set one, else an embedded server of their own. Paths in the run
 options are read on the cluster: use shared storage for corpora and artifacts.
+
+What is shipped is the project's sources: the nearest directory at or above the current one whose pyproject.toml
+names this project (a copy of the project runs its own code, not the installed one's), less EXCLUDES. The job runs
+in the nodes' own environment (our image's, docker/); `--install` has Ray build one per node from the project's
+requirements instead, which clones the nodes' virtualenv and pip-installs into it (minutes and GBs before the job
+starts).
 
 Credentials in URLs stay out of the entrypoint, which is printed and kept in clear in the cluster's job table:
 it holds the concealed URLs (`https://***@host/...`), and the job gets the real ones in its runtime_env's
@@ -15,6 +21,7 @@ has: the dashboard shows them to a browser redacted, but the job table keeps the
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import time
 from pathlib import Path
@@ -28,28 +35,55 @@ from pipeline.corpus.credentials import conceal, conceal_for_another_process
 from pipeline.errors import InputError
 from pipeline.ray_session import setup_worker
 
-ROOT = Path(__file__).resolve().parents[1]
-# Never shipped: environments, outputs and caches (Ray caps a working_dir at a few hundred MB).
-EXCLUDES = [".venv", ".git", "artifacts", "downloads", "**/__pycache__", ".pytest_cache", "*.egg-info"]
+PROJECT = "contrastive-pipeline"
+# Never shipped, wherever they lie in the project (gitwildmatch patterns, as .gitignore's, which Ray also reads
+# unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1): environments, version control, run outputs and downloads, caches and
+# build outputs. The nodes have their own environment, and Ray caps a working_dir at a few hundred MB. `.env`
+# files hold secrets.
+EXCLUDES = [".venv", "venv", ".env", ".git", "artifacts", "downloads", "mteb-results", ".prefect",
+            "__pycache__", "*.py[cod]", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints",
+            ".tox", ".nox", "build", "dist", "*.egg-info", ".eggs"]
 
 
-def project_dependencies() -> list[str]:
-    """The distribution's own requirements, as pyproject.toml lists them, with the `s3` extra: jobs on a
-    cluster usually keep their artifacts on an object store."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
+def project_root(start: Path | None = None) -> Path:
+    """The project `cpipe submit` ships: the nearest directory at or above `start` (the current one) whose
+    pyproject.toml names this project."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if _names_us(directory / "pyproject.toml"):
+            return directory
+    raise InputError(f"cpipe submit ships the project it is run in, and {here} is in none: no pyproject.toml "
+                     f"naming {PROJECT} there or above; run it from the project's directory")
+
+
+def _names_us(pyproject: Path) -> bool:
+    try:
+        with open(pyproject, "rb") as f:
+            project = tomllib.load(f).get("project")
+    except (OSError, tomllib.TOMLDecodeError):  # none, or not one we can read: not this project
+        return False
+    name = project.get("name") if isinstance(project, dict) else None
+    return isinstance(name, str) and re.sub(r"[-_.]+", "-", name).lower() == PROJECT
+
+
+def project_dependencies(root: Path | None = None) -> list[str]:
+    """The distribution's own requirements, as the project's pyproject.toml lists them, with the `s3` extra: jobs
+    on a cluster usually keep their artifacts on an object store."""
+    with open((root or project_root()) / "pyproject.toml", "rb") as f:
         project = tomllib.load(f)["project"]
     return project["dependencies"] + project["optional-dependencies"]["s3"]
 
 
-def runtime_env(install: bool, secrets: dict[str, str] | None = None) -> dict:
-    env = {"working_dir": str(ROOT), "excludes": EXCLUDES,
+def runtime_env(install: bool = False, secrets: dict[str, str] | None = None, root: Path | None = None) -> dict:
+    root = root or project_root()
+    env = {"working_dir": str(root), "excludes": EXCLUDES,
            "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(secrets or {})},
            # The job's workers name their own cluster to Ray's state API, as a local instance's do: Train's
            # controller otherwise fails beside another Ray instance on a node ("Found multiple active Ray
            # instances"), and Ray's noise stays in its logs. A job's hook is given by its import path.
            "worker_process_setup_hook": f"{setup_worker.__module__}.{setup_worker.__name__}"}
-    if install:  # clusters running our image (docker/) have them already
-        env["pip"] = project_dependencies()
+    if install:
+        env["pip"] = project_dependencies(root)
     return env
 
 
@@ -60,12 +94,13 @@ def job_command(run_args: list[str]) -> tuple[str, dict[str, str]]:
     return shlex.join(["python", "-m", "flows.cli", "run", *args]), secrets
 
 
-def submit(address: str, run_args: list[str], install: bool = True, follow: bool = True) -> int:
+def submit(address: str, run_args: list[str], install: bool = False, follow: bool = True) -> int:
+    root = project_root()  # before anything is asked of the cluster
     client = _client(address)
     from ray.job_submission import JobStatus
 
     entrypoint, secrets = job_command(run_args)
-    job = _submit(client, entrypoint, runtime_env(install, secrets))
+    job = _submit(client, entrypoint, runtime_env(install, secrets, root))
     print(f"cpipe: submitted job {job} to {conceal(address)}: {entrypoint}", flush=True)
     if not follow:
         return 0
