@@ -6,19 +6,40 @@ its own stages in that order."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from prefect import flow, get_run_logger
+from prefect.context import FlowRunContext
+from prefect.states import Failed
 
 from pipeline import preflight, registry
 from pipeline.config import Config
+from pipeline.errors import InputError
 from pipeline.evaluate import mteb_results
 from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
-from tasks.build import publish_leaderboard, run, run_all
+from storage import DatasetError
+from tasks.build import fetch_eval_data, publish_leaderboard, run, run_all
+
+USER_ERRORS = (InputError, DatasetError)  # bad input, phrased for the user: one line says it all
+
+def _one_line_failure(fn: Callable) -> Callable:
+    """A run stopped by bad input ends Failed with the one-line error as its state's message (what
+    `prefect deployment run --watch` and the UI show), where Prefect's own message prefixes it and its log holds a
+    traceback; the error stays the state's data, so a caller (`cpipe run`, a parent flow) still has it raised."""
+
+    @functools.wraps(fn)
+    def failing_in_one_line(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            return Failed(message=f"{type(e).__name__}: {e}", data=e)
+
+    return failing_in_one_line
 
 
 def resolve(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
@@ -33,7 +54,9 @@ def checked(cfg: Config, first: str = registry.NAMES[0], until: str | None = Non
     the evaluation data fetched once when the run reaches past the data flow, then each stage's own check."""
     reached = registry.stages(first, until or registry.NAMES[-1])
     if any(stage.flow != "data" for stage in reached):
-        cfg.evaluate.data = local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir)  # URLs: fetched once
+        # In a flow run, a task that retries a network failure; before one (cpipe run's pre-flight), no Prefect.
+        fetch = fetch_eval_data if FlowRunContext.get() else local_eval_data
+        cfg.evaluate.data = fetch(cfg.evaluate.data, cfg.corpus.download_dir)  # URLs: fetched once
     for stage in reached:
         if stage.name not in preflight.CHECKED:
             stage.check(cfg)
@@ -63,13 +86,30 @@ def build(cfg: Config, stages: list[Stage], done: dict[str, str], until: str | N
     return False
 
 
+# Each flow's docstring "Args:" (Google style) are its deployments' parameter descriptions (Prefect's schema).
 # The flow functions end in _flow, so that `train_flow` never reads as the train stage it builds.
 @flow(name="data")
+@_one_line_failure
 def data_flow(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
               artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
               resolved: Config | None = None) -> dict[str, str]:
     """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs.
-    `eval_data` is what decontamination keeps out of them (default: the profile's evaluate.data)."""
+
+    Args:
+        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
+            default configs/default.yaml.
+        corpus: A local file or directory of documents, or a list of them to mix; replaces the profile's
+            corpus.sources.
+        eval_data: The evaluation data that decontamination keeps out of the training data: a directory of tasks
+            in SentEval's layout, STS pair files and/or retrieval, clustering, pairclass and reranking tasks, or
+            one pair file; replaces the profile's evaluate.data (by default a set of URLs, downloaded).
+        artifacts: Where the stage datasets go: a directory or an fsspec URL (s3://...); default ./artifacts.
+        until: Stop after this stage (corpus, tokenizer, filter, decontaminate, backtranslate, augment);
+            default augment.
+        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
+            them, e.g. ["filter.min_tokens=1024"].
+        resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
+    """
     cfg = resolved or resolve(config, corpus, eval_data, artifacts, until or registry.in_flow("data")[-1].name,
                               overrides)
     done: dict[str, str] = {}
@@ -78,10 +118,27 @@ def data_flow(config: str | None = None, corpus: str | list[str] | None = None, 
 
 
 @flow(name="train")
+@_one_line_failure
 def train_flow(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
                artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
                resolved: Config | None = None, done: dict[str, str] | None = None) -> dict[str, str]:
-    """The initial model and every run's, on the data flow's datasets (`done`; built, or reused, when not given)."""
+    """The initial model and every run's, on the data flow's datasets (built, or reused, when not given).
+
+    Args:
+        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
+            default configs/default.yaml.
+        corpus: A local file or directory of documents, or a list of them to mix; replaces the profile's
+            corpus.sources.
+        eval_data: The evaluation data (decontamination keeps it out of the training data; a run's dev-set model
+            selection reads it): a directory of tasks in SentEval's layout, STS pair files and/or retrieval,
+            clustering, pairclass and reranking tasks, or one pair file; replaces the profile's evaluate.data.
+        artifacts: Where the stage datasets go: a directory or an fsspec URL (s3://...); default ./artifacts.
+        until: Stop after this stage (a data stage, init or train); default train.
+        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
+            them, e.g. ["train.max_steps=100"].
+        resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
+        done: Internal: the data flow's datasets (label -> path) a parent flow passes down.
+    """
     cfg = resolved or resolve(config, corpus, eval_data, artifacts, until or registry.in_flow("train")[-1].name,
                               overrides)
     done = dict(done) if done is not None else data_flow(resolved=cfg)
@@ -90,11 +147,29 @@ def train_flow(config: str | None = None, corpus: str | list[str] | None = None,
 
 
 @flow(name="evaluate")
+@_one_line_failure
 def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None, config: str | None = None,
                   artifacts: str | None = None, overrides: list[str] | None = None, resolved: Config | None = None,
                   done: dict[str, str] | None = None, until: str | None = None) -> dict[str, str]:
-    """Score `models` (model directories or hub names, HF or sentence-transformers), or else the pipeline's
-    rows on the train flow's datasets (`done`), and add them to the cumulative leaderboard."""
+    """Score models into the cumulative leaderboard: the given ones, or else the pipeline's rows.
+
+    Args:
+        models: Models to score, each a model directory (Hugging Face or sentence-transformers) on the machine
+            that runs the flow, or a hub name; they are the leaderboard's rows. Default: the pipeline's runs and
+            baselines, trained (or reused) on the train flow's datasets.
+        eval_data: The evaluation data: a directory of tasks in SentEval's layout, STS pair files (sentence1,
+            sentence2, score) and/or retrieval, clustering, pairclass and reranking tasks, or one pair file;
+            replaces the profile's evaluate.data (by default a set of URLs, downloaded).
+        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
+            default configs/default.yaml.
+        artifacts: Where the stage datasets, the leaderboard and MTEB's result files go: a directory or an fsspec
+            URL (s3://...); default ./artifacts.
+        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
+            them, e.g. ["evaluate.batch_size=64"].
+        resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
+        done: Internal: the train flow's datasets (label -> path) a parent flow passes down.
+        until: Stop after this stage (baseline, infersent, evaluate or leaderboard); default leaderboard.
+    """
     cfg = resolved or resolve(config, None, eval_data, artifacts, None, overrides,
                               first=registry.in_flow("evaluate")[0].name)
     if models:  # the given models are the rows: no baseline is trained
@@ -114,10 +189,30 @@ def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None,
 
 
 @flow(name="full-pipeline")
+@_one_line_failure
 def full_pipeline(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
                   artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
                   resolved: Config | None = None) -> dict[str, str]:
-    """Train and rank sentence encoders on a corpus; every stage is cached by its fingerprint."""
+    """Train and rank sentence encoders on a corpus: the data, train and evaluate flows in turn; every stage is
+    cached by its fingerprint.
+
+    Args:
+        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
+            default configs/default.yaml.
+        corpus: A local file or directory of documents, or a list of them to mix; replaces the profile's
+            corpus.sources.
+        eval_data: The evaluation data, scored and kept out of the training data: a directory of tasks in
+            SentEval's layout, STS pair files (sentence1, sentence2, score) and/or retrieval, clustering,
+            pairclass and reranking tasks, or one pair file; replaces the profile's evaluate.data (by default a
+            set of URLs, downloaded).
+        artifacts: Where the stage datasets, the leaderboard and MTEB's result files go: a directory or an fsspec
+            URL (s3://...); default ./artifacts.
+        until: Stop after this stage (corpus, tokenizer, filter, ..., train, evaluate, leaderboard); default: all.
+        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
+            them, e.g. ["filter.min_tokens=1024", "runs={declutr: {}}"].
+        resolved: Internal: the checked config `cpipe run` passes (checked before Prefect starts); the
+            parameters above are then unused.
+    """
     cfg = resolved or resolve(config, corpus, eval_data, artifacts, until, overrides)
     flow_of = {stage.name: stage.flow for stage in registry.stages()}
     done = data_flow(resolved=cfg, until=until)
