@@ -14,6 +14,7 @@ from typing import NoReturn
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 
 from pipeline import stopping
+from pipeline.config import Config
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
 from pipeline.model.locate import check_models
@@ -86,10 +87,30 @@ def _concealed(value):
     return conceal(value) if isinstance(value, str) else value
 
 
-def cmd_run(args) -> int:
+def _run_config(args) -> tuple[dict, Config]:
+    """`cpipe run`'s options and config, before the flows' imports (torch, Prefect: seconds): a mistake answers
+    at once."""
     options = _concealed(dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
                               artifacts=args.artifacts, until=args.until, overrides=_overrides(args)))
-    cfg = configured(**options)  # before the flows' imports (torch, Prefect: seconds): a mistake answers at once
+    return options, configured(**options)
+
+
+def cmd_plan(args) -> int:
+    """What `cpipe run` with these arguments would reuse, rebuild or build; nothing is started or written."""
+    from pipeline.plan import as_json, plan, show
+
+    steps = plan(_run_config(args)[1], until=args.until)
+    if getattr(args, "json", False):  # `cpipe run --dry-run` has no --json
+        print(as_json(steps))
+    else:
+        show(steps)
+    return 0
+
+
+def cmd_run(args) -> int:
+    if args.dry_run:
+        return cmd_plan(args)
+    options, cfg = _run_config(args)
 
     from flows.pipeline_flows import checked, full_pipeline
 
@@ -200,7 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run the full pipeline locally (embedded Prefect, local Ray)")
     _run_options(p_run)
+    p_run.add_argument("--dry-run", action="store_true", help="print the plan (cpipe plan) and exit, running nothing")
     p_run.set_defaults(fn=cmd_run)
+    p_plan = sub.add_parser("plan", help="say what `cpipe run` with the same options would reuse, rebuild (and why) "
+                            "or build, starting nothing")
+    _run_options(p_plan)
+    p_plan.add_argument("--json", action="store_true", help="the plan as JSON, a list of steps")
+    p_plan.set_defaults(fn=cmd_plan)
     p_serve = sub.add_parser("serve", help="serve the deployments data/<name>, train/<name>, evaluate/<name> and "
                              "full-pipeline/<name> to a Prefect server")
     _run_options(p_serve)

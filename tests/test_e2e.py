@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -215,6 +216,17 @@ def test_second_run_reuses_every_stage_whatever_its_logging(second_run):
     log = stage_log(second_run)
     assert log and set(log.values()) == {"reused"}, log
     assert {"corpus", "filter", "augment-declutr", "train-declutr", "train-mlm-only", "train-continued", "evaluate-untrained"} <= set(log)
+
+
+def test_after_the_run_cpipe_plan_with_its_arguments_says_every_stage_will_be_reused(full_run):
+    args, artifacts, _ = full_run
+    result = cpipe("plan", "--json", *args[1:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = json.loads(result.stdout)
+    assert {s["action"] for s in steps} == {"reused"}, [s for s in steps if s["action"] != "reused"]
+    assert {"backtranslate", "augment/cert", "train/continued", "evaluate/declutr", "evaluate/untrained",
+            "leaderboard"} <= {s["label"] for s in steps}
+    assert {s["path"] for s in steps} <= {d["path"] for d in list_datasets(str(artifacts))}
 
 
 def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(full_run):
