@@ -101,7 +101,7 @@ def _stage_steps(stage: Stage, cfg: Config, done: dict[str, str], waits: dict[st
     for culprit in blocked:  # what the stage makes of a dataset not built yet: its labels too are unknown
         label = f"{stage.name}/?{culprit}"
         done[label] = waits_path = f"?{label}"
-        waits[waits_path] = sorted({culprit, *waits.get(done.get(culprit, ""), [])})
+        waits[waits_path] = waits.get(done[culprit]) or [culprit]  # an unknown culprit waits on its own
         yield _unknown(f"{stage.name} of {culprit}", stage.name, waits[waits_path],
                        f"the stage reads {culprit}'s dataset to know its instances")
 
