@@ -23,7 +23,7 @@ import numpy as np
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.metrics import v_measure_score
 
-from pipeline.evaluate import kinds
+from pipeline.evaluate import kind
 from pipeline.evaluate.items import run_stratum
 from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.sts_data import EvalDataError, records
@@ -81,9 +81,9 @@ def read(path: Path) -> list[tuple[list[str], list[str]]]:
     return sets
 
 
-def find(data_dir: Path) -> list[kinds.Task]:
-    return [kinds.Task(KIND, task, (str(path),), read(path))
-            for task, path in kinds.task_files(Path(data_dir), KIND, FORMATS).items()]
+def find(data_dir: Path) -> list[kind.Task]:
+    return [kind.Task(KIND, task, (str(path),), read(path))
+            for task, path in kind.task_files(Path(data_dir), KIND, FORMATS).items()]
 
 
 def assign(embeddings: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -104,7 +104,7 @@ def assignments(embeddings: np.ndarray, labels: list[str], seed: int) -> list[np
     return [assign(embeddings, k, seed + run) for run in range(RUNS)]
 
 
-def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+def score(task: kind.Task, embed, seed: int) -> list[dict]:
     """The mean over the task's sets of each set's mean V-measure over its runs."""
     scores = []
     for at, (sentences, labels) in enumerate(task.data):
@@ -112,5 +112,5 @@ def score(task: kinds.Task, embed, seed: int) -> list[dict]:
         scores.append(np.mean([v_measure(labels, a) for a in runs]))
         codes = np.unique(labels, return_inverse=True)[1]
         for run, a in enumerate(runs):
-            kinds.keep_items(embed, task, a, codes, run_stratum(at, run))
-    return kinds.rows(KIND, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))
+            kind.keep_items(embed, task, a, codes, run_stratum(at, run))
+    return kind.rows(KIND, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))

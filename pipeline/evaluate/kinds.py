@@ -21,38 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import numpy as np
 
 from pipeline.errors import InputError
-from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
-from pipeline.evaluate.sts_data import SENTEVAL_NAMES, EvalDataError
+from pipeline.evaluate.kind import SPLIT, SUBSET, Task, keep_items, rows, task_files, warn_once  # noqa: F401
+from pipeline.evaluate.sts_data import SENTEVAL_NAMES
 from pipeline.evaluate.transfer_data import LAYOUT_FILES
 from pipeline.file_snapshot import rglob
 
 KINDS = tuple(TASK_KINDS)
-# Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
-SUBSET, SPLIT = "all", "test"
-log = logging.getLogger("cpipe")
-_said: set[str] = set()
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task of a kind: its name (the leaderboard's column), the files it was read from (what the data
-    fingerprint hashes) and what its kind's `find` parsed from them for its `score`."""
-
-    kind: str
-    name: str
-    files: tuple[str, ...]
-    data: Any
 
 
 def module(kind: str) -> ModuleType:
@@ -83,14 +63,6 @@ def find_all(data: str | Path | None) -> list[Task]:
     return tasks
 
 
-def warn_once(message: str) -> None:
-    """A warning about the evaluation data, said once a process: the data is found several times a run (the check
-    before any work, the data's fingerprint, the scoring)."""
-    if message not in _said:
-        _said.add(message)
-        log.warning(message)
-
-
 def unrecognised(data_dir: Path, tasks: list[Task]) -> list[Path]:
     """The entries directly in data_dir that hold nothing the evaluation reads, so that a misnamed or incomplete
     task (a BEIR folder with queries alone, `quora.pairclass.txt`) is not left out without a word: a file is read
@@ -113,28 +85,6 @@ def unrecognised(data_dir: Path, tasks: list[Task]) -> list[Path]:
     return out
 
 
-def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:
-    """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
-    or data_dir itself when it is one (the STS pair files leave such names to their kinds: names.kind_file); a
-    format the kind does not read, or two files of one task, are errors."""
-    candidates = [data_dir] if data_dir.is_file() else \
-        sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
-    found: dict[str, Path] = {}
-    for path in candidates:
-        fmt = pair_format(path)
-        stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
-        if not stem.endswith(f".{kind}"):
-            continue
-        task = stem[:-len(f".{kind}")]
-        if fmt not in formats or not task:
-            raise EvalDataError(f"{path}: a {kind} file is named <task>.{kind}"
-                                f"{'|'.join(formats)} (text ones optionally .gz)")
-        if task in found:
-            raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
-        found[task] = path
-    return found
-
-
 def data_hash(tasks: list[Task]) -> str:
     """Short sha256 of the tasks' files' bytes, so changed data invalidates the scores."""
     h = hashlib.sha256()
@@ -147,17 +97,3 @@ def data_hash(tasks: list[Task]) -> str:
     return h.hexdigest()[:16]
 
 
-def keep_items(embed, task: Task, prediction, gold=None, stratum: str = WHOLE) -> None:
-    """A task's test items (pipeline.evaluate.items), where `embed` keeps items (the stage's Embed does; a bare
-    function, in a test, does not): a kind averaging a metric over queries passes each query's value alone."""
-    items = getattr(embed, "items", None)
-    if items is not None:
-        values = np.asarray(prediction, dtype=np.float64)
-        gold = np.zeros(len(values)) if gold is None else np.asarray(gold, dtype=np.float64)
-        items.append(Items(task.name, task.kind, stratum, values, gold))
-
-
-def rows(kind: str, task: str, values: dict[str, float], n: int, split: str = SPLIT) -> list[dict]:
-    """Score rows of one task: one per metric, its protocol the kind's name."""
-    return [{"task": task, "subset": SUBSET, "split": split, "metric": metric, "protocol": kind,
-             "value": float(value), "n": n} for metric, value in values.items()]

@@ -1,7 +1,7 @@
 """Pair classification (MTEB's kind, e.g. duplicate questions): is each sentence pair a positive (label 1) or not.
 
 Found as the files directly in the evaluation data named `<task>.pairclass.<format>` (quora.pairclass.csv -> task
-"quora"), as the other kinds' files are (pipeline.evaluate.kinds.task_files): `sentence1`, `sentence2`, `label`
+"quora"), as the other kinds' files are (pipeline.evaluate.kind.task_files): `sentence1`, `sentence2`, `label`
 (0 or 1) columns in CSV, TSV, JSONL or Parquet, the text ones optionally gzipped.
 
 Scored as sentence-transformers' BinaryClassificationEvaluator does with cosine similarity: "AP" (average
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-from pipeline.evaluate import kinds
+from pipeline.evaluate import kind, kinds
 from pipeline.evaluate.names import PAIR_SUFFIXES, pair_format
 from pipeline.evaluate.sts_data import EvalDataError, sentence_pairs
 
@@ -31,16 +31,16 @@ def _label(value, where: str) -> int:
     return int(str(value).strip())
 
 
-def read(task: str, path: Path) -> kinds.Task:
+def read(task: str, path: Path) -> kind.Task:
     fmt = pair_format(path)
     sent1, sent2, labels = sentence_pairs(path, fmt, COLUMNS, _label, EvalDataError)
     if len(set(labels)) < 2:
         raise EvalDataError(f"{path}: needs pairs of both labels, 0 and 1 (has {sorted(set(labels)) or 'none'})")
-    return kinds.Task(KIND, task, (str(path),), (sent1, sent2, np.asarray(labels)))
+    return kind.Task(KIND, task, (str(path),), (sent1, sent2, np.asarray(labels)))
 
 
-def find(data_dir: Path) -> list[kinds.Task]:
-    return [read(task, path) for task, path in kinds.task_files(data_dir, KIND, PAIR_SUFFIXES).items()]
+def find(data_dir: Path) -> list[kind.Task]:
+    return [read(task, path) for task, path in kind.task_files(data_dir, KIND, PAIR_SUFFIXES).items()]
 
 
 def cosines(embed, sent1: list[str], sent2: list[str]) -> np.ndarray:
@@ -72,11 +72,11 @@ def best_f1(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(f1.max())
 
 
-def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+def score(task: kind.Task, embed, seed: int) -> list[dict]:
     """AP, accuracy and F1 of cosine similarity; `seed` unused (nothing here is random)."""
     sent1, sent2, labels = task.data
     scores = cosines(embed, sent1, sent2)
     values = {MAIN: average_precision_score(labels, scores), "accuracy": best_accuracy(scores, labels),
               "F1": best_f1(scores, labels)}
-    kinds.keep_items(embed, task, scores, labels)
-    return kinds.rows(KIND, task.name, values, len(labels))
+    kind.keep_items(embed, task, scores, labels)
+    return kind.rows(KIND, task.name, values, len(labels))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-from pipeline.evaluate import kinds
+from pipeline.evaluate import kind
 from pipeline.evaluate.sts import unit_rows
 from pipeline.evaluate.sts_data import EvalDataError, records
 
@@ -61,9 +61,9 @@ def read(path: Path) -> list[Sample]:
     return samples
 
 
-def find(data_dir: Path) -> list[kinds.Task]:
-    return [kinds.Task(KIND, task, (str(path),), read(path))
-            for task, path in kinds.task_files(Path(data_dir), KIND, (".jsonl",)).items()]
+def find(data_dir: Path) -> list[kind.Task]:
+    return [kind.Task(KIND, task, (str(path),), read(path))
+            for task, path in kind.task_files(Path(data_dir), KIND, (".jsonl",)).items()]
 
 
 def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_K) -> float:
@@ -73,7 +73,7 @@ def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_
     return 1.0 / (hits[0] + 1) if hits.size else 0.0
 
 
-def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+def score(task: kind.Task, embed, seed: int) -> list[dict]:
     """MAP and MRR@10 rows; `seed` is unused, nothing here being random."""
     samples = [s for s in task.data if s.positive and s.negative]
     queries = unit_rows(np.asarray(embed([s.query for s in samples]), dtype=np.float64))
@@ -86,5 +86,5 @@ def score(task: kinds.Task, embed, seed: int) -> list[dict]:
         aps.append(average_precision_score(relevant, similarities))
         rrs.append(reciprocal_rank(similarities, relevant))
         start = end
-    kinds.keep_items(embed, task, aps)
-    return kinds.rows(KIND, task.name, {MAIN: float(np.mean(aps)), MRR: float(np.mean(rrs))}, len(samples))
+    kind.keep_items(embed, task, aps)
+    return kind.rows(KIND, task.name, {MAIN: float(np.mean(aps)), MRR: float(np.mean(rrs))}, len(samples))

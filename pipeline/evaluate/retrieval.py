@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.evaluate import kinds
+from pipeline.evaluate import kind, kinds
 from pipeline.evaluate.sts_data import EvalDataError, text_file
 from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
@@ -85,7 +85,7 @@ def _texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
                 texts[-1] = texts[-1][:MAX_CHARS]
                 cut.append(f"line {lineno}")
     if cut:
-        kinds.warn_once(f"{path}: {len(cut)} text{'s' if len(cut) > 1 else ''} longer than {MAX_CHARS:,} characters "
+        kind.warn_once(f"{path}: {len(cut)} text{'s' if len(cut) > 1 else ''} longer than {MAX_CHARS:,} characters "
                         f"cut to them ({', '.join(cut[:EXAMPLES])}{', ...' if len(cut) > EXAMPLES else ''}); no "
                         "encoder reads that far")
     return ids, texts
@@ -129,12 +129,12 @@ def _absent(qrels: Path, relevant: dict[str, set[str]], passage_ids: list[str]) 
         raise EvalDataError(f"{qrels}: none of its {len(judged)} relevant corpus-ids is in the corpus "
                             f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); the qrels belong to another corpus")
     if absent:
-        kinds.warn_once(f"{qrels}: {len(absent)} of its {len(judged)} relevant corpus-ids are not in the corpus "
+        kind.warn_once(f"{qrels}: {len(absent)} of its {len(judged)} relevant corpus-ids are not in the corpus "
                         f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); they count as relevant passages never "
                         "retrieved, lowering the scores")
 
 
-def read(directory: Path, split: str = SPLIT) -> kinds.Task:
+def read(directory: Path, split: str = SPLIT) -> kind.Task:
     """The task in `directory`, its queries those of qrels/<split>.tsv (train.select_by reads the dev split)."""
     corpus, queries, qrels = _parts(directory, split)
     if corpus is None or queries is None or qrels is None:
@@ -155,14 +155,14 @@ def read(directory: Path, split: str = SPLIT) -> kinds.Task:
     data = Data(passage_ids, passages, [query_ids[i] for i in kept], [query_texts[i] for i in kept],
                 {query_ids[i]: relevant[query_ids[i]] for i in kept})
     _absent(qrels, data.relevant, passage_ids)
-    return kinds.Task(KIND, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
+    return kind.Task(KIND, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
 
 
 def _has(directory: Path, part: str) -> bool:
     return (directory / part).is_dir() if part == "qrels" else _file(directory, part) is not None
 
 
-def find(data_dir: Path, split: str = SPLIT) -> list[kinds.Task]:
+def find(data_dir: Path, split: str = SPLIT) -> list[kind.Task]:
     """Every directory under data_dir holding two of BEIR's three parts (corpus, queries, a qrels directory): a
     folder that lacks the third is an error naming it, not a task skipped without a word. One part alone is no
     retrieval task (pipeline.evaluate.kinds names what no task reads)."""
@@ -217,7 +217,7 @@ def metrics(ranked: list[list[str]], relevant: list[set[str]]) -> dict[str, np.n
             f"MAP@{MAP_K}": np.array(ap)}
 
 
-def score(task: kinds.Task, embed, seed: int) -> list[dict]:
+def score(task: kind.Task, embed, seed: int) -> list[dict]:
     """nDCG@10, MRR@10, Recall@100 and MAP@100 over the task's queries; `seed` unused (nothing here is random)."""
     d: Data = task.data
     queries = _unit(embed(d.queries))
@@ -226,5 +226,5 @@ def score(task: kinds.Task, embed, seed: int) -> list[dict]:
     best = search(queries, chunks, rank)
     ranked = [[d.passage_ids[i] for i in row] for row in best]
     per_query = metrics(ranked, [d.relevant[q] for q in d.query_ids])
-    kinds.keep_items(embed, task, per_query[MAIN])
-    return kinds.rows(KIND, task.name, {k: v.mean() for k, v in per_query.items()}, len(d.query_ids), SPLIT)
+    kind.keep_items(embed, task, per_query[MAIN])
+    return kind.rows(KIND, task.name, {k: v.mean() for k, v in per_query.items()}, len(d.query_ids), SPLIT)
