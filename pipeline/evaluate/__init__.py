@@ -1,8 +1,11 @@
 """The evaluate stage: one encoder scored on every task present in the evaluation data.
 
-`stage` is the stage; `data` makes the evaluation data named file by file one local directory.
-Similarity: `sts` (STS12-16, STS-B, SICK-R and pair files: reading and scoring) and `relatedness`
-(SentEval's supervised relatedness regressor). Transfer: `transfer_data` finds and reads SentEval's
-transfer tasks, `transfer` scores them with `logreg` (SentEval's PyTorch logistic regression).
-`analysis`: alignment, uniformity and anisotropy of the embedding space.
+`stage` is the stage; `data` makes the evaluation data named file by file one local directory; `encoders` builds
+every kind of encoder it scores, `readouts` how one is read (mean or [CLS] pooling), `given` names the rows of
+`cpipe evaluate --model`. Similarity: `sts_data` reads STS12-16, STS-B, SICK-R and STS pair files, `sts` scores
+them, `relatedness` is SentEval's supervised relatedness regressor. Transfer: `transfer_data` finds and reads
+SentEval's transfer tasks, `transfer` scores them with `logreg` (SentEval's PyTorch logistic regression).
+The user's own task kinds (`kinds`: `retrieval`, `clustering`, `pairclass`, `reranking`). `analysis`: alignment,
+uniformity and anisotropy. `items` keeps each test item for the leaderboard's bootstrap, `mteb_results` writes
+MTEB's result files, `names` holds the tasks' and columns' names.
 """
