@@ -153,7 +153,7 @@ def test_a_run_whose_every_process_is_sent_sigterm_at_once_says_it_stopped(tmp_p
     """As systemd's default KillMode and Slurm's scancel stop a run: every process at once, the run's temporary
     Prefect server too. The run tells the dead server once how it ended, and says so, instead of retrying for
     minutes (past systemd's and Slurm's grace before SIGKILL). Data stages only: with Ray's processes signalled
-    too, Ray's driver may end the run first (README, Stopping)."""
+    too, Ray's driver may end the run first (docs/operations.md, "Stopping and resuming a run")."""
     asked = threading.Event()
 
     class Stalled(BaseHTTPRequestHandler):  # a corpus download that never ends
