@@ -34,7 +34,7 @@ run: $(STAMP)
 
 # Two pytest-xdist workers, a test module's tests on one (its module fixtures are made once): in one process
 # the slow tests kept 2 cores 59% busy (much of a whole-flow run is one Python process at a time), on two
-# workers the suite 89% (README's Tests). TEST_WORKERS=1 runs it in one process, as plain pytest does.
+# workers the suite 89% (docs/contributing.md, Tests). TEST_WORKERS=1 runs it in one process, as plain pytest does.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 

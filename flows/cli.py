@@ -51,7 +51,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", action="append", help="local file or directory; repeat to mix; replaces the profile's sources")
     p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout, STS pair files "
                    "(sentence1, sentence2, score) and/or retrieval (BEIR), clustering, pairclass and reranking "
-                   "tasks (README, Evaluation), or one pair file; replaces the profile's evaluate.data")
+                   "tasks (docs/evaluation.md), or one pair file; replaces the profile's evaluate.data")
     p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
     p.add_argument("--until", choices=NAMES, help="stop after this stage")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a model directory or hub name; repeat for several; the row is named by its directory "
                         "(a run's train dataset: by its run)")
     p_eval.add_argument("--eval-data", help="evaluation tasks: a directory in SentEval's layout, STS pair files and/or "
-                        "retrieval (BEIR), clustering, pairclass and reranking tasks (README, Evaluation), or one "
+                        "retrieval (BEIR), clustering, pairclass and reranking tasks (docs/evaluation.md), or one "
                         "pair file (default: the config's evaluate.data, public STS sets)")
     p_eval.add_argument("--config", help="YAML profile (default: configs/default.yaml): the evaluate settings")
     p_eval.add_argument("--artifacts", help="where stage datasets and the leaderboard go (default ./artifacts)")

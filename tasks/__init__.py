@@ -1,4 +1,4 @@
-"""Prefect tasks over pipeline/ stages: cache keys from stage fingerprints, logs, artifacts."""
+"""Prefect tasks over pipeline/ stages: each stage a task whose state says reused or built, logs, artifacts."""
 
 import os
 
