@@ -17,15 +17,13 @@ from prefect.states import Failed
 
 from pipeline import preflight, registry
 from pipeline.config import Config
-from pipeline.errors import InputError
+from pipeline.errors import USER_ERRORS
 from pipeline.evaluate import mteb_results
 from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
-from storage import DatasetError
 from tasks.build import fetch_eval_data, publish_leaderboard, run, run_all
 
-USER_ERRORS = (InputError, DatasetError)  # bad input, phrased for the user: one line says it all
 
 def _one_line_failure(fn: Callable) -> Callable:
     """A run stopped by bad input ends Failed with the one-line error as its state's message (what
