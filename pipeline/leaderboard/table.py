@@ -523,8 +523,8 @@ def figure(table: pd.DataFrame, title: str, compare_to: str | None = None):
                                                                              if is_pair_column(c)]
     rows = table.iloc[::-1].reset_index(drop=True)
     panels = max(1, len(columns))
-    across = min(panels, PANELS_PER_ROW)
-    down = -(-panels // across)
+    down = -(-panels // PANELS_PER_ROW)
+    across = -(-panels // down)  # rows of panels as even as they go: SimCSE's seven as 4 and 3, not 5 and 2
     labels = rows["model"].astype(str)
     if len(_sections(rows)) > 1:  # a model scored on two data is on two rows
         labels += " (" + rows[DATA].astype(str).str[:8] + ")"
