@@ -25,6 +25,7 @@ from pipeline.filter.config import FilterConfig
 from pipeline.init.config import ModelConfig
 from pipeline.repeats import seed_list, seeded, split_seeded
 from pipeline.tokenizer.config import TokenizerConfig
+from pipeline.tracking.config import TrackingConfig
 from pipeline.train.config import HELDOUT_LOSS, TrainConfig
 
 
@@ -73,6 +74,7 @@ class Config(Strict):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @field_validator("artifacts")
     @classmethod
