@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple
 import yaml
 from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
+from pipeline import objectives
 from pipeline.augment.config import AugmentConfig
 from pipeline.backtranslate.config import BacktranslateConfig
 from pipeline.config_base import Strict, absolute, unusable_name
@@ -107,20 +108,11 @@ class Config(Strict):
         self.training_order()  # every init_from names another run, and none continues itself through others
         self.trainings()  # every repeat of a continuing run has its parent's repeat to start from
         for name, run in self.run_configs().items():  # validates every run's overrides now
-            clear = self.augment.clear
-            if run.views and "subs" in run.views.split("+") and not (clear.synonyms or clear.synonym_vectors):
-                raise ValueError(f"runs.{name}: augmentation {run.views!r} substitutes synonyms: set "
-                                 "augment.clear.synonyms (a file) or augment.clear.synonym_vectors (a vector file, "
-                                 "or 'corpus')")
-            if run.objective == "cert" and len(self.backtranslate.pivots) < 2:
-                raise ValueError(f"runs.{name}: CERT pairs two back-translations through two different pivots: "
-                                 f"backtranslate.pivots needs at least two, got {self.backtranslate.pivots}")
+            if why := objectives.objective(run.objective).check_config(self, run):  # what it needs of the others
+                raise ValueError(f"runs.{name}: {why}")
             if run.select_by == HELDOUT_LOSS and not self.augment.heldout_fraction:
                 raise ValueError(f"runs.{name}: select_by heldout-loss scores documents held out of training: set "
                                  "augment.heldout_fraction above 0 (0.05, say); it is 0, none is held out")
-            if run.objective == "declutr" and run.batch_size % self.augment.num_anchors:
-                raise ValueError(f"runs.{name}: train.batch_size ({run.batch_size}) must be a multiple of "
-                                 f"augment.num_anchors ({self.augment.num_anchors}) so batches hold whole documents")
         return self
 
     def training_order(self) -> list[str]:

@@ -9,10 +9,10 @@ import pytest
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
 
+from pipeline import objectives
 from pipeline.augment import stage as augment
 from pipeline.augment.clear_operations import WORDNET, wordnet_dir
 from pipeline.augment.config import AugmentConfig
-from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.augment.segment import document_sentences, sentences
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
@@ -20,20 +20,24 @@ from pipeline.corpus.config import CorpusConfig
 from pipeline.init import stage as init
 from pipeline.init.config import ModelConfig
 from pipeline.model.transformer import load_mlm
+from pipeline.objectives.base import Objective
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.train.config import OBJECTIVES, TrainConfig
+from pipeline.train.config import TrainConfig
 from storage import read_manifest, read_table
 from tests.conftest import write_corpus
 from tests.helpers import corpus_and_tokenizer
 
 
-def test_the_config_names_every_registered_objective():
-    assert set(OBJECTIVES) == set(PAIR_MAKERS)
-    for module in PAIR_MAKERS.values():
-        assert set(module.SETTINGS) <= set(AugmentConfig.model_fields)
-        assert set(module.INPUTS.values()) <= {"decontaminate", "backtranslate"}
+def test_every_registered_objective_declares_the_contract():
+    for name in objectives.names():
+        declared = objectives.objective(name)
+        assert isinstance(declared, Objective) and declared.name == name
+        assert set(declared.settings) <= set(AugmentConfig.model_fields)
+        assert set(declared.inputs.values()) <= {"decontaminate", "backtranslate"}
+        assert set(declared.defaults) <= set(TrainConfig.model_fields), name
+        assert TrainConfig(objective=name).objective == name
 
 
 def pairs_config(objective: str, augmentation: str | None = None, **settings) -> dict:
@@ -184,7 +188,7 @@ def test_clear_substitution_replaces_thirty_percent_of_each_sentences_tokens(doc
 
 
 def test_clear_substitution_falls_back_to_corpus_vectors_without_wordnet(documents, monkeypatch):
-    monkeypatch.setattr("pipeline.objectives.clear.wordnet_dir", lambda: None)
+    monkeypatch.setattr("pipeline.augment.clear_operations.wordnet_dir", lambda: None)
     rows, path = clear_rows(documents, "subs", epochs=1, subs_share=1.0, synonym_threshold=-1.0)
     manifest = read_manifest(path)
     assert manifest["counts"]["synonym_entries"] > 0

@@ -1,6 +1,6 @@
 """augment stage: materialise `epochs` epochs of anchor/positive pairs, as token ids and text, for one objective.
 
-The objectives (pipeline.augment.objectives) say what a pair is; this stage gives them
+The objectives (pipeline.objectives) say what a pair is; this stage gives them
 one schema, one config slice each, and their input datasets.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline.augment.heldout import HeldOutSplit
-from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.augment.pairs import SPREAD
 from pipeline.config import Config
+from pipeline.objectives import objective
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
@@ -56,13 +56,13 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     """Only the settings the run's objective uses, so changing span lengths does not rebuild CERT's pairs;
     the run's `views` pick CLEAR's combination. A repeat with seed s draws its pairs from augment.seed + s
     (pipeline.repeats): the same pairs as before for seed 0."""
-    augment, maker = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}, PAIR_MAKERS[run.objective]
-    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.SETTINGS)}}
-    if hasattr(maker, "VERSION"):  # an objective's own change of its pairs rebuilds only its datasets
-        settings["version"] = maker.VERSION
+    augment, maker = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}, objective(run.objective)
+    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.settings)}}
+    if maker.version is not None:  # an objective's own change of its pairs rebuilds only its datasets
+        settings["version"] = maker.version
     if settings.get("max_sentences") is not None:  # the cap draws over the corpus (only capped pairs rebuilt)
         settings["sampling"] = SPREAD
-    if hasattr(maker, "files"):
+    if maker.files is not None:
         settings["files"] = maker.files(cfg)
     if augment["heldout_fraction"]:  # only then: the datasets built before the setting keep their fingerprints
         settings["heldout_fraction"] = augment["heldout_fraction"]
@@ -71,14 +71,14 @@ def config(cfg: Config, run: TrainConfig) -> dict:
 
 def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str]:
     """The datasets an objective's pairs are made from, by the stage that built them."""
-    return {**{name: done[stage] for name, stage in PAIR_MAKERS[run.objective].INPUTS.items()},
+    return {**{name: done[stage] for name, stage in objective(run.objective).inputs.items()},
             "tokenizer": done["tokenizer"]}
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     fraction = config.get("heldout_fraction")
     writer = HeldOutSplit(out, fraction, SCHEMA) if fraction else out
-    PAIR_MAKERS[config["objective"]].pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), writer)
+    objective(config["objective"]).pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), writer)
     if fraction:
         writer.close()
 

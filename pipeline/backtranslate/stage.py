@@ -23,6 +23,7 @@ from pipeline.augment.pairs import SPREAD, sentences
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.config import Config
+from pipeline.objectives import objective
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter
 
@@ -51,8 +52,9 @@ def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str
 
 
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, None]:
-    """Built only for CERT's pairs."""
-    return {"backtranslate": None} if any(r.objective == "cert" for r in cfg.run_configs().values()) else {}
+    """Built only for the pairs made from back-translations (CERT's)."""
+    read = any("backtranslate" in objective(r.objective).inputs.values() for r in cfg.run_configs().values())
+    return {"backtranslate": None} if read else {}
 
 
 def check(cfg: Config) -> None:

@@ -17,24 +17,14 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from pipeline.augment.objectives import PAIR_MAKERS
 from pipeline.leaderboard.table import ANALYSIS, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
 from pipeline.model.transformer import ST_DIR
+from pipeline.objectives import names, objective
 from pipeline.train import devset
 from pipeline.train.config import TrainConfig
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 
 CARD = "README.md"
-# How each objective makes its positive pairs, as its paper does.
-OBJECTIVE_TITLES = {
-    "declutr": "DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
-    "simcse": "unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
-    "cert": "CERT (Fang et al., 2020): back-translations of a sentence as its two views",
-    "clear": "CLEAR (Wu et al., 2020): two augmented views of a sentence",
-    "tsdae": "TSDAE (Wang et al., 2021): a sentence rebuilt by a decoder from the embedding of its corrupted copy",
-    "simcse-sup": "supervised SimCSE (Gao et al., 2021): an NLI premise, a hypothesis it entails, and one it "
-                  "contradicts as the hard negative",
-}
 LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
           "info-nce": "InfoNCE (one direction, N-1 negatives)",
           "denoising": "the decoder's cross-entropy over the original sentence's tokens (the decoder is not exported)"}
@@ -51,7 +41,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
     model = init["config"]
     # The datasets the pairs were made from (the filter stage's documents; CERT's back-translations), which a
     # manifest names by fingerprint, beside the pairs in the same artifacts.
-    root, stages = dataset_parts(inputs["pairs"])[0], PAIR_MAKERS[cfg["objective"]].INPUTS
+    root, stages = dataset_parts(inputs["pairs"])[0], objective(cfg["objective"]).inputs
     sources = {name: _dataset(root, stages[name], fp) for name, fp in sorted(pairs["inputs"].items()) if name in stages}
     run = TrainConfig(**cfg)
     return {
@@ -198,9 +188,11 @@ def _metadata(info: dict) -> list[str]:
 
 
 def _training(info: dict) -> list[tuple[str, str]]:
-    objective = OBJECTIVE_TITLES.get(info["objective"], info["objective"])
+    # How the objective makes its positive pairs, as its paper does; a card of an objective since removed names it.
+    name = info["objective"]
+    trained = objective(name).title if name in names() else name
     if info.get("augmentation"):
-        objective += f" ({info['augmentation']})"
+        trained += f" ({info['augmentation']})"
     loss = LOSSES.get(info["loss"], info["loss"]) if info["contrastive"] else "no contrastive loss"
     if info["contrastive"] and info["temperature"] is not None:  # TSDAE's loss has none
         loss += f", temperature {info['temperature']:g}"
@@ -221,7 +213,7 @@ def _training(info: dict) -> list[tuple[str, str]]:
         rows.append(("parameters", f"{info['parameters']:,}"))
     steps = f"{info['steps']}" + (f" (final loss {info['final_loss']:.4f})" if info.get("final_loss") is not None
                                   else "")
-    return rows + [("objective", objective), ("loss", loss), ("recipe", info["recipe"]),
+    return rows + [("objective", trained), ("loss", loss), ("recipe", info["recipe"]),
                    ("training pairs", f"`{pairs['fingerprint']}`: {pairs['rows']:,} pairs"
                     + (f", made from {sources}" if sources else "")),
                    ("steps", steps), ("selected", best)]

@@ -1,5 +1,5 @@
 """CERT (Fang et al., 2020): two back-translations of one sentence through two different pivot languages
-(en-de-en and en-zh-en in the paper) are a positive pair.
+(en-de-en and en-zh-en in the paper) are a positive pair, under InfoNCE at 0.07, MoCo's or in-batch.
 
 Every epoch draws, per sentence and seeded, a pair of different pivots whose translations differ, and
 which of the two is the anchor; the row's `sources` names them. A sentence with fewer than two distinct
@@ -9,14 +9,19 @@ non-empty back-translations cannot make a pair and is dropped (counted `too_few_
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.pairs import epoch_seed, pair, record_drawn
 from pipeline.errors import InputError
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.objectives.base import Objective
 from storage import read_table
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.train.config import TrainConfig
 
 NAME = "cert"
 INPUTS = {"backtranslations": "backtranslate"}
@@ -45,6 +50,8 @@ def pivot_pairs(pivots: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    from pipeline.tokenizer.loading import encode_whole  # tokenizers: not at the config's import
+
     sentences = translations(inputs["backtranslations"], out)
     if not sentences:
         raise InputError(f"augment: no sentence in {inputs['backtranslations']} has two distinct back-translations "
@@ -63,3 +70,21 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
                             texts[k][a], [token_ids[k][b]], [texts[k][b]], sources=[a, b])])
     record_drawn(out, {sentences[i]["doc_id"] for i in ids}, sentences=len(ids))
     log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])
+
+
+def two_pivots(cfg: Config, run: TrainConfig) -> str | None:
+    if len(cfg.backtranslate.pivots) < 2:
+        return ("CERT pairs two back-translations through two different pivots: backtranslate.pivots needs at "
+                f"least two, got {cfg.backtranslate.pivots}")
+    return None
+
+
+OBJECTIVE = Objective(
+    name=NAME, title="CERT (Fang et al., 2020): back-translations of a sentence as its two views",
+    # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head down to 128 dimensions (its builder.py, mlp=True,
+    # moco-dim 128), InfoNCE at 0.07; its MOCO.py: SGD (momentum 0.9, weight decay 1e-5 on every weight),
+    # lr 4e-5, cosine schedule, batch 32, sentences of 64 tokens.
+    defaults={"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
+              "schedule": "cosine", "lr": 4e-5, "batch_size": 32, "max_length": 64, "weight_decay": 1e-5,
+              "optimizer": "sgd", "sgd_momentum": 0.9, "projection_dim": 128},
+    inputs=INPUTS, settings=SETTINGS, pairs=pairs, check_config=two_pivots)

@@ -1,5 +1,6 @@
 """CLEAR (Wu et al., 2020): two independently augmented views of each sentence (pipeline.augment.clear_operations), and the
-original sentence, which is CLEAR's MLM input (section 3, eq. 3: L = L_MLM(original) + L_CL(view 1, view 2)).
+original sentence, which is CLEAR's MLM input (section 3, eq. 3: L = L_MLM(original) + L_CL(view 1, view 2));
+a run's train.augmentation picks the views (default DEFAULT_CLEAR), and with them its pairs' dataset.
 
 A deleted run is the tokenizer's deletion token (pipeline.tokenizer.loading.DEL_TOKEN), a special token of its
 own: never the mask token, so MLM can neither target it nor confuse it with a masked word. Synonyms for
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.clear_operations import (WORDNET, ClearParams, word_core, operations, read_synonyms,
-                                               synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
-from pipeline.augment.config import ClearOperations
+from pipeline.augment.config import DEFAULT_CLEAR, ClearOperations
 from pipeline.augment.pairs import epoch_seed, pair, sentences
-from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
-from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.errors import InputError
+from pipeline.objectives.base import Objective
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.train.config import TrainConfig
 
 NAME = "clear"
 INPUTS = {"documents": "decontaminate"}
@@ -32,6 +35,11 @@ log = logging.getLogger("cpipe")
 
 def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
+    # fastText, WordNet: not at the config's import
+    from pipeline.augment.clear_operations import (WORDNET, read_synonyms, synonyms_from_vectors, word_core,
+                                                   wordnet_dir, wordnet_synonyms)
+    from pipeline.baselines.fasttext.bow import train_fasttext
+
     words = {word_core(w)[1] for t in texts for w in t.split()}
     if c["synonyms"] == "wordnet" and wordnet_dir() is not None:
         return wordnet_synonyms(words), WORDNET
@@ -50,6 +58,8 @@ def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
 
 def deletion_id(tok) -> int:
     """The deletion token's id; a tokenizer built before the tokenizer stage added it is refused."""
+    from pipeline.tokenizer.loading import DEL_TOKEN
+
     del_id = tok.convert_tokens_to_ids(DEL_TOKEN)
     if del_id is None or del_id == tok.unk_token_id or DEL_TOKEN not in tok.all_special_tokens:
         raise InputError(f"the tokenizer has no {DEL_TOKEN!r} special token: rebuild it with the tokenizer stage")
@@ -57,6 +67,9 @@ def deletion_id(tok) -> int:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    from pipeline.augment.clear_operations import ClearParams, operations, two_views
+    from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
+
     c = config["clear"]
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
@@ -82,3 +95,22 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
                             original_text=r["text"])])
     log.info("augment: %d sentences x %d epochs of %s views (synonyms: %s)", len(rows), config["epochs"], name,
              source or "none needed")
+
+
+def synonyms_given(cfg: Config, run: TrainConfig) -> str | None:
+    """Substitution needs a synonym source before any work starts."""
+    clear = cfg.augment.clear
+    if "subs" in run.views.split("+") and not (clear.synonyms or clear.synonym_vectors):
+        return (f"augmentation {run.views!r} substitutes synonyms: set augment.clear.synonyms (a file) or "
+                "augment.clear.synonym_vectors (a vector file, or 'corpus')")
+    return None
+
+
+OBJECTIVE = Objective(
+    name=NAME, title="CLEAR (Wu et al., 2020): two augmented views of a sentence",
+    # CLEAR: MLM on the original sentence beside NT-Xent between its two views, through SimCLR's MLP head.
+    defaults={"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05,
+              "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
+              "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
+    inputs=INPUTS, settings=SETTINGS, pairs=pairs, views=DEFAULT_CLEAR, mlm_on_originals=True,
+    check_config=synonyms_given)

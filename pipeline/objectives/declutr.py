@@ -1,4 +1,5 @@
-"""DeCLUTR (Giorgi et al., 2021): anchor spans and nearby positive spans from the same long document.
+"""DeCLUTR (Giorgi et al., 2021): anchor spans and nearby positive spans from the same long document, an
+NT-Xent loss between each anchor and its positives' mean, plus MLM on the anchors.
 
 Each epoch draws fresh spans, as DeCLUTR resamples every epoch. Documents shorter than the sampler
 needs (pipeline.augment.spans.min_document_tokens) are dropped and counted (`too_short`). With
@@ -11,14 +12,19 @@ rows holds N whole documents, as in the paper.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.pairs import epoch_seed, pair, record_drawn
 from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
-from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
+from pipeline.objectives.base import Objective
 from storage import read_table
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.train.config import TrainConfig
 
 NAME = "declutr"
 INPUTS = {"documents": "decontaminate"}
@@ -29,6 +35,8 @@ log = logging.getLogger("cpipe")
 def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
     """Every document's token ids as int32, its pieces' joined: spans may fall anywhere in a document, so all of
     it is kept, at 4 bytes a token."""
+    from pipeline.tokenizer.loading import encoded_pieces  # tokenizers: not at the config's import
+
     pieces: list[list[np.ndarray]] = [[] for _ in texts]
     for i, ids in encoded_pieces(backend, texts):
         pieces[i].append(np.asarray(ids, dtype=np.int32))
@@ -36,6 +44,8 @@ def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    from pipeline.tokenizer.loading import collapse_whitespace
+
     docs = read_table(inputs["documents"], columns=["doc_id", "text"])
     doc_ids = docs.column("doc_id").to_pylist()
     texts = docs.column("text").to_pylist()
@@ -67,3 +77,21 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     record_drawn(out, {doc_ids[d] for d in eligible})
     log.info("augment: %d documents x %d epochs; %d too short", len(eligible), config["epochs"],
              len(doc_ids) - len(eligible))
+
+
+def whole_documents(cfg: Config, run: TrainConfig) -> str | None:
+    """A batch holds whole documents, each with its num_anchors anchors (their rows are adjacent)."""
+    if run.batch_size % cfg.augment.num_anchors:
+        return (f"train.batch_size ({run.batch_size}) must be a multiple of augment.num_anchors "
+                f"({cfg.augment.num_anchors}) so batches hold whole documents")
+    return None
+
+
+OBJECTIVE = Objective(
+    name=NAME, title="DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
+    # DeCLUTR's declutr_small.jsonnet: HF AdamW (eps 1e-6, correct_bias false), lr 5e-5, weight decay 0.1,
+    # AllenNLP's slanted triangular schedule (ULMFiT's), spans up to 512 tokens.
+    defaults={"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05,
+              "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
+              "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-6, "correct_bias": False},
+    inputs=INPUTS, settings=SETTINGS, pairs=pairs, check_config=whole_documents)

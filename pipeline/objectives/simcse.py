@@ -1,5 +1,6 @@
 """Unsupervised SimCSE (Gao et al., 2021): a sentence is its own positive; the two forward passes'
-independent dropout masks are the only augmentation, so nothing is materialised but the sentence twice."""
+independent dropout masks are the only augmentation, so nothing is materialised but the sentence twice. The loss
+is cl_forward's InfoNCE (one direction, N-1 negatives) over a Linear+Tanh head on [CLS], used in training only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tqdm import tqdm
 
 from pipeline.augment.pairs import epoch_seed, pair, sentences
 from pipeline.errors import InputError
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.objectives.base import Objective
 
 NAME = "simcse"
 INPUTS = {"documents": "decontaminate"}
@@ -19,6 +20,8 @@ log = logging.getLogger("cpipe")
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    from pipeline.tokenizer.loading import encode_whole  # tokenizers: not at the config's import
+
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
         raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
@@ -30,3 +33,14 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, ids[k], r["text"],
                             [ids[k]], [r["text"]])])
     log.info("augment: %d sentences x %d epochs", len(rows), config["epochs"])
+
+
+OBJECTIVE = Objective(
+    name=NAME, title="unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
+    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; its
+    # run_unsup_example.sh (lr 3e-5, batch 64, max_seq_length 32) under the HF Trainer's defaults, which its
+    # train.py keeps: torch AdamW (eps 1e-8), weight decay 0, linear decay to 0, no warmup.
+    defaults={"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
+              "schedule": "linear", "lr": 3e-5, "batch_size": 64, "max_length": 32, "weight_decay": 0.0,
+              "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
+    inputs=INPUTS, settings=SETTINGS, pairs=pairs)

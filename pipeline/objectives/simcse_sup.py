@@ -13,28 +13,34 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
 from pipeline.augment.pairs import epoch_seed, pair
-from pipeline.baselines.infersent.model import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.errors import InputError
-from pipeline.evaluate.sts_data import SCORED_SPLITS, SICK_FILES, find_file
 from pipeline.file_snapshot import snapshot
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.objectives.base import Objective
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.train.config import TrainConfig
 
 NAME = "simcse-sup"
 INPUTS: dict[str, str] = {}
 SETTINGS = ("simcse_sup",)
-ENTAILMENT, CONTRADICTION = LABELS.index("entailment"), LABELS.index("contradiction")
 log = logging.getLogger("cpipe")
 
 
-def files(cfg) -> dict:
+def files(cfg: Config) -> dict:
     """The NLI files the triplets are read from, with their snapshot (an edited file rebuilds the pairs):
     augment.simcse_sup.nli, else SICK_train.txt under evaluate.data. None may copy a test or dev split the
     evaluation scores, whatever its name (pipeline.baselines.infersent.model.refuse_scored_copy)."""
+    # torch (InferSent's module), the evaluation's files: not at the config's import
+    from pipeline.baselines.infersent.model import refuse_scored_copy, scored_pairs
+    from pipeline.evaluate.sts_data import SCORED_SPLITS, SICK_FILES, find_file
+
     paths = cfg.augment.simcse_sup.nli
     if not paths:
         data = cfg.evaluate.data  # a directory, or pair files that hold no SICK
@@ -54,12 +60,15 @@ def files(cfg) -> dict:
 def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> tuple[list[tuple[str, str, str]], dict]:
     """(premise, entailment, contradiction) triplets in the premises' first-seen order, and the counts of
     premises left out for lacking an entailment or a contradiction."""
+    from pipeline.baselines.infersent.model import LABELS
+
+    entailment, contradiction = LABELS.index("entailment"), LABELS.index("contradiction")
     groups: dict[str, tuple[list[str], list[str]]] = {}
     for premise, hypothesis, label in zip(premises, hypotheses, labels):
         entailed, contradicted = groups.setdefault(premise, ([], []))
-        if label == ENTAILMENT:
+        if label == entailment:
             entailed.append(hypothesis)
-        elif label == CONTRADICTION:
+        elif label == contradiction:
             contradicted.append(hypothesis)
     out, dropped = [], {"premise_without_entailment": 0, "premise_without_contradiction": 0}
     for premise, (entailed, contradicted) in groups.items():
@@ -73,6 +82,9 @@ def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> t
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    from pipeline.baselines.infersent.model import read_nli
+    from pipeline.tokenizer.loading import encode_whole
+
     read = [read_nli(path) for path in config["files"]["nli"]]
     rows, dropped = triplets(*(sum((getattr(r, f) for r in read), []) for f in ("premise", "hypothesis", "labels")))
     for reason, n in {**dropped, "no_gold_label": sum(r.dropped for r in read)}.items():
@@ -92,3 +104,22 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
                             [entailed], negative_ids=ids[contradicted], negative_text=contradicted)])
     out.extra["triplets"] = len(rows)
     log.info("augment: %d NLI triplets x %d epochs", len(rows), epochs)
+
+
+def hard_negatives_scored(run: TrainConfig) -> str | None:
+    if run.contrastive and run.loss != "info-nce":
+        return (f"simcse-sup's hard negatives are scored by info-nce (SimCSE's cl_forward); loss {run.loss!r} "
+                "takes none")
+    return None
+
+
+OBJECTIVE = Objective(
+    name=NAME, title="supervised SimCSE (Gao et al., 2021): an NLI premise, a hypothesis it entails, and one it "
+                     "contradicts as the hard negative",
+    # Supervised SimCSE (run_sup_example.sh, pooler_type cls): as unsupervised, but its `cls` pooler keeps the
+    # MLP at evaluation, so the head is exported; lr 5e-5, batch 512 (on a small machine through grad_cache:
+    # configs/simcse-sup.yaml), max_seq_length 32, the HF Trainer's AdamW with weight decay 0.
+    defaults={"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
+              "schedule": "linear", "keep_head": True, "lr": 5e-5, "batch_size": 512, "max_length": 32,
+              "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
+    inputs=INPUTS, settings=SETTINGS, pairs=pairs, files=files, hard_negatives=True, check=hard_negatives_scored)

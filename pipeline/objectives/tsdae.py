@@ -14,15 +14,17 @@ sentences with no random state of its own to checkpoint.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
-from sacremoses import MosesDetokenizer, MosesTokenizer
-
 from pipeline.augment.pairs import epoch_seed, pair, sentences
 from pipeline.errors import InputError
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.objectives.base import Objective
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 NAME = "tsdae"
 INPUTS = {"documents": "decontaminate"}
@@ -40,6 +42,10 @@ def delete(words: list, ratio: float, rng: np.random.Generator) -> list:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import, nor tokenizers
+
+    from pipeline.tokenizer.loading import encode_whole
+
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
         raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
@@ -58,3 +64,28 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, anchor, text,
                             [ids[k]], [r["text"]])])
     log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), config["epochs"], 100 * ratio)
+
+
+def decoder(mlm_model, cfg: dict):
+    """The decoder that rebuilds each sentence from its damaged copy's embedding (pipeline.objectives.tsdae_decoder)."""
+    from pipeline.objectives.tsdae_decoder import TsdaeDecoder  # torch: not at the config's import
+
+    return TsdaeDecoder(mlm_model, cfg["seed"], cfg["tie_decoder"])
+
+
+def denoising_alone(run: TrainConfig) -> str | None:
+    if run.mlm or not run.contrastive or run.momentum or run.memory_bank or run.grad_cache:
+        return ("tsdae trains its denoising loss alone: set no mlm, momentum, memory_bank or grad_cache, and leave "
+                "contrastive true (it switches the denoising loss)")
+    return None
+
+
+OBJECTIVE = Objective(
+    name=NAME,
+    title="TSDAE (Wang et al., 2021): a sentence rebuilt by a decoder from the embedding of its corrupted copy",
+    # TSDAE: [CLS] into a decoder that rebuilds the sentence, no contrastive loss and no MLM; the paper's (and
+    # sentence-transformers' TSDAE example's) AdamW at lr 3e-5, batch 8, weight decay 0, constant schedule.
+    defaults={"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant",
+              "lr": 3e-5, "batch_size": 8, "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8,
+              "correct_bias": True},
+    inputs=INPUTS, settings=SETTINGS, pairs=pairs, version=VERSION, decoder=decoder, check=denoising_alone)

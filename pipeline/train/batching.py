@@ -15,6 +15,7 @@ import torch
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from pipeline.errors import InputError
+from pipeline.objectives import objective
 from pipeline.tokenizer.loading import DEL_TOKEN
 from pipeline.train.losses import mask_tokens
 
@@ -80,7 +81,7 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     padding (length_blocks); `unsort` puts their embeddings back in the order above (targets come sorted)."""
     moco = cfg["contrastive"] and cfg["momentum"] is not None
     denoise = cfg["contrastive"] and cfg["loss"] == "denoising"
-    if cfg["mlm"] and cfg["objective"] == "clear" and "originals" not in batch:
+    if cfg["mlm"] and objective(cfg["objective"]).mlm_on_originals and "originals" not in batch:
         raise InputError("train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
                          "rebuild the augment stage, or set mlm: false")
     target = ("originals" if "originals" in batch else "anchors") if cfg["mlm"] else None

@@ -2,58 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from pipeline.augment.clear_names import unknown_augmentation
-from pipeline.augment.config import DEFAULT_CLEAR
 from pipeline.config_base import Strict, absolute
+from pipeline import objectives
 from pipeline.train.splits import why_test_split
 
-# The objectives: pipeline.augment.objectives.OBJECTIVES's names, spelled here so that the config imports none.
-OBJECTIVES = ("declutr", "cert", "simcse", "clear", "tsdae", "simcse-sup")
 # train.select_by's values beside a task's name.
 STS_DEV, HELDOUT_LOSS = "sts-dev", "heldout-loss"
 
-# What each objective's paper trains with, where a run does not say: the loss, the head its loss sees
-# (dropped at export), the pooling, whether MLM is added, the temperature, and the optimisation: learning
-# rate, batch size, max length, weight decay, optimizer and schedule. A setting a run or the train section
-# makes explicitly wins. One line per objective; a key a line leaves out takes TrainConfig's default.
-OBJECTIVE_DEFAULTS = {
-    # DeCLUTR's declutr_small.jsonnet: HF AdamW (eps 1e-6, correct_bias false), lr 5e-5, weight decay 0.1,
-    # AllenNLP's slanted triangular schedule (ULMFiT's), spans up to 512 tokens.
-    "declutr": {"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05,
-                "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
-                "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-6, "correct_bias": False},
-    "clear": {"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05,
-              "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
-              "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
-    # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; its
-    # run_unsup_example.sh (lr 3e-5, batch 64, max_seq_length 32) under the HF Trainer's defaults, which its
-    # train.py keeps: torch AdamW (eps 1e-8), weight decay 0, linear decay to 0, no warmup.
-    "simcse": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
-               "schedule": "linear", "lr": 3e-5, "batch_size": 64, "max_length": 32, "weight_decay": 0.0,
-               "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
-    # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head down to 128 dimensions (its builder.py, mlp=True,
-    # moco-dim 128), InfoNCE at 0.07; its MOCO.py: SGD (momentum 0.9, weight decay 1e-5 on every weight),
-    # lr 4e-5, cosine schedule, batch 32, sentences of 64 tokens.
-    "cert": {"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
-             "schedule": "cosine", "lr": 4e-5, "batch_size": 32, "max_length": 64, "weight_decay": 1e-5,
-             "optimizer": "sgd", "sgd_momentum": 0.9, "projection_dim": 128},
-    # TSDAE: [CLS] into a decoder that rebuilds the sentence (pipeline.objectives.tsdae_decoder), no contrastive loss
-    # and no MLM; the paper's (and sentence-transformers' TSDAE example's) AdamW at lr 3e-5, batch 8, weight
-    # decay 0, constant schedule.
-    "tsdae": {"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant",
-              "lr": 3e-5, "batch_size": 8, "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8,
-              "correct_bias": True},
-    # Supervised SimCSE (run_sup_example.sh, pooler_type cls): as unsupervised, but its `cls` pooler keeps the
-    # MLP at evaluation, so the head is exported; lr 5e-5, batch 512 (on a small machine through grad_cache:
-    # configs/simcse-sup.yaml), max_seq_length 32, the HF Trainer's AdamW with weight decay 0.
-    "simcse-sup": {"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
-                   "schedule": "linear", "keep_head": True, "lr": 5e-5, "batch_size": 512, "max_length": 32,
-                   "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
-}
 # The recipe keys with a value of their own in TrainConfig (the library's: torch's AdamW, or the value every
 # objective used before presets carried it), so a key is the objective's unless set explicitly; for the
 # other keys, null means the objective's.
@@ -75,11 +36,11 @@ def uneven_batch(batch_size: int, num_workers: int) -> str:
 
 
 class TrainConfig(Strict):
-    """One run's training. The settings its objective's paper fixes (OBJECTIVE_DEFAULTS: loss, head, pooling,
-    MLM, temperature, learning rate, batch size, max length, weight decay, optimizer, schedule) take the
-    paper's values unless set here or in a run, where they win."""
+    """One run's training. The settings its objective's paper fixes (its declaration's `defaults`, in
+    pipeline/objectives/<name>.py: loss, head, pooling, MLM, temperature, learning rate, batch size, max length,
+    weight decay, optimizer, schedule) take the paper's values unless set here or in a run, where they win."""
 
-    objective: Literal[OBJECTIVES] = Field("declutr", description="declutr: spans of one document; cert: two "
+    objective: str = Field("declutr", description="declutr: spans of one document; cert: two "
                                            "back-translations of a sentence; simcse: a sentence twice (dropout); "
                                            "clear: two augmented views of a sentence; tsdae: a sentence with 60% of "
                                            "its tokens deleted, and the original its decoder rebuilds; simcse-sup: "
@@ -191,6 +152,16 @@ class TrainConfig(Strict):
     log_every: int = Field(10, ge=1)
     seed: StrictInt = 0
 
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _registered(cls, v: Any) -> str:
+        # What Literal[names] said, read from the registry when validating (an objective may be registered later).
+        if v not in objectives.names():
+            *first, last = (repr(n) for n in objectives.names())
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": f"{', '.join(first)} or {last}"})
+        return v
+
     @field_validator("dev_set")
     @classmethod
     def _not_a_test_split(cls, v: str | None) -> str | None:
@@ -206,22 +177,18 @@ class TrainConfig(Strict):
         # MoCo's loss is MoCo's wherever momentum is on and the loss unset.
         if self.momentum is not None and self.loss is None:
             self.__dict__["loss"] = "moco"
-        for name, value in OBJECTIVE_DEFAULTS[self.objective].items():
+        declared = objectives.objective(self.objective)
+        for name, value in declared.defaults.items():
             if getattr(self, name) is None or (name in RECIPE_KEYS and name not in self.model_fields_set):
                 self.__dict__[name] = value
-        if (self.objective == "tsdae") != (self.loss == "denoising"):
+        if (declared.decoder is not None) != (self.loss == "denoising"):  # the denoising loss is a decoder's
             raise ValueError(f"loss {self.loss!r} does not fit objective {self.objective!r}: loss denoising "
                              "(TSDAE's decoder) trains on tsdae's pairs only, and tsdae on it only")
-        if self.objective == "tsdae" and (self.mlm or not self.contrastive or self.momentum or self.memory_bank
-                                          or self.grad_cache):
-            raise ValueError("tsdae trains its denoising loss alone: set no mlm, momentum, memory_bank or "
-                             "grad_cache, and leave contrastive true (it switches the denoising loss)")
         if self.keep_head is None:
             self.__dict__["keep_head"] = False
-        if self.objective == "simcse-sup" and self.contrastive and self.loss != "info-nce":
-            raise ValueError(f"simcse-sup's hard negatives are scored by info-nce (SimCSE's cl_forward); loss "
-                             f"{self.loss!r} takes none")
-        if self.hard_negative_weight and self.objective != "simcse-sup":
+        if why := declared.check(self):
+            raise ValueError(why)
+        if self.hard_negative_weight and not declared.hard_negatives:
             raise ValueError(f"hard_negative_weight is simcse-sup's setting; objective {self.objective!r} has no "
                              "hard negatives")
         if self.keep_head and self.projection == "none":
@@ -252,7 +219,7 @@ class TrainConfig(Strict):
                 raise ValueError("projection_dim sets the head's width: projection none has no head")
             self.__dict__["projection_dim"] = None  # the objective's head width, for a run that dropped the head
         if self.augmentation is not None:
-            if self.objective != "clear":
+            if declared.views is None:
                 raise ValueError(f"augmentation is CLEAR's setting; objective {self.objective!r} takes none")
             if why := unknown_augmentation(self.augmentation):  # the rule clear_operations.operations applies
                 raise ValueError(why)
@@ -261,7 +228,8 @@ class TrainConfig(Strict):
     @property
     def views(self) -> str | None:
         """The CLEAR augmentation this run trains on."""
-        return (self.augmentation or DEFAULT_CLEAR) if self.objective == "clear" else None
+        default = objectives.objective(self.objective).views
+        return (self.augmentation or default) if default is not None else None
 
     def recipe(self) -> str:
         """The hyperparameters that tell runs apart, for the leaderboard's row: always the loss, head and pooling."""
@@ -273,7 +241,7 @@ class TrainConfig(Strict):
             parts += [f"denoising decoder{'' if self.tie_decoder else ' (untied)'}", head]
         elif self.contrastive:
             parts += [f"{self.loss} tau {self.temperature:g}", head + width + (" kept" if self.keep_head else "")]
-            if self.objective == "simcse-sup":
+            if objectives.objective(self.objective).hard_negatives:
                 parts.append(f"hard negatives (weight {self.hard_negative_weight:g})")
         parts.append(f"{self.pooling} pooling")
         bank = f"{'MoCo queue' if self.momentum else 'XBM'} {self.memory_bank}"

@@ -25,6 +25,7 @@ from pipeline.init.stage import init_label
 from pipeline.errors import InputError
 from pipeline.model.card import train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
+from pipeline.objectives import objective
 from pipeline.ray_session import ray_init, started_here
 from pipeline.stage import Stage, runtime
 from pipeline.tokenizer.loading import load_tokenizer
@@ -150,14 +151,11 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     special = special_ids(tokenizer, cfg["max_length"])
     dev = selection.load(config, pairs, special)
-    columns = ["anchor_ids", "positive_ids"] if cfg["contrastive"] else ["anchor_ids"]
-    if cfg["contrastive"] and cfg["objective"] == "simcse-sup":  # the hard negatives
-        columns.append("negative_ids")
-    if cfg["mlm"] and cfg["objective"] == "clear":  # CLEAR's MLM term reads the original sentences
-        if "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
-            raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
-                             "rebuild the augment stage, or set mlm: false")
-        columns.append("original_ids")
+    columns = objective(cfg["objective"]).columns(cfg["contrastive"], cfg["mlm"])
+    # CLEAR's MLM term reads the original sentences, which pairs built before they were kept lack.
+    if "original_ids" in columns and "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
+        raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
+                         "rebuild the augment stage, or set mlm: false")
     # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
     # every worker of a cluster can reach when it is an object store.
     runs, name = f"{dataset_parts(out.path)[0]}/_ray", f"train-{out.fp}"

@@ -17,10 +17,10 @@ import torch
 
 from pipeline.errors import InputError
 from pipeline.model.transformer import SpanEncoder
+from pipeline.objectives import objective
 from pipeline.train.batching import encode_ranges, length_blocks, padded_tokens, step_inputs
 from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import LOSSES, denoising
-from pipeline.objectives.tsdae_decoder import TsdaeDecoder
 
 
 def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, generator, bank=None,
@@ -222,8 +222,9 @@ def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
 
 
 def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
-    """The encoder a run trains, under torch.compile with train.compile; with TSDAE's decoder for its loss."""
-    decoder = TsdaeDecoder(mlm_model, cfg["seed"], cfg["tie_decoder"]) if cfg["loss"] == "denoising" else None
+    """The encoder a run trains, under torch.compile with train.compile; with its objective's decoder (TSDAE's)."""
+    make_decoder = objective(cfg["objective"]).decoder
+    decoder = make_decoder(mlm_model, cfg) if make_decoder is not None else None
     return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"],
                        projection_dim=cfg["projection_dim"], decoder=decoder)
 
