@@ -16,7 +16,7 @@ OURS = (*PACKAGES, "tasks", "flows", "bench", "tests")  # top-level names that a
 # the config imports these and other config modules only, so no stage module can close a cycle through it.
 LEAVES = ("pipeline.errors", "pipeline.config_base", "pipeline.corpus.credentials", "pipeline.augment.segment",
           "pipeline.augment.clear_names", "pipeline.train.splits", "pipeline.evaluate.names",
-          "pipeline.repeats", "pipeline.objectives")
+          "pipeline.evaluate.registry", "pipeline.repeats", "pipeline.objectives")
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)

@@ -8,7 +8,6 @@ SentEval fits its classifiers and the relatedness regressor on them, and no scor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pipeline.errors import InputError
@@ -17,14 +16,6 @@ from pipeline.evaluate.sts_data import find_sts, read_stsb_split
 from pipeline.evaluate.transfer_data import find_transfer
 
 UNSCORED = "train"
-# What each task kind's parsed data (kinds.Task.data) holds of text: passages and queries, clustered sentences,
-# both sides of the pairs, queries and their candidates.
-KIND_TEXTS: dict[str, Callable[[object], Iterable[str]]] = {
-    "retrieval": lambda d: [*d.passages, *d.queries],
-    "clustering": lambda d: [s for sentences, _ in d for s in sentences],
-    "pairclass": lambda d: [*d[0], *d[1]],
-    "reranking": lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],
-}
 
 
 def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[str, list[str]]:
@@ -52,8 +43,6 @@ def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[st
 
 
 def _kind_texts(data, out: dict[str, list[str]]) -> None:
+    """Each task's sentences, as its kind declares them (pipeline.evaluate.kind.Kind.texts)."""
     for task in kinds.find_all(data):
-        if task.kind not in KIND_TEXTS:
-            raise InputError(f"decontaminate: no sentences known for task kind {task.kind!r} "
-                             f"(pipeline.decontaminate.evalsets.KIND_TEXTS)")
-        out.setdefault(task.name, []).extend(KIND_TEXTS[task.kind](task.data))
+        out.setdefault(task.name, []).extend(kinds.kind(task.kind).texts(task.data))

@@ -28,7 +28,7 @@ from pipeline.evaluate.items import run_stratum
 from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.sts_data import EvalDataError, records
 
-KIND = "clustering"
+NAME = "clustering"
 MAIN = "v_measure"
 RUNS = 10
 # MTEB's AbsTaskClustering.k_mean_batch_size, and n_init=1 with k-means++ (sklearn's "auto" for it).
@@ -82,8 +82,8 @@ def read(path: Path) -> list[tuple[list[str], list[str]]]:
 
 
 def find(data_dir: Path) -> list[kind.Task]:
-    return [kind.Task(KIND, task, (str(path),), read(path))
-            for task, path in kind.task_files(Path(data_dir), KIND, FORMATS).items()]
+    return [kind.Task(NAME, task, (str(path),), read(path))
+            for task, path in kind.task_files(Path(data_dir), NAME, FORMATS).items()]
 
 
 def assign(embeddings: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -113,4 +113,9 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
         codes = np.unique(labels, return_inverse=True)[1]
         for run, a in enumerate(runs):
             kind.keep_items(embed, task, a, codes, run_stratum(at, run))
-    return kind.rows(KIND, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))
+    return kind.rows(NAME, task.name, {MAIN: float(np.mean(scores))}, sum(len(labels) for _, labels in task.data))
+
+
+# Decontamination indexes its clustered sentences.
+KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [s for sentences, _ in d for s in sentences],
+                 statistic="v_measure", mteb=kind.Mteb("Clustering", {MAIN: "v_measure"}))

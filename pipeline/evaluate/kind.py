@@ -1,15 +1,33 @@
-"""What a task kind's module builds its tasks and rows with (the kinds themselves: pipeline.evaluate.kinds): a kind
-imports this module, never the registry, so that no import cycle runs through the registry's lazy imports."""
+"""A task kind's declaration (Kind) and what its module builds its tasks and rows with. A kind is one module ending
+in `KIND = Kind(...)` plus its line in pipeline.evaluate.registry; it imports this module, never the registry or
+pipeline.evaluate.kinds, so that no import cycle runs through the registry's lazy imports. What the declaration
+says, and who reads it:
+
+    find(data_dir) -> [Task]        its tasks in an --eval-data directory, [] when none; a bad file or row is an
+                                    InputError "FILE:LINE: what" (sts_data.EvalDataError) (kinds.find_all)
+    score(task, embed, seed) -> rows  the evaluate stage's scoring columns (task, subset, split, metric, protocol,
+                                    value, n), built by `rows`; `embed(list[str]) -> np.ndarray` is the stage's
+                                    Embed; its test items go to `keep_items`, for the bootstrap (evaluate.stage)
+    texts(task.data) -> sentences   what decontamination indexes of a task (decontaminate.evalsets)
+    main, column(task), average     its leaderboard columns: "<task> <main>" per task, "avg <kind>" over them
+                                    (leaderboard.table)
+    statistic                       how the leaderboard's bootstrap recomputes `main` from the kept items:
+                                    "mean" of per-query values, "average_precision" of scored pairs, "v_measure"
+                                    of clustered sentences (leaderboard.intervals)
+    mteb                            MTEB's task type and metric names for its result files (evaluate.mteb_results)
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.sts_data import EvalDataError
@@ -75,3 +93,30 @@ def rows(kind: str, task: str, values: dict[str, float], n: int, split: str = SP
     """Score rows of one task: one per metric, its protocol the kind's name."""
     return [{"task": task, "subset": SUBSET, "split": split, "metric": metric, "protocol": kind,
              "value": float(value), "n": n} for metric, value in values.items()]
+
+
+@dataclass(frozen=True)
+class Mteb:
+    """How MTEB names a kind's tasks' results: its task type and, of our metric names, MTEB's (the first is the main
+    score)."""
+
+    type: str
+    metrics: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    main: str
+    find: Callable[[Path], list[Task]]
+    score: Callable[[Task, Any, int], list[dict]]
+    texts: Callable[[Any], Iterable[str]]
+    statistic: str
+    mteb: Mteb | None = None
+
+    def column(self, task: str) -> Column:
+        return Column(task=task, kind=self.name, metric=self.main, protocol=self.name)
+
+    @property
+    def average(self) -> str:
+        return f"avg {self.name}"

@@ -1,17 +1,6 @@
-"""The task kinds beside STS and SentEval's transfer tasks (retrieval, pair classification, ...): the one list of
-them, and what each kind's module provides.
-
-A kind is one module, named on one line of pipeline.evaluate.names.TASK_KINDS with the metric its leaderboard
-column shows ("<task> <metric>"; a leaf, so that the config checks `evaluate.rank_by` without importing the kinds'
-scorers), and imported only when first needed (as pipeline.registry does for stages). Each module has:
-
-    KIND = "<name>"                          # its key there, and the `protocol` of every row it scores
-    def find(data_dir: Path) -> list[Task]   # its tasks in an --eval-data directory, [] when none; a bad file or
-                                             # row is an InputError "FILE:LINE: what" (sts_data.EvalDataError)
-    def score(task: Task, embed, seed: int) -> list[dict]
-        # rows of the evaluate stage's scoring columns (task, subset, split, metric, protocol, value, n), built by
-        # `rows` below; `embed(list[str]) -> np.ndarray` is the stage's Embed. It passes its test items to
-        # `keep_items`, for the leaderboard's bootstrap intervals (what they hold: pipeline.evaluate.items).
+"""The task kinds beside STS and SentEval's transfer tasks (retrieval, pair classification, ...), as the evaluation
+finds them: every kind's tasks in the evaluation data (the kinds are listed in pipeline.evaluate.registry, each
+declared in its module: pipeline.evaluate.kind.Kind), and the data's fingerprint.
 
 The evaluate stage scores one unit per task (pipeline.evaluate.stage.units) and fingerprints every kind's files
 (`data_hash`); the leaderboard shows each task's main metric and a mean per kind (pipeline.leaderboard.table).
@@ -26,24 +15,34 @@ from pathlib import Path
 from types import ModuleType
 
 from pipeline.errors import InputError
-from pipeline.evaluate.names import TASK_KINDS, kind_average, pair_format
-from pipeline.evaluate.kind import SPLIT, SUBSET, Task, keep_items, rows, task_files, warn_once  # noqa: F401
+from pipeline.evaluate import registry
+from pipeline.evaluate.names import pair_format
+from pipeline.evaluate.kind import Kind, Task, rows, warn_once  # noqa: F401 (rows: pipeline.train's)
 from pipeline.evaluate.sts_data import SENTEVAL_NAMES
 from pipeline.evaluate.transfer_data import LAYOUT_FILES
 from pipeline.file_snapshot import rglob
 
-KINDS = tuple(TASK_KINDS)
+KINDS = registry.names()  # as at import, for pipeline.train; registry.names() sees a kind registered since
+main_metric = registry.main_metric
 
 
-def module(kind: str) -> ModuleType:
-    return importlib.import_module(TASK_KINDS[kind][0])
+def module(name: str) -> ModuleType:
+    """The kind's module (its `read` and the rest beside its declaration), imported when first needed."""
+    return importlib.import_module(registry.MODULES[name][0])
 
 
-def main_metric(kind: str) -> str:
-    return TASK_KINDS[kind][1]
+def kind(name: str) -> Kind:
+    """The kind's declaration; one that is not what its registry line says is refused."""
+    declared = module(name).KIND
+    path, main = registry.MODULES[name]
+    if (declared.name, declared.main) != (name, main):
+        raise ValueError(f"{path} declares the kind {declared.name!r} showing {declared.main!r}; its registry line "
+                         f"says {name!r} showing {main!r}")
+    return declared
 
 
-average_column = kind_average
+def all_kinds() -> list[Kind]:
+    return [kind(name) for name in registry.names()]
 
 
 def find_all(data: str | Path | None) -> list[Task]:
@@ -51,7 +50,7 @@ def find_all(data: str | Path | None) -> list[Task]:
     of one name would share a leaderboard column, so that is an error naming both."""
     if data is None or not Path(data).is_dir():
         return []
-    tasks = [t for kind in KINDS for t in module(kind).find(Path(data))]
+    tasks = [t for k in all_kinds() for t in k.find(Path(data))]
     seen: dict[str, Task] = {}
     for t in tasks:
         if t.name in seen:

@@ -39,21 +39,21 @@ from collections import defaultdict
 
 from pipeline.config_base import unusable_name
 from pipeline.errors import InputError
-from pipeline.evaluate import clustering, pairclass, reranking, retrieval
+from pipeline.evaluate import kinds
 from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, SIMILARITY_TASKS, STS_YEARS
 from storage import put_file, read_manifest, read_table
 
 CORRELATIONS = {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}
-# Our metric names, as each kind's module writes them, to MTEB's; the first is the main score.
-METRICS = {
-    "simcse": CORRELATIONS,
-    PAIR_PROTOCOL: CORRELATIONS,
-    retrieval.KIND: {retrieval.MAIN: "ndcg_at_10", f"MRR@{retrieval.MRR_K}": "mrr_at_10",
-                     f"Recall@{retrieval.RECALL_K}": "recall_at_100", f"MAP@{retrieval.MAP_K}": "map_at_100"},
-    pairclass.KIND: {pairclass.MAIN: "cosine_ap", "accuracy": "cosine_accuracy", "F1": "cosine_f1"},
-    clustering.KIND: {clustering.MAIN: "v_measure"},
-    reranking.KIND: {reranking.MAIN: "map_at_1000", reranking.MRR: "mrr_at_10"},
-}
+# Our metric names to MTEB's, of the protocols whose rows are MTEB's; the first is the main score. A task kind's
+# are its declaration's (pipeline.evaluate.kind.Kind.mteb).
+CORRELATION_PROTOCOLS = ("simcse", PAIR_PROTOCOL)
+
+
+def metrics() -> dict[str, dict[str, str]]:
+    return {**{p: CORRELATIONS for p in CORRELATION_PROTOCOLS},
+            **{k.name: dict(k.mteb.metrics) for k in kinds.all_kinds() if k.mteb is not None}}
+
+
 # SentEval's tasks that MTEB names otherwise: MTEB's name and the pairs of its test split (STS12-16 are named
 # alike, with the same test pairs: 3,108, 1,500, 3,750, 3,000 and 1,186).
 MTEB_NAMES = {"STSB": ("STSBenchmark", 1379), SICK_TASK: ("SICK-R", 9927)}
@@ -64,13 +64,13 @@ DEFAULT_DIR = "mteb-results"  # under the artifacts directory, when evaluate.res
 log = logging.getLogger("cpipe")
 
 
-def _protocol(task: str, protocols: set[str]) -> str | None:
+def _protocol(task: str, protocols: set[str], known: dict) -> str | None:
     """The protocol whose rows are MTEB's for `task` (STS-B's analysis rows are "simcse" too, under other metrics)."""
     if task in STS_YEARS:
         return "simcse"
     if task in RELATEDNESS_TASKS:
         return PAIR_PROTOCOL
-    return next((p for p in protocols if p in METRICS), None)
+    return next((p for p in protocols if p in known), None)
 
 
 def task_name(task: str, test_pairs: int | None) -> str:
@@ -86,10 +86,10 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
     for r in rows:
         if r["subset"] == "all":
             by_task[r["task"]].append(r)
-    out = {}
+    out, known = {}, metrics()
     for task, task_rows in by_task.items():
-        protocol = _protocol(task, {r["protocol"] for r in task_rows})
-        names = METRICS.get(protocol, {})
+        protocol = _protocol(task, {r["protocol"] for r in task_rows}, known)
+        names = known.get(protocol, {})
         scored = [r for r in task_rows if r["protocol"] == protocol and r["metric"] in names]
         if not scored:
             continue

@@ -78,36 +78,12 @@ PAIR_PROTOCOL, AVG_PAIRS = "cosine", "avg STS pair files"
 AVERAGES = (*STS_AVERAGES, AVG_PAIRS, *(avg_transfer(p) for p in TRANSFER_PROTOCOLS), *PAPER_AVERAGES)
 
 
-# The task kinds beside STS and transfer (pipeline.evaluate.kinds): each kind's module, the metric its
-# leaderboard columns show ("<task> <metric>", and "avg <kind>" over its tasks), and how the leaderboard's
-# bootstrap recomputes that metric from the test items the kind keeps (pipeline.leaderboard.intervals: "mean" of
-# per-query values, "average_precision" of scored pairs, "v_measure" of clustered sentences). Here, a leaf, so
-# that the config checks evaluate.rank_by without importing the kinds' scorers.
-TASK_KINDS = {
-    "retrieval": ("pipeline.evaluate.retrieval", "nDCG@10", "mean"),
-    "clustering": ("pipeline.evaluate.clustering", "v_measure", "v_measure"),
-    "pairclass": ("pipeline.evaluate.pairclass", "AP", "average_precision"),
-    "reranking": ("pipeline.evaluate.reranking", "map", "mean"),
-}
-
-
-def kind_file(path: Path) -> str | None:
-    """The kind whose file `path` is by its name, `<task>.<kind>.<format>` (pipeline.evaluate.kinds.task_files),
+def kind_file(path: Path, kinds) -> str | None:
+    """Which of `kinds` `path` is a file of by its name, `<task>.<kind>.<format>` (pipeline.evaluate.kind.task_files),
     else None: such a file is no STS pair file."""
     fmt = pair_format(path)
     stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
-    return next((k for k in TASK_KINDS if stem.endswith(f".{k}") and len(stem) > len(k) + 1), None)
-
-
-def kind_average(kind: str) -> str:
-    return f"avg {kind}"
-
-
-def is_kind_column(column: str) -> bool:
-    """Whether `column` can be a task kind's: "avg <kind>", or "<task> <its main metric>"."""
-    if column in (kind_average(k) for k in TASK_KINDS):
-        return True
-    return any(column.endswith(f" {main}") and len(column) > len(main) + 1 for _, main, _ in TASK_KINDS.values())
+    return next((k for k in kinds if stem.endswith(f".{k}") and len(stem) > len(k) + 1), None)
 
 
 def rankable_columns() -> list[str]:

@@ -23,7 +23,7 @@ from pipeline.evaluate import kind
 from pipeline.evaluate.sts import unit_rows
 from pipeline.evaluate.sts_data import EvalDataError, records
 
-KIND = "reranking"
+NAME = "reranking"
 AT_K = 10
 MAIN, MRR = "map", f"mrr_at_{AT_K}"
 
@@ -62,8 +62,8 @@ def read(path: Path) -> list[Sample]:
 
 
 def find(data_dir: Path) -> list[kind.Task]:
-    return [kind.Task(KIND, task, (str(path),), read(path))
-            for task, path in kind.task_files(Path(data_dir), KIND, (".jsonl",)).items()]
+    return [kind.Task(NAME, task, (str(path),), read(path))
+            for task, path in kind.task_files(Path(data_dir), NAME, (".jsonl",)).items()]
 
 
 def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_K) -> float:
@@ -87,4 +87,9 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
         rrs.append(reciprocal_rank(similarities, relevant))
         start = end
     kind.keep_items(embed, task, aps)
-    return kind.rows(KIND, task.name, {MAIN: float(np.mean(aps)), MRR: float(np.mean(rrs))}, len(samples))
+    return kind.rows(NAME, task.name, {MAIN: float(np.mean(aps)), MRR: float(np.mean(rrs))}, len(samples))
+
+
+# Decontamination indexes its queries and their candidates.
+KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],
+                 statistic="mean", mteb=kind.Mteb("Reranking", {MAIN: "map_at_1000", MRR: "mrr_at_10"}))

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.evaluate import kind, kinds
+from pipeline.evaluate import kind
 from pipeline.evaluate.sts_data import EvalDataError, text_file
 from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
 
-KIND = "retrieval"
-MAIN = kinds.main_metric(KIND)
+NAME = "retrieval"
+MAIN = "nDCG@10"
 SPLIT = "test"
 CHUNK, QUERIES = 50_000, 256
 NDCG_K, MRR_K, RECALL_K, MAP_K = 10, 10, 100, 100
@@ -155,7 +155,7 @@ def read(directory: Path, split: str = SPLIT) -> kind.Task:
     data = Data(passage_ids, passages, [query_ids[i] for i in kept], [query_texts[i] for i in kept],
                 {query_ids[i]: relevant[query_ids[i]] for i in kept})
     _absent(qrels, data.relevant, passage_ids)
-    return kind.Task(KIND, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
+    return kind.Task(NAME, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
 
 
 def _has(directory: Path, part: str) -> bool:
@@ -227,4 +227,10 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
     ranked = [[d.passage_ids[i] for i in row] for row in best]
     per_query = metrics(ranked, [d.relevant[q] for q in d.query_ids])
     kind.keep_items(embed, task, per_query[MAIN])
-    return kind.rows(KIND, task.name, {k: v.mean() for k, v in per_query.items()}, len(d.query_ids), SPLIT)
+    return kind.rows(NAME, task.name, {k: v.mean() for k, v in per_query.items()}, len(d.query_ids), SPLIT)
+
+
+# Decontamination indexes its passages and queries.
+KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [*d.passages, *d.queries], statistic="mean",
+                 mteb=kind.Mteb("Retrieval", {MAIN: "ndcg_at_10", f"MRR@{MRR_K}": "mrr_at_10",
+                                              f"Recall@{RECALL_K}": "recall_at_100", f"MAP@{MAP_K}": "map_at_100"}))

@@ -336,7 +336,7 @@ def _analysis(embed: Embed, subsets: list, seed: int) -> list[dict]:
 
 
 def _kind(embed: Embed, task: kinds.Task, seed: int) -> list[dict]:
-    return kinds.module(task.kind).score(task, embed, seed)
+    return kinds.kind(task.kind).score(task, embed, seed)
 
 
 def _ray_task() -> str | None:

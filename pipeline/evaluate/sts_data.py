@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
+from pipeline.evaluate import registry
 from pipeline.evaluate.names import (PAIR_SUFFIXES, SENTEVAL_TABLES, SICK_TASK, STS_TASKS, STSB_FILES, kind_file,
                                      pair_format)
 from pipeline.file_snapshot import rglob
@@ -278,7 +279,7 @@ def find_pairs(data: Path) -> list[StsSubset]:
     if data.is_file():
         return [read_pair_file(data)]
     files = [p for p in sorted(data.iterdir())
-             if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES and kind_file(p) is None]
+             if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES and kind_file(p, registry.names()) is None]
     subsets, seen = [], {}
     for path in files:
         task = pair_task(path)

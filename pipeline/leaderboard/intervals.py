@@ -40,7 +40,7 @@ unadjusted 95% interval: a cell whose interval excludes 0 may stay unmarked; `p`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import NamedTuple
 
@@ -49,10 +49,11 @@ import pandas as pd
 
 from scipy import stats
 
+from pipeline.evaluate import kinds, registry
+from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import run_group
 from pipeline.evaluate.names import (AVG_PAIRS, MRPC_BOTH, PAPER_AVERAGES, RELATEDNESS_TASKS, STS_AVERAGES,
-                                     STS_YEARS, TASK_KINDS, TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer,
-                                     is_pair_column, kind_average)
+                                     STS_YEARS, TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer, is_pair_column)
 from pipeline.leaderboard import bootstrap
 from pipeline.repeats import seeded
 
@@ -76,7 +77,7 @@ class Spec(NamedTuple):
 
     task: str
     protocol: str
-    # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1", or a task kind's (names.TASK_KINDS)
+    # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1", or a task kind's (pipeline.evaluate.kind.Kind)
     statistic: str
 
 
@@ -87,7 +88,14 @@ class Comparison(NamedTuple):
     correction: str = CORRECTION
 
 
-def spec(column: str) -> Spec | None:
+# The typed columns of the task kinds' on a table, by name: pipeline.leaderboard.table gives them.
+Typed = Mapping[str, Column]
+
+
+def spec(column: str, typed: Typed | None = None) -> Spec | None:
+    if column in (typed or {}):  # a task kind's column, recomputed from its items as its kind declares
+        c = typed[column]
+        return Spec(c.task, c.protocol, kinds.kind(c.kind).statistic)
     task, _, protocol = column.rpartition(" ")
     if task in STS_YEARS and protocol in ("senteval", "simcse"):
         return Spec(task, "cosine", "mean_spearman" if protocol == "senteval" else "spearman")
@@ -101,20 +109,29 @@ def spec(column: str) -> Spec | None:
         return Spec("MRPC", protocol, "f1")
     if task == _MRPC_BOTH:
         return Spec("MRPC", protocol, "accuracy_f1")
-    # A task kind's column, recomputed from its items as the kind says (names.TASK_KINDS).
-    kind = next((k for k, (_, main, _) in TASK_KINDS.items() if protocol == main), None)
-    return Spec(task, kind, TASK_KINDS[kind][2]) if kind is not None and task else None
+    return None
 
 
-def averages(columns: Sequence[str]) -> dict[str, list[str]]:
+def typed_from(items: dict[str, pd.DataFrame]) -> dict[str, Column]:
+    """The kinds' columns of the tasks `items` hold, for a table given without its typed columns (every kind column
+    of which has items, as a test's)."""
+    keys = {(t, p) for frame in items.values() for t, p in zip(frame["task"], frame["protocol"])}
+    out = {}
+    for name in registry.names():
+        k = kinds.kind(name)
+        out.update({(c := k.column(task)).name: c for task, protocol in sorted(keys) if protocol == name})
+    return out
+
+
+def averages(columns: Sequence[str], typed: Typed | None = None) -> dict[str, list[str]]:
     """Each average column of the table and the columns it averages (MRPC by its accuracy and F1 together)."""
-    present = set(columns)
+    present, typed = set(columns), typed or {}
     out = {name: parts for name, parts in STS_AVERAGES.items() if name in present}
     if AVG_PAIRS in present:
         out[AVG_PAIRS] = [c for c in columns if is_pair_column(c)]
-    for kind in TASK_KINDS:
-        if kind_average(kind) in present:
-            out[kind_average(kind)] = [c for c in columns if (s := spec(c)) is not None and s.protocol == kind]
+    for name in registry.names():
+        if (average := registry.average(name)) in present:
+            out[average] = [c for c in columns if c in typed and typed[c].kind == name]
     for protocol in TRANSFER_PROTOCOLS:
         if avg_transfer(protocol) in present:
             out[avg_transfer(protocol)] = [f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
@@ -334,25 +351,28 @@ def _judge(table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, re
 
 
 def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None = None,
-                  b: int = bootstrap.B, draw: Draw = DRAW) -> tuple[pd.DataFrame, Comparison]:
+                  b: int = bootstrap.B, draw: Draw = DRAW, typed: Typed | None = None
+                  ) -> tuple[pd.DataFrame, Comparison]:
     """`table` with `<column> lo` and `<column> hi` after each score column that some row has items for, and with
     `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` (its unadjusted 95% interval), `p`,
     `p adjusted` (by CORRECTION over every compared cell of the table) and `significant` (adjusted p at most 0.05).
-    `draw` gives each task's resamples (a seam: tests pass their own indices).
+    `draw` gives each task's resamples (a seam: tests pass their own indices). `typed`: the table's task kind
+    columns (pipeline.leaderboard.table.leaderboard gives them); None: those of the tasks `items` holds.
 
     A row over several seeds (pipeline.leaderboard.seeds) keeps its t-interval over seeds as its `lo` and `hi`;
     its resampled score is the mean over its seeds of their scores on the same resample of the items, and so is the
     reference row's when it has seeds; a difference with such a row adds the seeds' variance (the module's
     docstring)."""
+    typed = typed_from(items) if typed is None else typed
     models, items = table["model"].tolist(), index(items)
     rows = members(table)
     flat = list(dict.fromkeys(m for ms in rows for m in ms))
     groups = [[flat.index(m) for m in ms] for ms in rows]
     repeated = np.array([len(ms) > 1 for ms in rows])
     derived = {c for c in table.columns for x in SUFFIXES if c.endswith(f" {x}") and c[:-len(x) - 1] in table.columns}
-    direct = {c: s for c in table.columns if c not in derived and (s := spec(c)) is not None}
-    parts = averages([c for c in table.columns if c not in derived])
-    needed = {**direct, **{p: spec(p) for ps in parts.values() for p in ps if spec(p) is not None}}
+    direct = {c: s for c in table.columns if c not in derived and (s := spec(c, typed)) is not None}
+    parts = averages([c for c in table.columns if c not in derived], typed)
+    needed = {**direct, **{p: s for ps in parts.values() for p in ps if (s := spec(p, typed)) is not None}}
     each = replicates(needed, flat, items, b, draw)
     for name, ps in parts.items():
         each[name] = np.mean([each[p] if p in each else np.full((len(flat), b), np.nan) for p in ps], axis=0)

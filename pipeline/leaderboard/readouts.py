@@ -15,7 +15,7 @@ import pandas as pd
 
 from pipeline.evaluate import readouts
 from pipeline.leaderboard.intervals import (ALPHA, CORRECTION, DIFF, DIFF_HI, DIFF_LO, P, P_ADJUSTED, SIGNIFICANT,
-                                            SUFFIXES, add_intervals, adjust)
+                                            SUFFIXES, Typed, add_intervals, adjust)
 from storage import dataset_parts, dataset_path, read_manifest
 
 READOUT = "readout"  # the leaderboard's (and its scores') column: each row's readout
@@ -59,15 +59,17 @@ def references(table: pd.DataFrame, compare_to: str | None) -> list[str | None]:
     return out
 
 
-def matched_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None) -> pd.DataFrame:
-    """add_intervals's table, each row's difference taken to its readout's reference (references)."""
+def matched_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None,
+                      typed: Typed | None = None) -> pd.DataFrame:
+    """add_intervals's table, each row's difference taken to its readout's reference (references); `typed`: the
+    table's task kind columns (add_intervals)."""
     refs = references(table, compare_to)
     if set(refs) <= {compare_to}:
-        return add_intervals(table, items, compare_to)[0]
+        return add_intervals(table, items, compare_to, typed=typed)[0]
     parts = []
     for ref in dict.fromkeys(refs):
         at = [i for i, r in enumerate(refs) if r == ref]
-        part = add_intervals(table.iloc[at].reset_index(drop=True), items, ref)[0]
+        part = add_intervals(table.iloc[at].reset_index(drop=True), items, ref, typed=typed)[0]
         parts.append(part.set_axis(at))
     merged = pd.concat(parts).sort_index()
     return _remarked(merged[_ordered(parts)].reset_index(drop=True))

@@ -30,12 +30,13 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import ConfigError
-from pipeline.evaluate import kinds
+from pipeline.evaluate import kinds, registry
+from pipeline.evaluate.column import Column
 from pipeline.evaluate.names import (AVERAGES, AVG_DOWNSTREAM_DECLUTR, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL,
                                      AVG_TRANSFER_SIMCSE, MRPC_BOTH, PAIR_PROTOCOL, PAPER_AVERAGES,
                                      SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
-                                     TRANSFER_TASKS, avg_transfer, is_kind_column, is_pair_column,
-                                     rankable_columns)
+                                     TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
+from pipeline.evaluate.registry import is_kind_column
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.readouts import READOUT, matched_intervals, notes as readout_notes
@@ -156,20 +157,22 @@ def _paper_averages(similarity: pd.DataFrame, transfer: pd.DataFrame) -> pd.Data
     return out
 
 
-def _kinds(scores: pd.DataFrame, models) -> pd.DataFrame:
-    """Each task of the other kinds by its kind's main metric (x 100), then the kind's mean over its tasks."""
+def _kinds(scores: pd.DataFrame, models) -> tuple[pd.DataFrame, dict[str, Column]]:
+    """Each task of the other kinds by its kind's main metric (x 100), then the kind's mean over its tasks; and
+    those task columns, typed, by name."""
     test = _test(scores)
-    parts = []
-    for kind in kinds.KINDS:
-        rows = test[(test["protocol"] == kind) & (test["metric"] == kinds.main_metric(kind))]
+    parts, typed = [], {}
+    for kind in kinds.all_kinds():
+        rows = test[(test["protocol"] == kind.name) & (test["metric"] == kind.main)]
         if rows.empty:
             continue
         _no_duplicates(rows)
-        column = rows["task"] + f" {kinds.main_metric(kind)}"
-        table = _wide(rows, models, column, list(dict.fromkeys(column)))
-        table[kinds.average_column(kind)] = _mean_of_all(table, list(table.columns))
+        columns = {(c := kind.column(task)).name: c for task in dict.fromkeys(rows["task"])}
+        typed.update(columns)
+        table = _wide(rows, models, rows["task"].map(lambda task: kind.column(task).name), list(columns))
+        table[kind.average] = _mean_of_all(table, list(table.columns))
         parts.append(table)
-    return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
+    return (pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)), typed
 
 
 def _kind_columns(columns) -> list[str]:
@@ -193,7 +196,7 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
                               f"(it has: {', '.join(present)})")
         return rank_by
     scored = [c for c in table.columns if c in rankable_columns() or is_pair_column(c) or is_kind_column(c)]
-    averages = [*AVERAGES, *map(kinds.average_column, kinds.KINDS)]
+    averages = [*AVERAGES, *map(registry.average, registry.names())]
     candidates = [c for c in averages if c in scored] + [c for c in scored if c not in averages]
     return next((c for c in candidates if table[c].notna().any()), None)
 
@@ -212,8 +215,8 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
     similarity, transfer = _similarity(scores, models, tasks), _transfer(scores, models)
-    extra = [similarity, transfer, _paper_averages(similarity, transfer), _kinds(scores, models),
-             _analysis(scores, models)]
+    kind_table, typed = _kinds(scores, models)
+    extra = [similarity, transfer, _paper_averages(similarity, transfer), kind_table, _analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     table = _described(table, scores, models)
     numeric = [c for c in table.columns if c not in (*meta, "model", *DESCRIBED, *ANALYSIS)]
@@ -225,7 +228,7 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
         raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this leaderboard "
                           f"(rows: {', '.join(map(str, table['model']))})")
     if items is not None:
-        table = matched_intervals(table, items, compare_to)  # each row against the reference read as it is
+        table = matched_intervals(table, items, compare_to, typed)  # each row against its readout's reference
     column = rank_column(table, rank_by)
     return table if column is None else ranked(table, column)
 
@@ -417,8 +420,8 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
                      "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
                      "SentEval's scikit-learn path.")
     if other := _kind_columns(table.columns):
-        main = ", ".join(f"{k} by {kinds.main_metric(k)}" for k in kinds.KINDS
-                         if kinds.average_column(k) in columns)
+        main = ", ".join(f"{k} by {registry.main_metric(k)}" for k in registry.names()
+                         if registry.average(k) in columns)
         notes.append(f"Other task kinds ({', '.join(other)}): each task's main metric x 100 on its test split ({main}; "
                      "by cosine similarity as sentence-transformers' evaluators score them, clustering as V-measure of "
                      "seeded k-means); \"avg <kind>\" = mean "
