@@ -16,9 +16,8 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 from pipeline import stopping
 from pipeline.config import Config
 from pipeline.corpus.credentials import conceal
-from pipeline.errors import USER_ERRORS
 from pipeline.model.locate import check_models
-from pipeline.preflight import configured
+from pipeline.preflight import USER_ERRORS, configured
 from pipeline.ray_session import ray_shutdown
 from pipeline.registry import NAMES
 

@@ -17,12 +17,11 @@ from prefect.states import Failed
 
 from pipeline import preflight, registry
 from pipeline.config import Config
-from pipeline.errors import USER_ERRORS
 from pipeline.evaluate import mteb_results
 from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
-from tasks.build import fetch_eval_data, publish_leaderboard, run, run_all
+from tasks.build import fetch_eval_data, publish_leaderboard, run, run_all, track_leaderboard, track_trainings
 
 
 def _one_line_failure(fn: Callable) -> Callable:
@@ -34,7 +33,7 @@ def _one_line_failure(fn: Callable) -> Callable:
     def failing_in_one_line(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except USER_ERRORS as e:
+        except preflight.USER_ERRORS as e:
             return Failed(message=f"{type(e).__name__}: {e}", data=e)
 
     return failing_in_one_line
@@ -141,6 +140,8 @@ def train_flow(config: str | None = None, corpus: str | list[str] | None = None,
                               overrides)
     done = dict(done) if done is not None else data_flow(resolved=cfg)
     build(cfg, registry.in_flow("train"), done, until)
+    if cfg.tracking.mlflow is not None:  # built or reused alike: the store says what it has
+        track_trainings(cfg.tracking.mlflow, {k: v for k, v in done.items() if k.startswith("train/")})
     return done
 
 
@@ -183,6 +184,8 @@ def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None,
         results = cfg.evaluate.results_dir or f"{cfg.artifacts.rstrip('/')}/{mteb_results.DEFAULT_DIR}"
         written = [p for k, v in done.items() if k.startswith("evaluate/") for p in mteb_results.write(results, v)]
         get_run_logger().info("MTEB result files: %d under %s", len(written), results)
+        if cfg.tracking.mlflow is not None:
+            track_leaderboard(cfg.tracking.mlflow, done["leaderboard"])
     return done
 
 

@@ -13,7 +13,11 @@ from pipeline.config_base import unusable_name
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate.given import row_name
 from pipeline.model.locate import is_hub_name
-from storage import check_writable
+from storage import DatasetError, check_writable
+
+# Bad input (a file, a row, a key) and a damaged or unreadable dataset: phrased for the user, one line says it
+# all, so the CLI and a failed flow run's state message show it without a traceback.
+USER_ERRORS = (InputError, DatasetError)
 
 # Stages whose check is run here: their modules import nothing heavy. The tokenizer's checks model.base (a
 # directory holding a model, or a hub name, downloaded into the hub's cache).
