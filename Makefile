@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	# `use`: TensorFlow's CPU wheel (about 60 s and 1.4 GB more), so that the suite scores the USE row too;
-	# `onnx`: onnx, onnxscript and onnxruntime (about 40 MB), for `cpipe export --onnx` and its tests.
-	$(BIN)/python -m pip install -q -e ".[test,use,onnx]"
+	# `onnx`: onnx, onnxscript and onnxruntime (about 40 MB), for `cpipe export --onnx` and its tests;
+	# `mlflow`: mlflow-skinny (about 4 MB and 20 MB of dependencies), for tracking.mlflow and its tests.
+	$(BIN)/python -m pip install -q -e ".[test,use,onnx,mlflow]"
 	touch $@
 
 venv: $(STAMP)

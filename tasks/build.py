@@ -30,6 +30,8 @@ from pipeline.leaderboard.table import json_records
 from pipeline.ray_session import ray_init
 from pipeline.registry import stage as registered
 from pipeline.stage import run_stage
+from pipeline.tracking.config import MlflowConfig
+from pipeline.tracking.mlflow_report import report_leaderboard, report_trainings
 from storage import dataset_path, intact, is_local, read_manifest
 
 RESULTS = "_prefect"
@@ -164,3 +166,18 @@ def publish_leaderboard(path: str, artifacts: str) -> str:
     create_table_artifact(key="leaderboard", table=json_records(table), description=markdown)
     get_run_logger().info("leaderboard:\n%s", markdown)
     return f"{artifacts.rstrip('/')}/leaderboard.md"
+
+
+@task(cache_policy=NO_CACHE)
+def track_trainings(settings: MlflowConfig, trained: dict[str, str]) -> None:
+    """Each train dataset (label "train/<row>" -> path) as an MLflow run, unless the store has it already."""
+    runs = report_trainings(settings, {label.split("/", 1)[1]: path for label, path in trained.items()})
+    for row, run_id in runs.items():
+        get_run_logger().info("train-%s: MLflow run %s (experiment %s)", row, run_id, settings.experiment)
+
+
+@task(cache_policy=NO_CACHE)
+def track_leaderboard(settings: MlflowConfig, path: str) -> None:
+    """The leaderboard's scores, model cards and table into each trained model's MLflow run."""
+    runs = report_leaderboard(settings, path)
+    get_run_logger().info("leaderboard: logged to %d MLflow run(s) (experiment %s)", len(runs), settings.experiment)

@@ -4,6 +4,7 @@ Tracking is no stage's: it is in no fingerprint, and turning it on or off rebuil
 
 from __future__ import annotations
 
+import importlib.util
 import urllib.parse
 from pathlib import Path
 
@@ -23,6 +24,9 @@ class MlflowConfig(Strict):
     @field_validator("uri")
     @classmethod
     def _store(cls, v: str) -> str:
+        if importlib.util.find_spec("mlflow") is None:  # found now, not after hours of training
+            raise ValueError("MLflow is not installed here: pip install 'contrastive-pipeline[mlflow]' "
+                             "(mlflow-skinny)")
         if v == "databricks":  # the Databricks workspace of the environment's profile
             return v
         scheme = v.split("://", 1)[0].split("+", 1)[0].lower() if "://" in v else ""
