@@ -32,6 +32,7 @@ from pipeline.train.batching import collate
 from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
+from pipeline.train.progress import Progress, bar_kind
 from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.shard import rank_batches
@@ -110,6 +111,7 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
         scorer = (scorer or (lambda m: make_scorer(m, load_tokenizer(config["init"]), cfg, dev)))(model)
     unscored = {k: None for k in columns(dev["by"])} if dev else {}
     micro_batches = shard(cfg["batch_size"] // world)
+    progress = Progress(config["total_steps"], state["step"], cfg["log_every"], bar_kind()) if rank == 0 else None
     # "seconds" counts training time across restarts, not since the latest one.
     step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
     waited = time.perf_counter()
@@ -133,12 +135,14 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
             state["metrics"][-1].update(plain(scorer()))
             keep_best(state, getattr(model, "module", model), dev["by"])
             key = score_key(dev["by"])
-            print(f"step {step}/{config['total_steps']} {key} {state['metrics'][-1][key]:.4f}", flush=True)
+            progress.write(f"step {step}/{config['total_steps']} {key} {state['metrics'][-1][key]:.4f}")
         if checkpoint_due(step, cfg, config["total_steps"]):
             _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, generator, state, rank)
-        if step % cfg["log_every"] == 0 and rank == 0:
-            print(f"step {step}/{config['total_steps']} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e}", flush=True)
+        if progress is not None:
+            progress.step(step, metrics)
         waited = time.perf_counter()
+    if progress is not None:
+        progress.close()
 
 
 def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
