@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def shared_corpus() -> Path:
@@ -29,8 +29,7 @@ def default_model(work: str) -> str:
     from pipeline.tokenizer import stage as tokenizer
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
-    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {},
-                     work)
+    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
     tok = run_stage(tokenizer.STAGE, {"base": None, **cfg.tokenizer.model_dump()}, {"corpus": docs}, work)
     return run_stage(init.STAGE, cfg.model.model_dump(), {"tokenizer": tok}, work)
 
@@ -48,9 +47,11 @@ def alternate(a: Callable[[], None], b: Callable[[], None], repeats: int) -> tup
 
 def ratio_report(name_a: str, ta: list[float], name_b: str, tb: list[float], work: float, unit: str) -> str:
     ratios = sorted(b / a for a, b in zip(ta, tb))
-    return "\n".join([
-        f"{name_a}: median {statistics.median(ta):.3f}s  ({work / statistics.median(ta):,.0f} {unit}/s)",
-        f"{name_b}: median {statistics.median(tb):.3f}s  ({work / statistics.median(tb):,.0f} {unit}/s)",
-        f"throughput ratio {name_a} / {name_b}: median {statistics.median(ratios):.3f} "
-        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, {len(ratios)} pairs)",
-    ])
+    return "\n".join(
+        [
+            f"{name_a}: median {statistics.median(ta):.3f}s  ({work / statistics.median(ta):,.0f} {unit}/s)",
+            f"{name_b}: median {statistics.median(tb):.3f}s  ({work / statistics.median(tb):,.0f} {unit}/s)",
+            f"throughput ratio {name_a} / {name_b}: median {statistics.median(ratios):.3f} "
+            f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, {len(ratios)} pairs)",
+        ]
+    )

@@ -51,6 +51,7 @@ MB = 2**20
 
 # ---- the corpora ---------------------------------------------------------------------------
 
+
 def variant(text: str, copy: int, seed: int) -> str:
     """A distinct copy of a document: a "Copy k." first line and two word swaps in its first sentence."""
     end = text.find(". ")
@@ -84,8 +85,9 @@ def write_corpus(directory: Path, addresses: list[tuple[str, str]], count: int, 
 
 
 def corpus_config(directory: Path, backend: str = "serial", workers: int = 1) -> dict:
-    return corpus.config(Config(corpus=CorpusConfig(sources=[str(directory)]),
-                                parallel={"backend": backend, "workers": workers}))
+    return corpus.config(
+        Config(corpus=CorpusConfig(sources=[str(directory)]), parallel={"backend": backend, "workers": workers})
+    )
 
 
 def filter_config(args, backend: str, workers: int = 1) -> dict:
@@ -94,6 +96,7 @@ def filter_config(args, backend: str, workers: int = 1) -> dict:
 
 
 # ---- peak RSS in a fresh process ------------------------------------------------------------
+
 
 def child(args) -> None:
     """Runs in the fresh process: corpus + filter (or only the imports and tokenizer), then one JSON line."""
@@ -105,28 +108,51 @@ def child(args) -> None:
     docs = run_stage(corpus.STAGE, corpus_config(Path(args.child_corpus)), {}, args.child_artifacts)
     after_corpus = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT
     corpus_s = time.perf_counter() - start
-    kept = run_stage(filter.STAGE, filter_config(args, args.rss_backend, args.workers),
-                     {"corpus": docs, "tokenizer": args.child_tokenizer}, args.child_artifacts)
-    print(json.dumps({
-        "docs": read_manifest(docs)["rows"], "kept": read_manifest(kept)["rows"],
-        "corpus_s": corpus_s, "filter_s": time.perf_counter() - start - corpus_s,
-        "rss_after_corpus": after_corpus,
-        "rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT,
-    }))
+    kept = run_stage(
+        filter.STAGE,
+        filter_config(args, args.rss_backend, args.workers),
+        {"corpus": docs, "tokenizer": args.child_tokenizer},
+        args.child_artifacts,
+    )
+    print(
+        json.dumps(
+            {
+                "docs": read_manifest(docs)["rows"],
+                "kept": read_manifest(kept)["rows"],
+                "corpus_s": corpus_s,
+                "filter_s": time.perf_counter() - start - corpus_s,
+                "rss_after_corpus": after_corpus,
+                "rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT,
+            }
+        )
+    )
 
 
-def in_fresh_process(args, mode: str, tok: str, corpus_dir: Path | None = None,
-                     artifacts: Path | None = None) -> dict:
+def in_fresh_process(args, mode: str, tok: str, corpus_dir: Path | None = None, artifacts: Path | None = None) -> dict:
     """Run this module with --child; its peak RSS (and its reaped workers') comes from wait4."""
-    cmd = [sys.executable, "-m", "bench.corpus_filter_scale", "--child", mode, "--child-tokenizer", tok,
-           "--rss-backend", args.rss_backend, "--workers", str(args.workers), "--min-tokens", str(args.min_tokens)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.corpus_filter_scale",
+        "--child",
+        mode,
+        "--child-tokenizer",
+        tok,
+        "--rss-backend",
+        args.rss_backend,
+        "--workers",
+        str(args.workers),
+        "--min-tokens",
+        str(args.min_tokens),
+    ]
     if corpus_dir is not None:
         cmd += ["--child-corpus", str(corpus_dir), "--child-artifacts", str(artifacts)]
     if args.near_dedup:
         cmd.append("--near-dedup")
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
-                                env={**os.environ, "TQDM_DISABLE": "1"})
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "TQDM_DISABLE": "1"}
+        )
         out = proc.stdout.read()  # to EOF, i.e. until the child exits; then reap it ourselves
         proc.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -141,6 +167,7 @@ def in_fresh_process(args, mode: str, tok: str, corpus_dir: Path | None = None,
 
 # ---- reporting ------------------------------------------------------------------------------
 
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -153,16 +180,22 @@ def speedup(t_num: list[float], t_den: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=233, help="documents in the small corpus (the 233 addresses; "
-                        "more than that cycles through them as distinct copies)")
+    parser.add_argument(
+        "--n",
+        type=int,
+        default=233,
+        help="documents in the small corpus (the 233 addresses; more than that cycles through them as distinct copies)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each path, alternating")
     parser.add_argument("--scale", type=int, default=10, help="the large corpus holds scale * n documents")
     parser.add_argument("--workers", type=int, default=2, help="worker processes of the parallel filter")
     parser.add_argument("--min-tokens", type=int, default=2048)
-    parser.add_argument("--near-dedup", action="store_true",
-                        help="also MinHash near-dedup (drops most copies of the large corpus)")
-    parser.add_argument("--rss-backend", choices=["serial", "processes"], default="serial",
-                        help="filter backend of the memory runs")
+    parser.add_argument(
+        "--near-dedup", action="store_true", help="also MinHash near-dedup (drops most copies of the large corpus)"
+    )
+    parser.add_argument(
+        "--rss-backend", choices=["serial", "processes"], default="serial", help="filter backend of the memory runs"
+    )
     parser.add_argument("--skip-rss", action="store_true", help="throughput only")
     parser.add_argument("--child", choices=["run", "baseline"], help=argparse.SUPPRESS)
     parser.add_argument("--child-corpus", help=argparse.SUPPRESS)
@@ -180,16 +213,21 @@ def main() -> None:
         small_bytes = write_corpus(small_dir, addresses, args.n, base)
         artifacts = str(work / "artifacts")
         docs = run_stage(corpus.STAGE, corpus_config(small_dir), {}, artifacts)
-        tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
-                        {"corpus": docs}, artifacts)
+        tok = run_stage(
+            tokenizer.STAGE,
+            {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
+            {"corpus": docs},
+            artifacts,
+        )
         texts = read_table(docs, columns=["text"]).column("text").to_pylist()
         backend = docstats.tokenizer(tok)
         n_docs, n_tokens = len(texts), sum(count_tokens(backend, texts))
 
         # ---- throughput: serial, parallel, bare tokenizer, alternating -------------------------
         runs = iter(range(1_000_000))
-        times: dict[str, list[float]] = {k: [] for k in ("serial", "parallel", "bare", "serial_corpus",
-                                                          "parallel_corpus", "pool")}
+        times: dict[str, list[float]] = {
+            k: [] for k in ("serial", "parallel", "bare", "serial_corpus", "parallel_corpus", "pool")
+        }
         kept_rows: set[int] = set()
 
         def pipeline(mode: str, cfg_corpus: dict, cfg_filter: dict, record: bool) -> None:
@@ -219,8 +257,10 @@ def main() -> None:
                 times["pool"].append(time.perf_counter() - start)
 
         serial_cfg = corpus_config(small_dir), filter_config(args, "serial")
-        parallel_cfg = (corpus_config(small_dir, "processes", args.workers),
-                        filter_config(args, "processes", args.workers))
+        parallel_cfg = (
+            corpus_config(small_dir, "processes", args.workers),
+            filter_config(args, "processes", args.workers),
+        )
         for i in range(args.repeats + 1):  # the first round warms up and is not recorded
             record = i > 0
             pipeline("serial", *serial_cfg, record)
@@ -244,27 +284,35 @@ def main() -> None:
         r = args.repeats
         print()
         print("=" * 100)
-        print(f"corpus: {n_docs} documents ({small_bytes / MB:.1f} MB of text, {n_tokens:,} tokens, "
-              f"{next(iter(kept_rows))} kept by the filter: min_tokens {args.min_tokens}, dedup on, "
-              f"near_dedup {'on' if args.near_dedup else 'off'}, language None)")
+        print(
+            f"corpus: {n_docs} documents ({small_bytes / MB:.1f} MB of text, {n_tokens:,} tokens, "
+            f"{next(iter(kept_rows))} kept by the filter: min_tokens {args.min_tokens}, dedup on, "
+            f"near_dedup {'on' if args.near_dedup else 'off'}, language None)"
+        )
         print(f"machine: {cores} cores available; medians of {r} alternating runs after one warm-up round")
         print()
         print(f"{'path':<52}{'median s':>10}{'docs/s':>10}{'tokens/s':>13}{'  throughput vs bare tokenizer'}")
-        rows = [("serial: corpus + filter, one process", "serial"),
-                (f"parallel: corpus and filter on {args.workers} workers", "parallel"),
-                ("bare tokenizer (count_tokens, texts in memory)", "bare")]
+        rows = [
+            ("serial: corpus + filter, one process", "serial"),
+            (f"parallel: corpus and filter on {args.workers} workers", "parallel"),
+            ("bare tokenizer (count_tokens, texts in memory)", "bare"),
+        ]
         for label, key in rows:
             t = med(times[key])
             vs = "1" if key == "bare" else speedup(times[key], times["bare"])
             print(f"{label:<52}{t:>10.3f}{n_docs / t:>10,.1f}{n_tokens / t:>13,.0f}  {vs}")
         print()
         print(f"parallel / serial throughput: {speedup(times['parallel'], times['serial'])}")
-        print(f"  of which the corpus stage: "
-              f"{med(times['serial_corpus']):.3f}s serial run, {med(times['parallel_corpus']):.3f}s parallel run")
-        print(f"  filter stage alone: {med([a - b for a, b in zip(times['serial'], times['serial_corpus'])]):.3f}s "
-              f"serial, {med([a - b for a, b in zip(times['parallel'], times['parallel_corpus'])]):.3f}s parallel "
-              f"(includes starting the pool: spawn {args.workers} workers + import pipeline.filter.docstats "
-              f"= {med(times['pool']):.3f}s on its own)")
+        print(
+            f"  of which the corpus stage: "
+            f"{med(times['serial_corpus']):.3f}s serial run, {med(times['parallel_corpus']):.3f}s parallel run"
+        )
+        print(
+            f"  filter stage alone: {med([a - b for a, b in zip(times['serial'], times['serial_corpus'])]):.3f}s "
+            f"serial, {med([a - b for a, b in zip(times['parallel'], times['parallel_corpus'])]):.3f}s parallel "
+            f"(includes starting the pool: spawn {args.workers} workers + import pipeline.filter.docstats "
+            f"= {med(times['pool']):.3f}s on its own)"
+        )
         print("  note: the tokenizer's Rust batch encoder is multi-threaded in every path, the bare one included")
         if rss:
             b, s, g = rss["baseline"], rss["small"], rss["large"]
@@ -272,16 +320,22 @@ def main() -> None:
             print()
             print(f"peak RSS, corpus + filter (filter backend {args.rss_backend}) in a fresh process, from wait4:")
             print(f"  imports + tokenizer only:             {b['rss_peak'] / MB:8.1f} MB")
-            for label, res, size in ((f"N   = {args.n:>6} docs", s, small_bytes),
-                                     (f"{args.scale}N = {args.scale * args.n:>6} docs", g, large_bytes)):
-                print(f"  {label} ({size / MB:7.1f} MB text): {res['rss_peak'] / MB:8.1f} MB "
-                      f"(after the corpus stage {res['rss_after_corpus'] / MB:.1f} MB; "
-                      f"{res['docs']} read, {res['kept']} kept; corpus {res['corpus_s']:.1f}s, "
-                      f"filter {res['filter_s']:.1f}s)")
+            for label, res, size in (
+                (f"N   = {args.n:>6} docs", s, small_bytes),
+                (f"{args.scale}N = {args.scale * args.n:>6} docs", g, large_bytes),
+            ):
+                print(
+                    f"  {label} ({size / MB:7.1f} MB text): {res['rss_peak'] / MB:8.1f} MB "
+                    f"(after the corpus stage {res['rss_after_corpus'] / MB:.1f} MB; "
+                    f"{res['docs']} read, {res['kept']} kept; corpus {res['corpus_s']:.1f}s, "
+                    f"filter {res['filter_s']:.1f}s)"
+                )
             print(f"  ratio {args.scale}N / N: {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
-            print(f"  above the imports-only peak: N +{(s['rss_peak'] - b['rss_peak']) / MB:.1f} MB, "
-                  f"{args.scale}N +{(g['rss_peak'] - b['rss_peak']) / MB:.1f} MB "
-                  f"(the imports, torch through transformers, dominate the ratio)")
+            print(
+                f"  above the imports-only peak: N +{(s['rss_peak'] - b['rss_peak']) / MB:.1f} MB, "
+                f"{args.scale}N +{(g['rss_peak'] - b['rss_peak']) / MB:.1f} MB "
+                f"(the imports, torch through transformers, dominate the ratio)"
+            )
         print("=" * 100)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -37,18 +37,21 @@ def running(sentence: str, apostrophe: str = "'") -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default=os.path.join(os.environ.get("CPIPE_SHARED_DATA", "../shared/data"),
-                                                  "eval/senteval"))
+    p.add_argument(
+        "--data", default=os.path.join(os.environ.get("CPIPE_SHARED_DATA", "../shared/data"), "eval/senteval")
+    )
     args = p.parse_args()
     texts = eval_texts(args.data, False, [])
     index = Index(n=13, min_words=8)
     for task in TASKS:
         index.add(task, texts[task])
     matcher = Matcher(index)
-    ways = {"file's spelling, at the end": lambda s: FILLER + s,
-            "file's spelling, inside": lambda s: FILLER + s + " " + FILLER,
-            "running text, inside": lambda s: FILLER + "He said: " + running(s) + " then left. " + FILLER,
-            "running text, typographic": lambda s: FILLER + running(s, "\u2019") + " they wrote. " + FILLER}
+    ways = {
+        "file's spelling, at the end": lambda s: FILLER + s,
+        "file's spelling, inside": lambda s: FILLER + s + " " + FILLER,
+        "running text, inside": lambda s: FILLER + "He said: " + running(s) + " then left. " + FILLER,
+        "running text, typographic": lambda s: FILLER + running(s, "\u2019") + " they wrote. " + FILLER,
+    }
     print(f"{'task':6} {'sentences':>9}  " + "  ".join(f"{w:>28}" for w in ways))
     for task in TASKS:
         sentences = sorted({s for s in texts[task] if len(re.findall(r"\w+", s)) >= 8})

@@ -22,8 +22,8 @@ from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
 from pipeline.decontaminate import stage as decontaminate
-from pipeline.filter import stage as filter
 from pipeline.decontaminate.match import Matcher
+from pipeline.filter import stage as filter
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
@@ -36,11 +36,18 @@ def main() -> None:
     data = str(shared_corpus().parents[1] / "eval")
     work = tempfile.mkdtemp(prefix="bench-decont-")
     try:
-        raw = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus().parent)]))),
-                        {}, work)
-        tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
-                        {"corpus": raw}, work)
-        docs = run_stage(filter.STAGE, filter.config(Config(filter={"min_tokens": 0})), {"corpus": raw, "tokenizer": tok}, work)
+        raw = run_stage(
+            corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus().parent)]))), {}, work
+        )
+        tok = run_stage(
+            tokenizer.STAGE,
+            {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
+            {"corpus": raw},
+            work,
+        )
+        docs = run_stage(
+            filter.STAGE, filter.config(Config(filter={"min_tokens": 0})), {"corpus": raw, "tokenizer": tok}, work
+        )
         column = read_table(docs, columns=["text"]).column("text").combine_chunks()
         texts = column.to_pylist()
         where = {"data": data, "transfer": True, "dev_sets": []}
@@ -61,15 +68,18 @@ def main() -> None:
         match(), bare()  # warm-up
         t_match, t_bare = alternate(match, bare, args.repeats)
         ngrams = sum(len(k) for k in matcher.keys.values())
-        print(f"{len(texts)} documents, {n_words:,} words; index: {ngrams:,} n-grams of {len(index.tasks)} tasks, "
-              f"built in {built:.2f}s")
+        print(
+            f"{len(texts)} documents, {n_words:,} words; index: {ngrams:,} n-grams of {len(index.tasks)} tasks, "
+            f"built in {built:.2f}s"
+        )
         print(ratio_report("match", t_match, "bare split", t_bare, n_words, "words"))
-        config = {"mode": "drop", "n": 13, "min_words": 8, "ngrams": index.digest(),
-                  "runtime": where}
+        config = {"mode": "drop", "n": 13, "min_words": 8, "ngrams": index.digest(), "runtime": where}
         start = time.perf_counter()
         built = read_manifest(run_stage(decontaminate.STAGE, config, {"documents": docs}, work))
-        print(f"the stage on the corpus dataset (index cached): {time.perf_counter() - start:.2f}s; "
-              f"{built['counts']}, by task {built['contaminated_by_task']}")
+        print(
+            f"the stage on the corpus dataset (index cached): {time.perf_counter() - start:.2f}s; "
+            f"{built['counts']}, by task {built['contaminated_by_task']}"
+        )
     finally:
         shutil.rmtree(work)
 

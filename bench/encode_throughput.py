@@ -37,16 +37,22 @@ def encode_unsorted(encoder: Encoder, sentences: list[str], batch_size: int) -> 
     """Encoder.encode's loop with batches in input order: the baseline for its length sorting."""
     out = np.empty((len(sentences), encoder.model.config.hidden_size), dtype=np.float32)
     for i in range(0, len(sentences), batch_size):
-        enc = encoder.tokenizer(sentences[i : i + batch_size], padding=True, truncation=True,
-                                max_length=encoder.max_length, return_tensors="pt").to(encoder.device)
+        enc = encoder.tokenizer(
+            sentences[i : i + batch_size],
+            padding=True,
+            truncation=True,
+            max_length=encoder.max_length,
+            return_tensors="pt",
+        ).to(encoder.device)
         hidden = encoder.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
         out[i : i + batch_size] = pool(hidden, enc["attention_mask"], encoder.pooling).float().cpu().numpy()
     return out
 
 
 def padded_tokens(lengths: list[int], batch_size: int) -> int:
-    return sum(max(lengths[i : i + batch_size]) * len(lengths[i : i + batch_size])
-               for i in range(0, len(lengths), batch_size))
+    return sum(
+        max(lengths[i : i + batch_size]) * len(lengths[i : i + batch_size]) for i in range(0, len(lengths), batch_size)
+    )
 
 
 def main() -> None:
@@ -90,13 +96,18 @@ def main() -> None:
         lengths = [len(ids) for ids in enc["input_ids"]]
         real, n = sum(lengths), len(sentences)
         padded_sorted, padded_input = padded_tokens(sorted(lengths, reverse=True), bs), padded_tokens(lengths, bs)
-        print(f"{n:,} STS-B sentences, {real:,} tokens; batch {bs}, max length {args.max_length}, "
-              f"{torch.get_num_threads()} torch threads; {args.repeats} alternating pairs each")
-        print(f"padded tokens: length-sorted {padded_sorted:,} ({padded_sorted / real:.2f}x real), "
-              f"input order {padded_input:,} ({padded_input / real:.2f}x real)")
+        print(
+            f"{n:,} STS-B sentences, {real:,} tokens; batch {bs}, max length {args.max_length}, "
+            f"{torch.get_num_threads()} torch threads; {args.repeats} alternating pairs each"
+        )
+        print(
+            f"padded tokens: length-sorted {padded_sorted:,} ({padded_sorted / real:.2f}x real), "
+            f"input order {padded_input:,} ({padded_input / real:.2f}x real)"
+        )
         print(ratio_report("Encoder.encode", t_ours, "SentenceTransformer.encode", t_st, n, "sentences"))
-        print(ratio_report("Encoder.encode (sorted)", t_sorted, "Encoder loop, input order", t_unsorted, n,
-                           "sentences"))
+        print(
+            ratio_report("Encoder.encode (sorted)", t_sorted, "Encoder loop, input order", t_unsorted, n, "sentences")
+        )
 
         def ratios(a: list[float], b: list[float]) -> str:
             r = sorted(y / x for x, y in zip(a, b))
@@ -107,12 +118,15 @@ def main() -> None:
         print("| | median | sentences/s | throughput ratio |")
         print("|---|---|---|---|")
         print(f"| `Encoder.encode` (length-sorted) | {med(t_ours):.3f} s | {n / med(t_ours):,.0f} | |")
-        print(f"| `SentenceTransformer.encode` | {med(t_st):.3f} s | {n / med(t_st):,.0f} | "
-              f"ours / ST {ratios(t_ours, t_st)} |")
-        print(f"| `Encoder.encode` (length-sorted, 2nd pairing) | {med(t_sorted):.3f} s | "
-              f"{n / med(t_sorted):,.0f} | |")
-        print(f"| our loop, batches in input order | {med(t_unsorted):.3f} s | {n / med(t_unsorted):,.0f} | "
-              f"sorted / input order {ratios(t_sorted, t_unsorted)} |")
+        print(
+            f"| `SentenceTransformer.encode` | {med(t_st):.3f} s | {n / med(t_st):,.0f} | "
+            f"ours / ST {ratios(t_ours, t_st)} |"
+        )
+        print(f"| `Encoder.encode` (length-sorted, 2nd pairing) | {med(t_sorted):.3f} s | {n / med(t_sorted):,.0f} | |")
+        print(
+            f"| our loop, batches in input order | {med(t_unsorted):.3f} s | {n / med(t_unsorted):,.0f} | "
+            f"sorted / input order {ratios(t_sorted, t_unsorted)} |"
+        )
     finally:
         shutil.rmtree(work)
 

@@ -57,13 +57,17 @@ def main() -> None:
         tables = [read_table(p) for p in outputs["serial"] + outputs["ray"]]
         assert all(t.equals(tables[0]) for t in tables), "serial and Ray scores differ"
         units = len(read_table(outputs["ray"][0]).column("task").unique())
-        print(f"{tables[0].num_rows} rows over {units} tasks; {args.workers} Ray workers; kfold {args.kfold}; "
-              f"{args.repeats} alternating pairs")
+        print(
+            f"{tables[0].num_rows} rows over {units} tasks; {args.workers} Ray workers; kfold {args.kfold}; "
+            f"{args.repeats} alternating pairs"
+        )
         ratios = sorted(s / r for r, s in zip(t_ray, t_serial))
         print(f"evaluate, serial: median {statistics.median(t_serial):.1f} s")
         print(f"evaluate, workers {args.workers} (Ray): median {statistics.median(t_ray):.1f} s")
-        print(f"speed-up serial / Ray: median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, "
-              f"max {ratios[-1]:.3f}, {len(ratios)} pairs)")
+        print(
+            f"speed-up serial / Ray: median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, "
+            f"max {ratios[-1]:.3f}, {len(ratios)} pairs)"
+        )
     finally:
         if ray.is_initialized():
             ray.shutdown()

@@ -30,9 +30,15 @@ def main() -> None:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-filter-")
     try:
-        docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work)
-        tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
-                        {"corpus": docs}, work)
+        docs = run_stage(
+            corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, work
+        )
+        tok = run_stage(
+            tokenizer.STAGE,
+            {"base": None, "vocab_size": 8192, "min_frequency": 2, "max_length": 514},
+            {"corpus": docs},
+            work,
+        )
         texts = read_table(docs, columns=["text"]).column("text").to_pylist()
         backend = docstats.tokenizer(tok)
         n_tokens = sum(count_tokens(backend, texts))
@@ -40,8 +46,12 @@ def main() -> None:
 
         def stage() -> None:
             # a fresh fingerprint each time, so the stage really runs
-            run_stage(filter.STAGE, {**filter.config(Config()), "run": next(runs)},  # min_tokens 2048, dedup
-                      {"corpus": docs, "tokenizer": tok}, work)
+            run_stage(
+                filter.STAGE,
+                {**filter.config(Config()), "run": next(runs)},  # min_tokens 2048, dedup
+                {"corpus": docs, "tokenizer": tok},
+                work,
+            )
 
         def bare() -> None:
             count_tokens(backend, texts)

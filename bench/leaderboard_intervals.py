@@ -26,19 +26,34 @@ from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.table import leaderboard
 
 # Test items per stratum (SentEval's files; STS12-16 per subset).
-STS = {"STS12": [750, 750, 750, 399, 459], "STS13": [750, 561, 189], "STS14": [750, 750, 750, 450, 300, 750],
-       "STS15": [750, 750, 375, 750, 375], "STS16": [254, 249, 230, 209, 244]}
+STS = {
+    "STS12": [750, 750, 750, 399, 459],
+    "STS13": [750, 561, 189],
+    "STS14": [750, 750, 750, 450, 300, 750],
+    "STS15": [750, 750, 375, 750, 375],
+    "STS16": [254, 249, 230, 209, 244],
+}
 RELATEDNESS = {"STSB": 1379, "SICKR": 4927}
-TRANSFER = {"MR": (10662, 2), "CR": (3775, 2), "SUBJ": (10000, 2), "MPQA": (10606, 2), "SST2": (1821, 2),
-            "TREC": (500, 6), "MRPC": (1725, 2), "SICKE": (4927, 3)}
+TRANSFER = {
+    "MR": (10662, 2),
+    "CR": (3775, 2),
+    "SUBJ": (10000, 2),
+    "MPQA": (10606, 2),
+    "SST2": (1821, 2),
+    "TREC": (500, 6),
+    "MRPC": (1725, 2),
+    "SICKE": (4927, 3),
+}
 KFOLD = ("MR", "CR", "SUBJ", "MPQA")
 
 
 def synthetic(models: int, seed: int = 0) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     rng = np.random.default_rng(seed)
-    gold = {**{t: [rng.uniform(0, 5, n).round(1) for n in sizes] for t, sizes in STS.items()},
-            **{t: [rng.uniform(1, 5, n).round(1)] for t, n in RELATEDNESS.items()},
-            **{t: np.array_split(rng.integers(0, c, n), 10 if t in KFOLD else 1) for t, (n, c) in TRANSFER.items()}}
+    gold = {
+        **{t: [rng.uniform(0, 5, n).round(1) for n in sizes] for t, sizes in STS.items()},
+        **{t: [rng.uniform(1, 5, n).round(1)] for t, n in RELATEDNESS.items()},
+        **{t: np.array_split(rng.integers(0, c, n), 10 if t in KFOLD else 1) for t, (n, c) in TRANSFER.items()},
+    }
     scores, items = [], {}
     for m in range(models):
         name, frames = f"model-{m}", []
@@ -47,13 +62,32 @@ def synthetic(models: int, seed: int = 0) -> tuple[pd.DataFrame, dict[str, pd.Da
             preds = [predict(g) for g in strata]
             for i, (p, g) in enumerate(zip(preds, strata)):
                 stratum = f"fold {i}" if task in KFOLD else (f"subset {i}" if task in STS else "all")
-                frames.append(pd.DataFrame({"task": task, "protocol": protocol, "stratum": stratum,
-                                            "prediction": p.astype(float), "gold": g.astype(float)}))
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "task": task,
+                            "protocol": protocol,
+                            "stratum": stratum,
+                            "prediction": p.astype(float),
+                            "gold": g.astype(float),
+                        }
+                    )
+                )
             return preds
 
         def row(task, metric, protocol, value):
-            scores.append({"model": name, "task": task, "subset": "all", "split": "test", "metric": metric,
-                           "protocol": protocol, "value": float(value), "n": 1})
+            scores.append(
+                {
+                    "model": name,
+                    "task": task,
+                    "subset": "all",
+                    "split": "test",
+                    "metric": metric,
+                    "protocol": protocol,
+                    "value": float(value),
+                    "n": 1,
+                }
+            )
 
         def noisy(g):
             return g + rng.normal(scale=2 + m / 4, size=len(g))
@@ -67,8 +101,12 @@ def synthetic(models: int, seed: int = 0) -> tuple[pd.DataFrame, dict[str, pd.Da
                 [p] = keep(task, protocol, gold[task], noisy)
                 row(task, "spearman", protocol, stats.spearmanr(p, gold[task][0]).statistic)
         for task, (_, classes) in TRANSFER.items():
-            p = keep(task, "senteval", gold[task],
-                     lambda g: np.where(rng.random(len(g)) < 0.8, g, rng.integers(0, classes, len(g))))
+            p = keep(
+                task,
+                "senteval",
+                gold[task],
+                lambda g: np.where(rng.random(len(g)) < 0.8, g, rng.integers(0, classes, len(g))),
+            )
             row(task, "accuracy", "senteval", np.mean([np.mean(x == g) for x, g in zip(p, gold[task])]))
             if task == "MRPC":
                 tp = np.sum((p[0] == 1) & (gold[task][0] == 1))
@@ -83,15 +121,26 @@ def spearman_ways(n: int = 4927, b: int = bootstrap.B) -> tuple[float, float]:
     idx = bootstrap.indices("SICKR", [n], b)[0]
     started = time.perf_counter()
     rx, ry = bootstrap.Ranker(x), bootstrap.Ranker(y)
-    counted = np.concatenate([bootstrap.spearman(rx, ry, bootstrap.Resample(
-                                  bootstrap.counts(idx[i:i + bootstrap.CHUNK], n)))
-                              for i in range(0, b, bootstrap.CHUNK)])
+    counted = np.concatenate(
+        [
+            bootstrap.spearman(rx, ry, bootstrap.Resample(bootstrap.counts(idx[i : i + bootstrap.CHUNK], n)))
+            for i in range(0, b, bootstrap.CHUNK)
+        ]
+    )
     by_counts = time.perf_counter() - started
     started = time.perf_counter()
-    sorted_ = np.concatenate([[stats.pearsonr(a, c).statistic for a, c in
-                               zip(stats.rankdata(x[idx[i:i + bootstrap.CHUNK]], axis=1),
-                                   stats.rankdata(y[idx[i:i + bootstrap.CHUNK]], axis=1))]
-                              for i in range(0, b, bootstrap.CHUNK)])
+    sorted_ = np.concatenate(
+        [
+            [
+                stats.pearsonr(a, c).statistic
+                for a, c in zip(
+                    stats.rankdata(x[idx[i : i + bootstrap.CHUNK]], axis=1),
+                    stats.rankdata(y[idx[i : i + bootstrap.CHUNK]], axis=1),
+                )
+            ]
+            for i in range(0, b, bootstrap.CHUNK)
+        ]
+    )
     by_sorting = time.perf_counter() - started
     assert np.allclose(counted, sorted_)
     return by_counts, by_sorting
@@ -107,8 +156,10 @@ def main() -> None:
     if args.seeds > 1:
         named = {f"model-{m}": f"model-{m // args.seeds} (seed {m % args.seeds})" for m in range(len(items))}
         scores["model"], items = scores["model"].map(named), {named[m]: frame for m, frame in items.items()}
-    print(f"{args.models} rows of {args.seeds} seed(s), {len(next(iter(items.values()))):,} test items each, "
-          f"B = {bootstrap.B}")
+    print(
+        f"{args.models} rows of {args.seeds} seed(s), {len(next(iter(items.values()))):,} test items each, "
+        f"B = {bootstrap.B}"
+    )
     for _ in range(args.repeats):
         # CPU seconds beside wall seconds: on a shared machine the wall clock counts the neighbours' work too.
         started, cpu = time.perf_counter(), time.process_time()
@@ -116,12 +167,16 @@ def main() -> None:
         middle, middle_cpu = time.perf_counter(), time.process_time()
         table = leaderboard(scores, items=items, compare_to="model-0")
         done, done_cpu = time.perf_counter(), time.process_time()
-        print(f"leaderboard without intervals {middle - started:.2f} s ({middle_cpu - cpu:.2f} CPU s), with "
-              f"intervals and comparisons {done - middle:.2f} s ({done_cpu - middle_cpu:.2f} CPU s; "
-              f"{len(plain.columns)} -> {len(table.columns)} columns)")
+        print(
+            f"leaderboard without intervals {middle - started:.2f} s ({middle_cpu - cpu:.2f} CPU s), with "
+            f"intervals and comparisons {done - middle:.2f} s ({done_cpu - middle_cpu:.2f} CPU s; "
+            f"{len(plain.columns)} -> {len(table.columns)} columns)"
+        )
     counts, sorting = spearman_ways()
-    print(f"Spearman of {bootstrap.B} resamples of 4,927 pairs: draw counts and average ranks {counts:.2f} s, "
-          f"sorted index arrays (scipy rankdata) {sorting:.2f} s")
+    print(
+        f"Spearman of {bootstrap.B} resamples of 4,927 pairs: draw counts and average ranks {counts:.2f} s, "
+        f"sorted index arrays (scipy rankdata) {sorting:.2f} s"
+    )
 
 
 if __name__ == "__main__":

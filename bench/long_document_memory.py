@@ -44,14 +44,22 @@ def stage(case: str, work: str) -> None:
         path = run_stage(filter.STAGE, config, {"corpus": paths["corpus"], "tokenizer": paths["tokenizer"]}, work)
     else:
         cfg = Config(runs={case: {"objective": case}})
-        path = run_stage(augment.STAGE, augment.config(cfg, cfg.run_configs()[case]),
-                         {"documents": paths["filter"], "tokenizer": paths["tokenizer"]}, work)
+        path = run_stage(
+            augment.STAGE,
+            augment.config(cfg, cfg.run_configs()[case]),
+            {"documents": paths["filter"], "tokenizer": paths["tokenizer"]},
+            work,
+        )
     print(json.dumps({"before_mb": before, "peak_mb": rss_mb(), "path": path}))
 
 
 def measure(case: str, work: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "bench.long_document_memory", "--stage", case, "--work", work],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.long_document_memory", "--stage", case, "--work", work],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -74,13 +82,15 @@ def main() -> None:
         texts = [" ".join(p.read_text(encoding="utf-8").split()) for p in sorted(shared_corpus().glob("*.txt"))]
         line = " ".join(texts)
         (Path(work) / "docs").mkdir()
-        (Path(work) / "docs" / "long.txt").write_text((line + " ") * int(args.mb * MB // len(line) + 1),
-                                                      encoding="utf-8")
+        (Path(work) / "docs" / "long.txt").write_text(
+            (line + " ") * int(args.mb * MB // len(line) + 1), encoding="utf-8"
+        )
         docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[f"{work}/docs"]))), {}, work)
         # The tokenizer section's default (BPE, 8192), trained on the addresses (not on the long line: its training is not
         # what is measured).
-        sotu = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))),
-                         {}, f"{work}/sotu")
+        sotu = run_stage(
+            corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(shared_corpus())]))), {}, f"{work}/sotu"
+        )
         tok = run_stage(tokenizer.STAGE, tokenizer.config(Config()), {"corpus": sotu}, work)
         paths = {"corpus": docs, "tokenizer": tok}
         (Path(work) / "paths.json").write_text(json.dumps(paths))
@@ -91,8 +101,10 @@ def main() -> None:
         size = (Path(work) / "docs" / "long.txt").stat().st_size / MB
         print(f"one {size:.1f} MB single-line document")
         for case, r in results.items():
-            print(f"{case:<15} peak RSS {r['peak_mb']:8.0f} MB  ({r['peak_mb'] - r['before_mb']:6.0f} MB above the "
-                  f"{r['before_mb']:.0f} MB before the stage)")
+            print(
+                f"{case:<15} peak RSS {r['peak_mb']:8.0f} MB  ({r['peak_mb'] - r['before_mb']:6.0f} MB above the "
+                f"{r['before_mb']:.0f} MB before the stage)"
+            )
     finally:
         shutil.rmtree(work)
 

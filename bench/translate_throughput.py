@@ -32,13 +32,31 @@ from pipeline.augment.segment import sentences
 from pipeline.backtranslate.translate import load_translator
 from tests.translation_models import build_fsmt, parallel_sentences
 
-SMALL = dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
-             encoder_attention_heads=4, decoder_attention_heads=4, max_position_embeddings=256)
+SMALL = dict(
+    d_model=256,
+    encoder_layers=3,
+    decoder_layers=3,
+    encoder_ffn_dim=1024,
+    decoder_ffn_dim=1024,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    max_position_embeddings=256,
+)
 # facebook/wmt19-en-de: transformer big with 8192-wide feed-forward layers and a joint 42k BPE vocabulary,
 # initialised at the usual scale (the tests' large one is for telling outputs apart, not for speed).
-WMT19_EN_DE = dict(d_model=1024, encoder_layers=6, decoder_layers=6, encoder_ffn_dim=8192, decoder_ffn_dim=8192,
-                   encoder_attention_heads=16, decoder_attention_heads=16, max_position_embeddings=1024,
-                   src_vocab_size=42024, tgt_vocab_size=42024, init_std=0.02)
+WMT19_EN_DE = dict(
+    d_model=1024,
+    encoder_layers=6,
+    decoder_layers=6,
+    encoder_ffn_dim=8192,
+    decoder_ffn_dim=8192,
+    encoder_attention_heads=16,
+    decoder_attention_heads=16,
+    max_position_embeddings=1024,
+    src_vocab_size=42024,
+    tgt_vocab_size=42024,
+    init_std=0.02,
+)
 
 
 def ratio(t_a: list[float], t_b: list[float]) -> float:
@@ -54,8 +72,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads for torch (0: its default); 1 is steadier on a busy machine")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPU threads for torch (0: its default); 1 is steadier on a busy machine"
+    )
     parser.add_argument("--real-size", action="store_true", help="the size of facebook/wmt19-en-de, in bf16")
     args = parser.parse_args()
     if args.real_size and not args.device.startswith("cuda"):
@@ -72,8 +91,14 @@ def main() -> None:
         config = WMT19_EN_DE if args.real_size else SMALL
         dtype = torch.bfloat16 if args.real_size else torch.float32
         model_dir = build_fsmt(work / "fsmt", en + pool[:2000], de, bpe_vocab=8000, dtype=dtype, **config)
-        translator = load_translator("hf", str(model_dir), device=args.device, num_beams=args.num_beams,
-                                     max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        translator = load_translator(
+            "hf",
+            str(model_dir),
+            device=args.device,
+            num_beams=args.num_beams,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+        )
         tok, model = translator.tokenizer, translator.model
         lengths = [len(ids) for ids in tok(texts, verbose=False)["input_ids"]]
         by_length = np.argsort([-n for n in lengths], kind="stable")
@@ -88,8 +113,9 @@ def main() -> None:
         def bare(batch_list: list[list[str]]) -> list[str]:
             out = []
             for batch in batch_list:
-                enc = tok(batch, padding=True, truncation=True, max_length=translator.max_input_tokens,
-                          return_tensors="pt").to(translator.device)
+                enc = tok(
+                    batch, padding=True, truncation=True, max_length=translator.max_input_tokens, return_tensors="pt"
+                ).to(translator.device)
                 out += tok.batch_decode(model.generate(**enc, **translator.generate_kwargs), skip_special_tokens=True)
             return out
 
@@ -104,15 +130,28 @@ def main() -> None:
         t_input, t_sorted = alternate(lambda: bare(input_batches), lambda: bare(sorted_batches), args.repeats)
 
         n_params = sum(p.numel() for p in model.parameters())
-        print(f"{len(texts)} sentences ({statistics.mean(lengths):.1f} tokens on average, max {max(lengths)}), "
-              f"FSMT {n_params / 1e6:.1f}M parameters, {model.dtype}, {translator.device}, batch {args.batch_size}, "
-              f"num_beams {args.num_beams}, max_new_tokens {args.max_new_tokens}, {torch.get_num_threads()} threads, "
-              f"{sum(n > translator.max_input_tokens for n in lengths)} truncated")
+        print(
+            f"{len(texts)} sentences ({statistics.mean(lengths):.1f} tokens on average, max {max(lengths)}), "
+            f"FSMT {n_params / 1e6:.1f}M parameters, {model.dtype}, {translator.device}, batch {args.batch_size}, "
+            f"num_beams {args.num_beams}, max_new_tokens {args.max_new_tokens}, {torch.get_num_threads()} threads, "
+            f"{sum(n > translator.max_input_tokens for n in lengths)} truncated"
+        )
         print(f"outputs identical to the bare loop's: {agree}/{len(texts)}")
-        print(ratio_report("Translator.translate", t_ours, "bare generate (sorted batches)", t_bare, len(texts),
-                           "sentences"))
-        print(ratio_report("bare generate (sorted batches)", t_sorted, "bare generate (input order)", t_input,
-                           len(texts), "sentences"))
+        print(
+            ratio_report(
+                "Translator.translate", t_ours, "bare generate (sorted batches)", t_bare, len(texts), "sentences"
+            )
+        )
+        print(
+            ratio_report(
+                "bare generate (sorted batches)",
+                t_sorted,
+                "bare generate (input order)",
+                t_input,
+                len(texts),
+                "sentences",
+            )
+        )
         print("\n| comparison | throughput ratio (median of pairs) | target |\n|---|---|---|")
         print(f"| Translator.translate / bare generate, same batches | {ratio(t_ours, t_bare):.3f} | >= 0.9 |")
         print(f"| bare generate, length-sorted / input-order batches | {ratio(t_sorted, t_input):.3f} | > 1 |")

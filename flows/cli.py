@@ -12,7 +12,6 @@ from contextlib import nullcontext
 from typing import NoReturn
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
-
 from pipeline import stopping
 from pipeline.config import Config
 from pipeline.corpus.credentials import conceal
@@ -20,7 +19,6 @@ from pipeline.model.locate import check_models
 from pipeline.preflight import USER_ERRORS, configured
 from pipeline.ray_session import ray_shutdown
 from pipeline.registry import NAMES
-
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,14 +43,25 @@ def _at_least(minimum: int):
 
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML profile (default: configs/default.yaml)")
-    p.add_argument("--corpus", action="append", help="local file or directory; repeat to mix; replaces the profile's sources")
-    p.add_argument("--eval-data", help="directory of evaluation tasks in SentEval's layout, STS pair files "
-                   "(sentence1, sentence2, score) and/or retrieval (BEIR), clustering, pairclass and reranking "
-                   "tasks (docs/evaluation.md), or one pair file; replaces the profile's evaluate.data")
+    p.add_argument(
+        "--corpus", action="append", help="local file or directory; repeat to mix; replaces the profile's sources"
+    )
+    p.add_argument(
+        "--eval-data",
+        help="directory of evaluation tasks in SentEval's layout, STS pair files "
+        "(sentence1, sentence2, score) and/or retrieval (BEIR), clustering, pairclass and reranking "
+        "tasks (docs/evaluation.md), or one pair file; replaces the profile's evaluate.data",
+    )
     p.add_argument("--artifacts", help="where stage datasets go (default ./artifacts)")
     p.add_argument("--until", choices=NAMES, help="stop after this stage")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set filter.min_tokens=1024")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set filter.min_tokens=1024",
+    )
     p.add_argument("--ray-address", help="send Ray work to this cluster (ray.address; RAY_ADDRESS works too)")
 
 
@@ -87,8 +96,16 @@ def _concealed(value):
 def _run_config(args) -> tuple[dict, Config]:
     """`cpipe run`'s options and config, before the flows' imports (torch, Prefect: seconds): a mistake answers
     at once."""
-    options = _concealed(dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
-                              artifacts=args.artifacts, until=args.until, overrides=_overrides(args)))
+    options = _concealed(
+        dict(
+            config=args.config,
+            corpus=args.corpus,
+            eval_data=args.eval_data,
+            artifacts=args.artifacts,
+            until=args.until,
+            overrides=_overrides(args),
+        )
+    )
     return options, configured(**options)
 
 
@@ -123,9 +140,18 @@ def serve_deployments(args) -> list:
     """The four flows' deployments, each with the defaults it takes of `cpipe serve`'s options."""
     import inspect
 
-    parameters = {k: _concealed(v) for k, v in dict(config=args.config, corpus=args.corpus, eval_data=args.eval_data,
-                                                    artifacts=args.artifacts, until=args.until,
-                                                    overrides=_overrides(args) or None).items() if v is not None}
+    parameters = {
+        k: _concealed(v)
+        for k, v in dict(
+            config=args.config,
+            corpus=args.corpus,
+            eval_data=args.eval_data,
+            artifacts=args.artifacts,
+            until=args.until,
+            overrides=_overrides(args) or None,
+        ).items()
+        if v is not None
+    }
     cfg = configured(**parameters) if args.corpus and args.eval_data else None  # before the flows' imports, as cmd_run
 
     from flows.pipeline_flows import checked, data_flow, evaluate_flow, full_pipeline, train_flow
@@ -133,9 +159,12 @@ def serve_deployments(args) -> list:
     if cfg is not None:
         checked(cfg, until=args.until)
     # Each flow's deployment gets the defaults it takes (the evaluate flow reads no corpus, say).
-    return [f.to_deployment(name=args.name, parameters={k: v for k, v in parameters.items()
-                                                        if k in inspect.signature(f.fn).parameters})
-            for f in (data_flow, train_flow, evaluate_flow, full_pipeline)]
+    return [
+        f.to_deployment(
+            name=args.name, parameters={k: v for k, v in parameters.items() if k in inspect.signature(f.fn).parameters}
+        )
+        for f in (data_flow, train_flow, evaluate_flow, full_pipeline)
+    ]
 
 
 def cmd_serve(args) -> int:
@@ -147,8 +176,11 @@ def cmd_serve(args) -> int:
 def cmd_evaluate(args) -> int:
     # --set values are YAML: quoted, any path stays the string it is
     results = [f"evaluate.results_dir={json.dumps(args.results_dir)}"] if args.results_dir else []
-    options = _concealed(dict(config=args.config, eval_data=args.eval_data, artifacts=args.artifacts,
-                              overrides=_overrides(args) + results))
+    options = _concealed(
+        dict(
+            config=args.config, eval_data=args.eval_data, artifacts=args.artifacts, overrides=_overrides(args) + results
+        )
+    )
     cfg = configured(**options, first="evaluate", models=args.model)  # before the heavy imports, as cmd_run
     check_models(args.model)  # every model exists, holds no code to run, before torch or Prefect is imported
 
@@ -179,8 +211,15 @@ def cmd_submit(args, run_args: list[str]) -> int:
 def cmd_embed(args) -> int:
     from pipeline.model.embed_file import embed_file
 
-    rows = embed_file(args.model, args.input, args.output, batch_size=args.batch_size, max_length=args.max_length,
-                      text_column=args.column, pooling=args.pooling)
+    rows = embed_file(
+        args.model,
+        args.input,
+        args.output,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        text_column=args.column,
+        pooling=args.pooling,
+    )
     print(f"cpipe: embedded {rows} rows into {args.output}")
     return 0
 
@@ -193,8 +232,10 @@ def cmd_export(args) -> int:
     except ExportMismatch as e:  # the export is wrong, not the input: exit 1
         print(f"cpipe: error: {e}", file=sys.stderr)
         return 1
-    print(f"cpipe: exported {args.model} to {args.onnx} (ONNX; onnxruntime's embeddings match PyTorch's within "
-          f"{difference:.1e})")
+    print(
+        f"cpipe: exported {args.model} to {args.onnx} (ONNX; onnxruntime's embeddings match PyTorch's within "
+        f"{difference:.1e})"
+    )
     return 0
 
 
@@ -220,45 +261,83 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(p_run)
     p_run.add_argument("--dry-run", action="store_true", help="print the plan (cpipe plan) and exit, running nothing")
     p_run.set_defaults(fn=cmd_run)
-    p_plan = sub.add_parser("plan", help="say what `cpipe run` with the same options would reuse, rebuild (and why) "
-                            "or build, starting nothing")
+    p_plan = sub.add_parser(
+        "plan",
+        help="say what `cpipe run` with the same options would reuse, rebuild (and why) or build, starting nothing",
+    )
     _run_options(p_plan)
     p_plan.add_argument("--json", action="store_true", help="the plan as JSON, a list of steps")
     p_plan.set_defaults(fn=cmd_plan)
-    p_serve = sub.add_parser("serve", help="serve the deployments data/<name>, train/<name>, evaluate/<name> and "
-                             "full-pipeline/<name> to a Prefect server")
+    p_serve = sub.add_parser(
+        "serve",
+        help="serve the deployments data/<name>, train/<name>, evaluate/<name> and "
+        "full-pipeline/<name> to a Prefect server",
+    )
     _run_options(p_serve)
-    p_serve.add_argument("--name", default="serve", help="deployment name (default: serve; prefect.yaml's are "
-                         "named local, and stopping serve pauses the deployments it served)")
+    p_serve.add_argument(
+        "--name",
+        default="serve",
+        help="deployment name (default: serve; prefect.yaml's are "
+        "named local, and stopping serve pauses the deployments it served)",
+    )
     p_serve.set_defaults(fn=cmd_serve)
-    p_eval = sub.add_parser("evaluate", help="score model directories or hub names (HF or sentence-transformers) "
-                            "and add them to the cumulative leaderboard")
-    p_eval.add_argument("--model", action="append", required=True,
-                        help="a model directory or hub name; repeat for several; the row is named by its directory "
-                        "(a run's train dataset: by its run)")
-    p_eval.add_argument("--eval-data", help="evaluation tasks: a directory in SentEval's layout, STS pair files and/or "
-                        "retrieval (BEIR), clustering, pairclass and reranking tasks (docs/evaluation.md), or one "
-                        "pair file (default: the config's evaluate.data, public STS sets)")
+    p_eval = sub.add_parser(
+        "evaluate",
+        help="score model directories or hub names (HF or sentence-transformers) "
+        "and add them to the cumulative leaderboard",
+    )
+    p_eval.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="a model directory or hub name; repeat for several; the row is named by its directory "
+        "(a run's train dataset: by its run)",
+    )
+    p_eval.add_argument(
+        "--eval-data",
+        help="evaluation tasks: a directory in SentEval's layout, STS pair files and/or "
+        "retrieval (BEIR), clustering, pairclass and reranking tasks (docs/evaluation.md), or one "
+        "pair file (default: the config's evaluate.data, public STS sets)",
+    )
     p_eval.add_argument("--config", help="YAML profile (default: configs/default.yaml): the evaluate settings")
     p_eval.add_argument("--artifacts", help="where stage datasets and the leaderboard go (default ./artifacts)")
-    p_eval.add_argument("--results-dir", help="where MTEB's result files go, <model>/<fingerprint>/<task>.json "
-                        "(evaluate.results_dir; default: mteb-results/ under the artifacts directory)")
-    p_eval.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set evaluate.workers=2")
+    p_eval.add_argument(
+        "--results-dir",
+        help="where MTEB's result files go, <model>/<fingerprint>/<task>.json "
+        "(evaluate.results_dir; default: mteb-results/ under the artifacts directory)",
+    )
+    p_eval.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set evaluate.workers=2",
+    )
     p_eval.add_argument("--ray-address", help="send Ray work to this cluster (ray.address; RAY_ADDRESS works too)")
     p_eval.set_defaults(fn=cmd_evaluate)
-    p_submit = sub.add_parser("submit", help="run the pipeline as a Ray job on a cluster (Ray Jobs API); "
-                              "every other option is passed to `cpipe run` there")
+    p_submit = sub.add_parser(
+        "submit",
+        help="run the pipeline as a Ray job on a cluster (Ray Jobs API); "
+        "every other option is passed to `cpipe run` there",
+    )
     p_submit.add_argument("--address", required=True, help="the cluster's dashboard, e.g. http://HOST:8265")
     installs = p_submit.add_mutually_exclusive_group()
-    installs.add_argument("--install", action="store_true",
-                          help="have Ray build the job an environment, pip-installing the project's requirements on "
-                          "each node (minutes and GBs before it starts); by default the job runs in the nodes' own")
-    installs.add_argument("--no-install", action="store_true", help=argparse.SUPPRESS)  # the default now; scripts have it
+    installs.add_argument(
+        "--install",
+        action="store_true",
+        help="have Ray build the job an environment, pip-installing the project's requirements on "
+        "each node (minutes and GBs before it starts); by default the job runs in the nodes' own",
+    )
+    installs.add_argument(
+        "--no-install", action="store_true", help=argparse.SUPPRESS
+    )  # the default now; scripts have it
     p_submit.add_argument("--no-wait", action="store_true", help="submit and return; do not stream the logs")
     p_submit.set_defaults(fn=cmd_submit)
     p_embed = sub.add_parser("embed", help="embed the sentences of a file with an exported (or any HF/ST) model")
-    p_embed.add_argument("--model", required=True, help="a train/init dataset dir, or an HF / sentence-transformers dir")
+    p_embed.add_argument(
+        "--model", required=True, help="a train/init dataset dir, or an HF / sentence-transformers dir"
+    )
     p_embed.add_argument("--input", required=True, help=".txt (a sentence a line), .jsonl, .csv, .tsv or .parquet")
     p_embed.add_argument("--output", required=True, help="Parquet file: row, text, embedding")
     p_embed.add_argument("--column", default="text", help="text column of .jsonl/.csv/.tsv/.parquet input")
@@ -266,26 +345,40 @@ def build_parser() -> argparse.ArgumentParser:
     p_embed.add_argument("--max-length", type=_at_least(1), default=128)
     p_embed.add_argument("--pooling", choices=["mean", "cls"], help="default: what the model declares, else mean")
     p_embed.set_defaults(fn=cmd_embed)
-    p_export = sub.add_parser("export", help="export a trained model as one ONNX graph (tokens to sentence "
-                              "embedding), checked against PyTorch")
+    p_export = sub.add_parser(
+        "export",
+        help="export a trained model as one ONNX graph (tokens to sentence embedding), checked against PyTorch",
+    )
     p_export.add_argument("model", help="a train dataset dir, an HF / sentence-transformers dir, or a hub name")
-    p_export.add_argument("--onnx", required=True, metavar="OUT",
-                          help="a new directory: model.onnx, the tokenizer, config.json, export.json")
+    p_export.add_argument(
+        "--onnx",
+        required=True,
+        metavar="OUT",
+        help="a new directory: model.onnx, the tokenizer, config.json, export.json",
+    )
     p_export.set_defaults(fn=cmd_export)
-    p_push = sub.add_parser("push", help="upload a model's sentence-transformers directory and a Hub model card "
-                            "to the Hugging Face Hub (token: HF_TOKEN or `hf auth login`)")
+    p_push = sub.add_parser(
+        "push",
+        help="upload a model's sentence-transformers directory and a Hub model card "
+        "to the Hugging Face Hub (token: HF_TOKEN or `hf auth login`)",
+    )
     p_push.add_argument("model", help="a train dataset dir, or a sentence-transformers dir")
     p_push.add_argument("repo_id", help="the Hub repository, owner/name (created if missing)")
     p_push.add_argument("--private", action="store_true", help="create the repository private")
     p_push.add_argument("--license", help="the card's license (default: the card's own, else apache-2.0)")
-    p_push.add_argument("--artifacts", help="where to find the model's scores for the card (default: a train "
-                        "dataset's own artifacts directory)")
+    p_push.add_argument(
+        "--artifacts",
+        help="where to find the model's scores for the card (default: a train dataset's own artifacts directory)",
+    )
     p_push.set_defaults(fn=cmd_push)
     p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")
     p_inspect.add_argument("path")
     p_inspect.add_argument("--rows", type=_at_least(0), default=5, help="first rows to show (default 5)")
-    p_inspect.add_argument("--dropped", action="store_true",
-                           help="the documents the dataset's stage dropped, each with its reason (filter, decontaminate)")
+    p_inspect.add_argument(
+        "--dropped",
+        action="store_true",
+        help="the documents the dataset's stage dropped, each with its reason (filter, decontaminate)",
+    )
     p_inspect.set_defaults(fn=cmd_inspect)
     return parser
 
@@ -297,8 +390,9 @@ def _stopped() -> int:
 
     ray_shutdown()
     step = stopped_step()
-    stopping.say("cpipe: " + ("stopped; rerun to resume" if step is None else
-                              f"stopped; training resumes from step {step}"))
+    stopping.say(
+        "cpipe: " + ("stopped; rerun to resume" if step is None else f"stopped; training resumes from step {step}")
+    )
     return 128 + stopping.signum
 
 

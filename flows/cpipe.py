@@ -20,7 +20,6 @@ import threading
 import time
 from typing import NoReturn
 
-
 # Set for the run this process starts: its pid. The run's process takes it out of its environment at once.
 PARENT = "CPIPE_PARENT"
 # How long an orphaned run may take to stop before its session is killed: a stop takes a few seconds, but one that
@@ -68,9 +67,12 @@ def main() -> int:
         from flows.cli import main as command
 
         exit_now(command())
-    run = subprocess.Popen([sys.executable, "-m", "flows.cli", *sys.argv[1:]], start_new_session=True,
-                           env={**os.environ, PARENT: str(os.getpid())},
-                           preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", *sys.argv[1:]],
+        start_new_session=True,
+        env={**os.environ, PARENT: str(os.getpid())},
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, lambda received, _: run.send_signal(received))
     code = run.wait()

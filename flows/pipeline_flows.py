@@ -9,12 +9,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import tasks  # noqa: F401  (sets logging before prefect is imported)
-
 from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
 from prefect.states import Failed
 
+import tasks  # noqa: F401  (sets logging before prefect is imported)
 from pipeline import preflight, registry
 from pipeline.config import Config
 from pipeline.evaluate import mteb_results
@@ -39,9 +38,15 @@ def _one_line_failure(fn: Callable) -> Callable:
     return failing_in_one_line
 
 
-def resolve(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
-            artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
-            first: str = registry.NAMES[0]) -> Config:
+def resolve(
+    config: str | None = None,
+    corpus: str | list[str] | None = None,
+    eval_data: str | None = None,
+    artifacts: str | None = None,
+    until: str | None = None,
+    overrides: list[str] | None = None,
+    first: str = registry.NAMES[0],
+) -> Config:
     """Load and check everything the stages from `first` to `until` need before any work starts."""
     return checked(preflight.configured(config, corpus, eval_data, artifacts, until, overrides, first), first, until)
 
@@ -60,8 +65,13 @@ def checked(cfg: Config, first: str = registry.NAMES[0], until: str | None = Non
     return cfg
 
 
-def build(cfg: Config, stages: list[Stage], done: dict[str, str], until: str | None = None,
-          run_one: Callable[[Stage, dict, dict[str, str], str], str] | None = None) -> bool:
+def build(
+    cfg: Config,
+    stages: list[Stage],
+    done: dict[str, str],
+    until: str | None = None,
+    run_one: Callable[[Stage, dict, dict[str, str], str], str] | None = None,
+) -> bool:
     """Build every instance of each stage in turn into `done` (label -> dataset path); True once `until` is
     built. Each instance is a Prefect task, one after another (a run may continue the one before it), or all
     at once for a stage that says so; `run_one(stage, config, inputs, label)` builds them instead (a notebook,
@@ -69,15 +79,20 @@ def build(cfg: Config, stages: list[Stage], done: dict[str, str], until: str | N
     for stage in stages:
         keys = stage.keys(cfg, done)
         if stage.side_by_side(cfg) and run_one is None:
-            jobs = {label.replace("/", "-"): (stage.name, stage.config(cfg, key), stage.inputs(cfg, done, key))
-                    for label, key in keys.items()}
+            jobs = {
+                label.replace("/", "-"): (stage.name, stage.config(cfg, key), stage.inputs(cfg, done, key))
+                for label, key in keys.items()
+            }
             built = run_all(jobs, cfg.artifacts, cfg.ray)
             done.update({label: built[label.replace("/", "-")] for label in keys})
         else:
             for label, key in keys.items():
                 config, inputs = stage.config(cfg, key), stage.inputs(cfg, done, key)
-                done[label] = run_one(stage, config, inputs, label) if run_one else \
-                    run(stage.name, config, inputs, cfg.artifacts, label=label.replace("/", "-"), ray=cfg.ray)
+                done[label] = (
+                    run_one(stage, config, inputs, label)
+                    if run_one
+                    else run(stage.name, config, inputs, cfg.artifacts, label=label.replace("/", "-"), ray=cfg.ray)
+                )
         if stage.name == until:
             return True
     return False
@@ -87,9 +102,15 @@ def build(cfg: Config, stages: list[Stage], done: dict[str, str], until: str | N
 # The flow functions end in _flow, so that `train_flow` never reads as the train stage it builds.
 @flow(name="data")
 @_one_line_failure
-def data_flow(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
-              artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
-              resolved: Config | None = None) -> dict[str, str]:
+def data_flow(
+    config: str | None = None,
+    corpus: str | list[str] | None = None,
+    eval_data: str | None = None,
+    artifacts: str | None = None,
+    until: str | None = None,
+    overrides: list[str] | None = None,
+    resolved: Config | None = None,
+) -> dict[str, str]:
     """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs.
 
     Args:
@@ -107,8 +128,9 @@ def data_flow(config: str | None = None, corpus: str | list[str] | None = None, 
             them, e.g. ["filter.min_tokens=1024"].
         resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
     """
-    cfg = resolved or resolve(config, corpus, eval_data, artifacts, until or registry.in_flow("data")[-1].name,
-                              overrides)
+    cfg = resolved or resolve(
+        config, corpus, eval_data, artifacts, until or registry.in_flow("data")[-1].name, overrides
+    )
     done: dict[str, str] = {}
     build(cfg, registry.in_flow("data"), done, until)
     return done
@@ -116,9 +138,16 @@ def data_flow(config: str | None = None, corpus: str | list[str] | None = None, 
 
 @flow(name="train")
 @_one_line_failure
-def train_flow(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
-               artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
-               resolved: Config | None = None, done: dict[str, str] | None = None) -> dict[str, str]:
+def train_flow(
+    config: str | None = None,
+    corpus: str | list[str] | None = None,
+    eval_data: str | None = None,
+    artifacts: str | None = None,
+    until: str | None = None,
+    overrides: list[str] | None = None,
+    resolved: Config | None = None,
+    done: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The initial model and every run's, on the data flow's datasets (built, or reused, when not given).
 
     Args:
@@ -136,8 +165,9 @@ def train_flow(config: str | None = None, corpus: str | list[str] | None = None,
         resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
         done: Internal: the data flow's datasets (label -> path) a parent flow passes down.
     """
-    cfg = resolved or resolve(config, corpus, eval_data, artifacts, until or registry.in_flow("train")[-1].name,
-                              overrides)
+    cfg = resolved or resolve(
+        config, corpus, eval_data, artifacts, until or registry.in_flow("train")[-1].name, overrides
+    )
     done = dict(done) if done is not None else data_flow(resolved=cfg)
     build(cfg, registry.in_flow("train"), done, until)
     if cfg.tracking.mlflow is not None:  # built or reused alike: the store says what it has
@@ -147,9 +177,16 @@ def train_flow(config: str | None = None, corpus: str | list[str] | None = None,
 
 @flow(name="evaluate")
 @_one_line_failure
-def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None, config: str | None = None,
-                  artifacts: str | None = None, overrides: list[str] | None = None, resolved: Config | None = None,
-                  done: dict[str, str] | None = None, until: str | None = None) -> dict[str, str]:
+def evaluate_flow(
+    models: list[str] | None = None,
+    eval_data: str | None = None,
+    config: str | None = None,
+    artifacts: str | None = None,
+    overrides: list[str] | None = None,
+    resolved: Config | None = None,
+    done: dict[str, str] | None = None,
+    until: str | None = None,
+) -> dict[str, str]:
     """Score models into the cumulative leaderboard: the given ones, or else the pipeline's rows.
 
     Args:
@@ -169,8 +206,9 @@ def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None,
         done: Internal: the train flow's datasets (label -> path) a parent flow passes down.
         until: Stop after this stage (baseline, infersent, evaluate or leaderboard); default leaderboard.
     """
-    cfg = resolved or resolve(config, None, eval_data, artifacts, None, overrides,
-                              first=registry.in_flow("evaluate")[0].name)
+    cfg = resolved or resolve(
+        config, None, eval_data, artifacts, None, overrides, first=registry.in_flow("evaluate")[0].name
+    )
     if models:  # the given models are the rows: no baseline is trained
         done = user_models(models)
         stages = [registry.stage("evaluate"), registry.stage("leaderboard")]
@@ -191,9 +229,15 @@ def evaluate_flow(models: list[str] | None = None, eval_data: str | None = None,
 
 @flow(name="full-pipeline")
 @_one_line_failure
-def full_pipeline(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
-                  artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
-                  resolved: Config | None = None) -> dict[str, str]:
+def full_pipeline(
+    config: str | None = None,
+    corpus: str | list[str] | None = None,
+    eval_data: str | None = None,
+    artifacts: str | None = None,
+    until: str | None = None,
+    overrides: list[str] | None = None,
+    resolved: Config | None = None,
+) -> dict[str, str]:
     """Train and rank sentence encoders on a corpus: the data, train and evaluate flows in turn; every stage is
     cached by its fingerprint.
 

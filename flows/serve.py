@@ -56,17 +56,23 @@ def serve(deployments: list, on_stop: Callable[[], None] = lambda: None) -> int:
             return _run(deployments, stopped, on_stop, f"on the Prefect server at {settings.api.url}")
         with _private_server(Path(settings.home)) as (api, auth, env_file):
             with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_API_AUTH_STRING: auth}):
-                return _run(deployments, stopped, on_stop, f"on a Prefect server at {api} that takes requests "
-                            f"only with the auth string in {env_file} (only you can read it)",
-                            f"set -a; . {env_file}; set +a")
+                return _run(
+                    deployments,
+                    stopped,
+                    on_stop,
+                    f"on a Prefect server at {api} that takes requests "
+                    f"only with the auth string in {env_file} (only you can read it)",
+                    f"set -a; . {env_file}; set +a",
+                )
     except KeyboardInterrupt:
         return 128 + (stopped[0] if stopped else signal.SIGINT)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run(deployments: list, stopped: list[int], on_stop: Callable[[], None], where: str,
-         setup: str | None = None) -> int:
+def _run(
+    deployments: list, stopped: list[int], on_stop: Callable[[], None], where: str, setup: str | None = None
+) -> int:
     from prefect.runner import Runner
 
     class QuietRunner(Runner):
@@ -119,15 +125,23 @@ def _private_server(home: Path) -> Iterator[tuple[str, str, Path]]:
     with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as log:
         server = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             umask=0o077,  # its database holds every run's parameters and logs: this user's alone
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
     env_file = home / ENV_FILE
     try:
         _wait_healthy(server, api, log_path)
-        _write_private(env_file, f"# cpipe serve's Prefect server (pid {os.getpid()}); in a shell: "
-                                 f"set -a; . {env_file}; set +a\n"
-                                 f"PREFECT_API_URL={api}\nPREFECT_API_AUTH_STRING={auth}\n")
+        _write_private(
+            env_file,
+            f"# cpipe serve's Prefect server (pid {os.getpid()}); in a shell: "
+            f"set -a; . {env_file}; set +a\n"
+            f"PREFECT_API_URL={api}\nPREFECT_API_AUTH_STRING={auth}\n",
+        )
         yield api, auth, env_file
     finally:
         with suppress(OSError):
@@ -155,8 +169,10 @@ def _wait_healthy(server: subprocess.Popen, api: str, log: Path) -> None:
     while time.monotonic() < deadline:
         if server.poll() is not None:
             lines = log.read_text(errors="replace").strip().splitlines() or ["(no output)"]
-            raise InputError(f"the Prefect server cpipe serve started exited with status {server.returncode}: "
-                             f"{lines[-1]} (its log: {log})")
+            raise InputError(
+                f"the Prefect server cpipe serve started exited with status {server.returncode}: "
+                f"{lines[-1]} (its log: {log})"
+            )
         with suppress(OSError):
             with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
                 if response.status == 200:

@@ -40,9 +40,28 @@ PROJECT = "contrastive-pipeline"
 # unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1): environments, version control, run outputs and downloads, caches and
 # build outputs. The nodes have their own environment, and Ray caps a working_dir at a few hundred MB. `.env`
 # files hold secrets.
-EXCLUDES = [".venv", "venv", ".env", ".git", "artifacts", "downloads", "mteb-results", ".prefect",
-            "__pycache__", "*.py[cod]", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints",
-            ".tox", ".nox", "build", "dist", "*.egg-info", ".eggs"]
+EXCLUDES = [
+    ".venv",
+    "venv",
+    ".env",
+    ".git",
+    "artifacts",
+    "downloads",
+    "mteb-results",
+    ".prefect",
+    "__pycache__",
+    "*.py[cod]",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".ipynb_checkpoints",
+    ".tox",
+    ".nox",
+    "build",
+    "dist",
+    "*.egg-info",
+    ".eggs",
+]
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -52,8 +71,10 @@ def project_root(start: Path | None = None) -> Path:
     for directory in (here, *here.parents):
         if _names_us(directory / "pyproject.toml"):
             return directory
-    raise InputError(f"cpipe submit ships the project it is run in, and {here} is in none: no pyproject.toml "
-                     f"naming {PROJECT} there or above; run it from the project's directory")
+    raise InputError(
+        f"cpipe submit ships the project it is run in, and {here} is in none: no pyproject.toml "
+        f"naming {PROJECT} there or above; run it from the project's directory"
+    )
 
 
 def _names_us(pyproject: Path) -> bool:
@@ -76,12 +97,15 @@ def project_dependencies(root: Path | None = None) -> list[str]:
 
 def runtime_env(install: bool = False, secrets: dict[str, str] | None = None, root: Path | None = None) -> dict:
     root = root or project_root()
-    env = {"working_dir": str(root), "excludes": EXCLUDES,
-           "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(secrets or {})},
-           # The job's workers name their own cluster to Ray's state API, as a local instance's do: Train's
-           # controller otherwise fails beside another Ray instance on a node ("Found multiple active Ray
-           # instances"), and Ray's noise stays in its logs. A job's hook is given by its import path.
-           "worker_process_setup_hook": f"{setup_worker.__module__}.{setup_worker.__name__}"}
+    env = {
+        "working_dir": str(root),
+        "excludes": EXCLUDES,
+        "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(secrets or {})},
+        # The job's workers name their own cluster to Ray's state API, as a local instance's do: Train's
+        # controller otherwise fails beside another Ray instance on a node ("Found multiple active Ray
+        # instances"), and Ray's noise stays in its logs. A job's hook is given by its import path.
+        "worker_process_setup_hook": f"{setup_worker.__module__}.{setup_worker.__name__}",
+    }
     if install:
         env["pip"] = project_dependencies(root)
     return env
@@ -122,8 +146,10 @@ def _client(address: str):
     # address Ray cannot parse with a ValueError, a GCS address (no scheme) where none is with an RpcError.
     except (OSError, RuntimeError, ValueError, RpcError) as e:
         reason = "nothing answers there" if isinstance(e, ConnectionError) else conceal(str(e))
-        raise InputError(f"--address {conceal(address)}: no Ray cluster's dashboard ({reason}); "
-                         "give the head's, e.g. http://HEAD:8265") from None
+        raise InputError(
+            f"--address {conceal(address)}: no Ray cluster's dashboard ({reason}); "
+            "give the head's, e.g. http://HEAD:8265"
+        ) from None
 
 
 def _submit(client, entrypoint: str, env: dict, wait: float = 300) -> str:

@@ -55,10 +55,14 @@ class Training(NamedTuple):
 
 class Config(Strict):
     artifacts: str = "artifacts"
-    seeds: list[StrictInt] | None = Field(None, description=(
-        "repeats: every run that names no seeds of its own, the untrained encoder and the trained baselines "
-        "(fastText, InferSent) are built once per seed (pipeline.repeats); the leaderboard shows each one's mean "
-        "over seeds with a t-interval; null = each run's train.seed, one model"))
+    seeds: list[StrictInt] | None = Field(
+        None,
+        description=(
+            "repeats: every run that names no seeds of its own, the untrained encoder and the trained baselines "
+            "(fastText, InferSent) are built once per seed (pipeline.repeats); the leaderboard shows each one's mean "
+            "over seeds with a t-interval; null = each run's train.seed, one model"
+        ),
+    )
     repeats: StrictInt | None = Field(None, ge=1, description="seeds 0..N-1 (instead of seeds)")
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
@@ -90,20 +94,29 @@ class Config(Strict):
         return absolute(v)
 
     @model_validator(mode="after")
-    def _runs(self) -> "Config":
+    def _runs(self) -> Config:
         if not self.runs:
             raise ValueError("runs: at least one named run is needed")
         seed_list("config", self.seeds, self.repeats)
-        for where, name in [*(("runs", n) for n in self.runs),
-                            *((f"evaluate.baselines.models[{i}].name", m.name)
-                              for i, m in enumerate(self.evaluate.baselines.models))]:
+        for where, name in [
+            *(("runs", n) for n in self.runs),
+            *((f"evaluate.baselines.models[{i}].name", m.name) for i, m in enumerate(self.evaluate.baselines.models)),
+        ]:
             _check_row_name(where, name)
-        rows = {*self.runs, "untrained", "fasttext-bow", "random", "infersent",
-                *(m.name for m in self.evaluate.baselines.models)}
+        rows = {
+            *self.runs,
+            "untrained",
+            "fasttext-bow",
+            "random",
+            "infersent",
+            *(m.name for m in self.evaluate.baselines.models),
+        }
         for pp in self.evaluate.baselines.postprocess:
             if pp.model not in rows:
-                raise ValueError(f"evaluate.baselines.postprocess: no row named {pp.model!r} to post-process "
-                                 f"(rows: {', '.join(sorted(rows))})")
+                raise ValueError(
+                    f"evaluate.baselines.postprocess: no row named {pp.model!r} to post-process "
+                    f"(rows: {', '.join(sorted(rows))})"
+                )
         self.rows()  # no two rows share a name
         self.training_order()  # every init_from names another run, and none continues itself through others
         self.trainings()  # every repeat of a continuing run has its parent's repeat to start from
@@ -111,8 +124,10 @@ class Config(Strict):
             if why := objectives.objective(run.objective).check_config(self, run):  # what it needs of the others
                 raise ValueError(f"runs.{name}: {why}")
             if run.select_by == HELDOUT_LOSS and not self.augment.heldout_fraction:
-                raise ValueError(f"runs.{name}: select_by heldout-loss scores documents held out of training: set "
-                                 "augment.heldout_fraction above 0 (0.05, say); it is 0, none is held out")
+                raise ValueError(
+                    f"runs.{name}: select_by heldout-loss scores documents held out of training: set "
+                    "augment.heldout_fraction above 0 (0.05, say); it is 0, none is held out"
+                )
         return self
 
     def training_order(self) -> list[str]:
@@ -123,12 +138,11 @@ class Config(Strict):
             if name in order:
                 return
             if name in chain:
-                raise ValueError(f"runs: init_from makes a cycle: {' -> '.join([*chain[chain.index(name):], name])}")
+                raise ValueError(f"runs: init_from makes a cycle: {' -> '.join([*chain[chain.index(name) :], name])}")
             parent = runs[name].init_from
             if parent is not None:
                 if parent not in runs:
-                    raise ValueError(f"runs.{name}.init_from: no run named {parent!r} "
-                                     f"(runs: {', '.join(runs)})")
+                    raise ValueError(f"runs.{name}.init_from: no run named {parent!r} (runs: {', '.join(runs)})")
                 visit(parent, [*chain, name])
             order.append(name)
 
@@ -148,14 +162,16 @@ class Config(Strict):
         evaluate stage leaves it out without NLI data to train on. Raises ValueError naming both keys where two
         rows share a name: one of them would replace the other on the leaderboard."""
         ev, base = self.evaluate, self.evaluate.baselines
-        named = [*((name, f"runs.{name}") for name in self.runs),
-                 *([(self.initial_name(), "evaluate.untrained")] if ev.untrained else []),
-                 *([("fasttext-bow", "evaluate.fasttext.enabled")] if ev.fasttext.enabled else []),
-                 *([("infersent", "evaluate.baselines.infersent.enabled")] if base.infersent.enabled else []),
-                 *([("random", "evaluate.baselines.random")] if base.random else []),
-                 *((f"vectors-{Path(p).stem}", f"evaluate.baselines.vectors[{i}]") for i, p in enumerate(base.vectors)),
-                 *((m.name, f"evaluate.baselines.models[{i}].name") for i, m in enumerate(base.models)),
-                 *([("use", "evaluate.baselines.use")] if base.use is not None else [])]
+        named = [
+            *((name, f"runs.{name}") for name in self.runs),
+            *([(self.initial_name(), "evaluate.untrained")] if ev.untrained else []),
+            *([("fasttext-bow", "evaluate.fasttext.enabled")] if ev.fasttext.enabled else []),
+            *([("infersent", "evaluate.baselines.infersent.enabled")] if base.infersent.enabled else []),
+            *([("random", "evaluate.baselines.random")] if base.random else []),
+            *((f"vectors-{Path(p).stem}", f"evaluate.baselines.vectors[{i}]") for i, p in enumerate(base.vectors)),
+            *((m.name, f"evaluate.baselines.models[{i}].name") for i, m in enumerate(base.models)),
+            *([("use", "evaluate.baselines.use")] if base.use is not None else []),
+        ]
         out: dict[str, str] = {}
         for row, key in named:
             _add_row(out, row, key)
@@ -199,8 +215,10 @@ class Config(Strict):
                 elif s in rows[parent]:
                     start = rows[parent][s]
                 else:
-                    raise ValueError(f"runs.{name}: seed {s} continues run {parent!r}, which has no seed {s} "
-                                     f"(its seeds: {seeds[parent]})")
+                    raise ValueError(
+                        f"runs.{name}: seed {s} continues run {parent!r}, which has no seed {s} "
+                        f"(its seeds: {seeds[parent]})"
+                    )
                 out[rows[name][s]] = Training(rows[name][s], name, s, runs[name].model_copy(update={"seed": s}), start)
         return out
 
@@ -223,14 +241,18 @@ class Config(Strict):
             try:
                 out[name] = TrainConfig(**{**self.train.model_dump(exclude_unset=True), **settings})
             except ValidationError as e:
-                raise ValueError(_describe(e, prefix=f"runs.{name}.").replace(f"runs.{name}.: ", f"runs.{name}: ")) from None
+                raise ValueError(
+                    _describe(e, prefix=f"runs.{name}.").replace(f"runs.{name}.: ", f"runs.{name}: ")
+                ) from None
         return out
 
 
 def _add_row(rows: dict[str, str], row: str, key: str) -> None:
     if row in rows:
-        raise ValueError(f"{key}: the row {row!r} is also {rows[row]}'s; rename one (two rows of one name would be "
-                         "one on the leaderboard)")
+        raise ValueError(
+            f"{key}: the row {row!r} is also {rows[row]}'s; rename one (two rows of one name would be "
+            "one on the leaderboard)"
+        )
     rows[row] = key
 
 
@@ -243,11 +265,15 @@ def _check_row_name(where: str, name: str) -> None:
         raise ValueError(f"{where}: {name!r} is no usable name: {why}")
     row, seed = split_seeded(name)
     if seed is not None:  # the leaderboard would read it as seed `seed` of row `row`, and mix the two
-        raise ValueError(f"{where}: {name!r} is named as a repeat is (\"<row> (seed N)\"): the leaderboard would take "
-                         f"it for seed {seed} of {row!r}; rename it")
+        raise ValueError(
+            f'{where}: {name!r} is named as a repeat is ("<row> (seed N)"): the leaderboard would take '
+            f"it for seed {seed} of {row!r}; rename it"
+        )
     if READOUT_VARIANT.fullmatch(row):  # the reference's rows under other readouts (pipeline.evaluate.readouts)
-        raise ValueError(f"{where}: {name!r} is named as the leaderboard names a row read another way (\"<row> [cls]\"),"
-                         " which it adds itself; rename it")
+        raise ValueError(
+            f'{where}: {name!r} is named as the leaderboard names a row read another way ("<row> [cls]"),'
+            " which it adds itself; rename it"
+        )
 
 
 def _describe(e: ValidationError, prefix: str = "") -> str:
@@ -323,8 +349,13 @@ def read_profile(p: Path, extending: tuple[Path, ...] = ()) -> dict:
 
 
 def _merged(base: dict, over: dict) -> dict:
-    return {**base, **{k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-                       for k, v in over.items()}}
+    return {
+        **base,
+        **{
+            k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+            for k, v in over.items()
+        },
+    }
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **replace: Any) -> Config:

@@ -14,8 +14,8 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.errors import InputError
 
@@ -62,8 +62,9 @@ def digests(files: list[str]) -> list[tuple[int, str]]:
 
 def listing(files: list, root: str | os.PathLike | None = None) -> list:
     """[(name, size, digest)] of the files, named relative to root (else by their base names)."""
-    names = [os.path.relpath(f, root) if root is not None and str(f) != str(root) else os.path.basename(f)
-             for f in files]
+    names = [
+        os.path.relpath(f, root) if root is not None and str(f) != str(root) else os.path.basename(f) for f in files
+    ]
     return [(n, size, d) for n, (size, d) in zip(names, digests([str(f) for f in files]))]
 
 
@@ -112,7 +113,8 @@ def rglob(root: str | os.PathLike, pattern: str = "*") -> Iterator[Path]:
                 path = Path(directory, name)
                 if path.is_symlink() and not path.exists():
                     raise loop_error(path) or InputError(
-                        f"{path} is a broken symlink: {os.readlink(path)} does not exist")
+                        f"{path} is a broken symlink: {os.readlink(path)} does not exist"
+                    )
                 yield path
 
 

@@ -18,8 +18,7 @@ T, R = TypeVar("T"), TypeVar("R")
 Backend = Literal["serial", "processes", "ray"]
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], backend: Backend = "serial",
-                workers: int = 1) -> Iterator[R]:
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], backend: Backend = "serial", workers: int = 1) -> Iterator[R]:
     if backend == "serial" or workers <= 1 and backend != "ray":
         yield from map(fn, items)
     elif backend == "processes":

@@ -77,13 +77,18 @@ def plan(cfg: Config, until: str | None = None) -> list[Step]:
     makers = {s.fingerprint: s.label for s in steps if s.fingerprint is not None}
     for step in steps:
         if step.action == BUILT:
-            _compare(step, *planned[step.path], [d for d in stored.get(step.stage, []) if d[0] not in claimed],
-                     makers)
+            _compare(step, *planned[step.path], [d for d in stored.get(step.stage, []) if d[0] not in claimed], makers)
     return steps
 
 
-def _stage_steps(stage: Stage, cfg: Config, done: dict[str, str], waits: dict[str, list[str]],
-                 planned: dict[str, tuple[dict, dict]], reused: set[str]) -> Iterator[Step]:
+def _stage_steps(
+    stage: Stage,
+    cfg: Config,
+    done: dict[str, str],
+    waits: dict[str, list[str]],
+    planned: dict[str, tuple[dict, dict]],
+    reused: set[str],
+) -> Iterator[Step]:
     keys, blocked = _keys(stage, cfg, done, reused)
     for label, key in keys.items():
         config, inputs = stage.config(cfg, key), stage.inputs(cfg, done, key)
@@ -102,8 +107,12 @@ def _stage_steps(stage: Stage, cfg: Config, done: dict[str, str], waits: dict[st
         label = f"{stage.name}/?{culprit}"
         done[label] = waits_path = f"?{label}"
         waits[waits_path] = waits.get(done[culprit]) or [culprit]  # an unknown culprit waits on its own
-        yield _unknown(f"{stage.name} of {culprit}", stage.name, waits[waits_path],
-                       f"the stage reads {culprit}'s dataset to know its instances")
+        yield _unknown(
+            f"{stage.name} of {culprit}",
+            stage.name,
+            waits[waits_path],
+            f"the stage reads {culprit}'s dataset to know its instances",
+        )
 
 
 def _keys(stage: Stage, cfg: Config, done: dict[str, str], reused: set[str]) -> tuple[dict, list[str]]:
@@ -122,8 +131,15 @@ def _keys(stage: Stage, cfg: Config, done: dict[str, str], reused: set[str]) -> 
 
 
 def _unknown(label: str, stage: str, after: list[str], because: str) -> Step:
-    return Step(label, stage, UNKNOWN, None, None,
-                f"unknown until {', '.join(after)} {'runs' if len(after) == 1 else 'run'} ({because})", after=after)
+    return Step(
+        label,
+        stage,
+        UNKNOWN,
+        None,
+        None,
+        f"unknown until {', '.join(after)} {'runs' if len(after) == 1 else 'run'} ({because})",
+        after=after,
+    )
 
 
 def _found(path: str) -> tuple[str, str]:
@@ -138,8 +154,10 @@ def _found(path: str) -> tuple[str, str]:
     stage_dir, fp = p.rsplit("/", 1)
     holder = Lease(path).holder()
     if holder is not None and not stale(holder):
-        return BUILT, (f"being built now by pid {holder.get('pid')} on {holder.get('host')}: the run will wait for "
-                       "it, then reuse it")
+        return BUILT, (
+            f"being built now by pid {holder.get('pid')} on {holder.get('host')}: the run will wait for "
+            "it, then reuse it"
+        )
     if fs.exists(p) or fs.glob(f"{stage_dir}/{TMP_PREFIX}{fp}-*"):
         return REBUILT, "incomplete: a stopped or killed run left it unfinished"
     return BUILT, "nothing there"
@@ -167,8 +185,9 @@ def _stored(artifacts: str) -> dict[str, list[tuple[str, dict]]]:
     return found
 
 
-def _compare(step: Step, config: dict, inputs: dict[str, str], stored: list[tuple[str, dict]],
-             makers: dict[str, str]) -> None:
+def _compare(
+    step: Step, config: dict, inputs: dict[str, str], stored: list[tuple[str, dict]], makers: dict[str, str]
+) -> None:
     """A new fingerprint where datasets of the same stage are found that no other instance of this run takes: the
     nearest one (fewest differences, then the newest) is taken for this instance's earlier build, and the step
     says what differs from it."""
@@ -177,9 +196,11 @@ def _compare(step: Step, config: dict, inputs: dict[str, str], stored: list[tupl
         old, new = _flat(_normal(manifest.get("config") or {})), _flat(config)
         keys = _differences(old, new)
         before = manifest.get("inputs") or {}
-        changed = {name: {"stage": makers.get(inputs.get(name), name), "before": before.get(name),
-                          "now": inputs.get(name)}
-                   for name in sorted({*before, *inputs}) if before.get(name) != inputs.get(name)}
+        changed = {
+            name: {"stage": makers.get(inputs.get(name), name), "before": before.get(name), "now": inputs.get(name)}
+            for name in sorted({*before, *inputs})
+            if before.get(name) != inputs.get(name)
+        }
         alike = len(old.keys() & new.keys()) - len(keys) + len(before.keys() & inputs.keys()) - len(changed)
         if len(keys) + len(changed) < alike:  # more alike than not: another run's dataset is no earlier build
             candidates.append((len(keys) + len(changed), path, keys, changed))
@@ -191,8 +212,12 @@ def _compare(step: Step, config: dict, inputs: dict[str, str], stored: list[tupl
     if keys:
         reasons.append("config changed: " + ", ".join(_said(k, v) for k, v in keys.items()))
     if changed:
-        reasons.append("input changed: " + ", ".join(
-            f"{name} ({c['stage']} {c['before'] or 'none'} -> {c['now'] or 'none'})" for name, c in changed.items()))
+        reasons.append(
+            "input changed: "
+            + ", ".join(
+                f"{name} ({c['stage']} {c['before'] or 'none'} -> {c['now'] or 'none'})" for name, c in changed.items()
+            )
+        )
     if not reasons:  # the same config and inputs under another fingerprint: the stage's version is new
         reasons.append("stage version changed (new code)")
     step.why = f"{'; '.join(reasons)} (was {dataset_parts(path)[2]})"
@@ -218,8 +243,11 @@ _ABSENT = object()
 
 
 def _differences(before: dict[str, Any], now: dict[str, Any]) -> dict[str, dict]:
-    return {k: {"before": before.get(k), "now": now.get(k)} for k in sorted({*before, *now})
-            if before.get(k, _ABSENT) != now.get(k, _ABSENT)}
+    return {
+        k: {"before": before.get(k), "now": now.get(k)}
+        for k in sorted({*before, *now})
+        if before.get(k, _ABSENT) != now.get(k, _ABSENT)
+    }
 
 
 def _said(key: str, change: dict) -> str:

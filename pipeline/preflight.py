@@ -24,17 +24,25 @@ USER_ERRORS = (InputError, DatasetError)
 CHECKED = ("corpus", "tokenizer")
 
 
-def configured(config: str | None = None, corpus: str | list[str] | None = None, eval_data: str | None = None,
-               artifacts: str | None = None, until: str | None = None, overrides: list[str] | None = None,
-               first: str = registry.NAMES[0], models: list[str] | None = None) -> Config:
+def configured(
+    config: str | None = None,
+    corpus: str | list[str] | None = None,
+    eval_data: str | None = None,
+    artifacts: str | None = None,
+    until: str | None = None,
+    overrides: list[str] | None = None,
+    first: str = registry.NAMES[0],
+    models: list[str] | None = None,
+) -> Config:
     """The run's config, loaded and checked as far as it can be without the stages' heavy modules, for the
     stages from `first` to `until`; `models`: `cpipe evaluate --model`'s, the leaderboard's rows."""
     if until is not None and until not in registry.NAMES:
         raise ConfigError(f"--until {until}: unknown stage (stages: {', '.join(registry.NAMES)})")
     sources = [corpus] if isinstance(corpus, str) else corpus
-    cfg = load_config(config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None,
-                                            "evaluate.data": eval_data})
-    reached = registry.NAMES[registry.NAMES.index(first):registry.NAMES.index(until or registry.NAMES[-1]) + 1]
+    cfg = load_config(
+        config, overrides, **{"artifacts": artifacts, "corpus.sources": sources or None, "evaluate.data": eval_data}
+    )
+    reached = registry.NAMES[registry.NAMES.index(first) : registry.NAMES.index(until or registry.NAMES[-1]) + 1]
     if "evaluate" in reached:
         _local_files_exist(cfg.evaluate.data)
     if "augment" in reached:  # read as the flow runs, after Prefect and Ray have started (half a minute)
@@ -90,5 +98,6 @@ def _rows(cfg: Config, models: list[str] | None, whole: bool) -> list[str] | Non
 def _compare_to_a_row(compare_to: str | None, rows: list[str] | None) -> None:
     """evaluate.compare_to names a row, checked before the models are scored, not after (the leaderboard's)."""
     if compare_to is not None and rows is not None and compare_to not in rows:
-        raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this run's leaderboard (rows: "
-                          f"{', '.join(rows)})")
+        raise ConfigError(
+            f"evaluate.compare_to: no row named {compare_to!r} on this run's leaderboard (rows: {', '.join(rows)})"
+        )

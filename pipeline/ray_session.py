@@ -44,11 +44,13 @@ def _quiet_driver_logs() -> None:
             lines = [line for line in batch["lines"] if not NOISE.search(line)]
             if lines:
                 handler({**batch, "lines": lines})
+
         return handle
 
     with dispatcher._lock:
-        dispatcher.handlers = [(name, quieted(handler) if name == "ray_print_logs" else handler)
-                               for name, handler in dispatcher.handlers]
+        dispatcher.handlers = [
+            (name, quieted(handler) if name == "ray_print_logs" else handler) for name, handler in dispatcher.handlers
+        ]
 
 
 def ray_init(address: str | None, num_cpus: int | None) -> None:
@@ -70,9 +72,13 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
             # Ray Train's controller looks at its workers every 2 s by default, and a checkpoint's report and
             # a finished run wait for that look: 3 to 7 s of a small run's minute, for no gain on one machine.
             os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-        ray.init(address=cluster or "local", num_cpus=None if cluster else num_cpus, log_to_driver=True,
-                 configure_logging=False,
-                 runtime_env=None if cluster else {"worker_process_setup_hook": setup_worker})
+        ray.init(
+            address=cluster or "local",
+            num_cpus=None if cluster else num_cpus,
+            log_to_driver=True,
+            configure_logging=False,
+            runtime_env=None if cluster else {"worker_process_setup_hook": setup_worker},
+        )
         _quiet_driver_logs()
 
 

@@ -36,7 +36,7 @@ def stage(name: str) -> Stage:
 
 def stages(first: str = NAMES[0], last: str = NAMES[-1]) -> list[Stage]:
     """The stages from `first` to `last`, both included, in order."""
-    return [stage(name) for name in NAMES[NAMES.index(first):NAMES.index(last) + 1]]
+    return [stage(name) for name in NAMES[NAMES.index(first) : NAMES.index(last) + 1]]
 
 
 def in_flow(flow: str) -> list[Stage]:

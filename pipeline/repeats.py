@@ -41,8 +41,11 @@ def seed_list(where: str, seeds, repeats) -> list[int] | None:
         return list(range(repeats))
     if seeds is None:
         return None
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                           for s in seeds):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
         raise ValueError(f"{where}.seeds: a non-empty list of whole numbers >= 0 (got {seeds!r})")
     if len(set(seeds)) < len(seeds):
         raise ValueError(f"{where}.seeds: {seeds} repeats a seed")

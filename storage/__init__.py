@@ -1,7 +1,5 @@
 """Parquet datasets on any fsspec filesystem: fingerprints, atomic writes, manifests."""
 
-from storage.lease import leased
-from storage.whole_files import arrow_filesystem, put_file
 from storage.dataset import (
     DamagedDataset,
     DatasetError,
@@ -14,16 +12,18 @@ from storage.dataset import (
     fingerprint,
     intact,
     is_local,
+    iter_batches,
     list_datasets,
     local_copy,
     read_manifest,
     read_table,
     remove,
     remove_temporaries,
-    iter_batches,
     shards,
     verify,
 )
+from storage.lease import leased
+from storage.whole_files import arrow_filesystem, put_file
 
 __all__ = [
     "DamagedDataset",

@@ -28,9 +28,10 @@ import time
 import uuid
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
-from typing import Any, Iterator
+from typing import Any
 
 import fsspec
 import pyarrow as pa
@@ -187,8 +188,11 @@ def _load_manifest(path: str) -> dict:
 def _part_files(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, dict]:
     """file name -> fsspec info of each shard in a dataset directory."""
     infos = (info for info in fs.ls(p, detail=True) if info["type"] == "file")
-    return {info["name"].rsplit("/", 1)[-1]: info for info in infos
-            if info["name"].rsplit("/", 1)[-1].startswith(PART_PREFIX)}
+    return {
+        info["name"].rsplit("/", 1)[-1]: info
+        for info in infos
+        if info["name"].rsplit("/", 1)[-1].startswith(PART_PREFIX)
+    }
 
 
 def shards(path: str) -> list[str]:
@@ -227,8 +231,9 @@ def _parquet_rows(fs: fsspec.AbstractFileSystem, info: dict, path: str) -> int:
                 _rows[key] = pq.ParquetFile(f).metadata.num_rows
         except (pa.ArrowException, OSError) as e:
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise DamagedDataset(path, f"{info['name'].rsplit('/', 1)[-1]} is not a readable Parquet file "
-                                       f"({reason})") from None
+            raise DamagedDataset(
+                path, f"{info['name'].rsplit('/', 1)[-1]} is not a readable Parquet file ({reason})"
+            ) from None
     return _rows[key]
 
 
@@ -245,8 +250,11 @@ def verify(path: str) -> None:
         parts = [{"file": f"{PART_PREFIX}{i:05d}.parquet"} for i in range(manifest.get("shards") or 0)]
     recorded = [part["file"] for part in parts]
     if missing := [f for f in recorded if f not in found]:
-        raise DamagedDataset(path, f"{missing[0]} is missing ({len(recorded) - len(missing)} of the manifest's "
-                                   f"{len(recorded)} shards are there)")
+        raise DamagedDataset(
+            path,
+            f"{missing[0]} is missing ({len(recorded) - len(missing)} of the manifest's "
+            f"{len(recorded)} shards are there)",
+        )
     if unknown := sorted(set(found) - set(recorded)):
         raise DamagedDataset(path, f"{unknown[0]} is not a shard its manifest records")
     rows = 0
@@ -256,8 +264,9 @@ def verify(path: str) -> None:
             rows += _parquet_rows(fs, info, path)
             continue
         if info["size"] != part["bytes"]:
-            raise DamagedDataset(path, f"{part['file']} holds {info['size']} bytes, its manifest records "
-                                       f"{part['bytes']}")
+            raise DamagedDataset(
+                path, f"{part['file']} holds {info['size']} bytes, its manifest records {part['bytes']}"
+            )
         if _crc32(fs, info) != part["crc32"]:
             raise DamagedDataset(path, f"{part['file']} does not match its manifest's checksum")
         rows += part["rows"]
@@ -314,9 +323,16 @@ def list_datasets(artifacts: str) -> list[dict]:
         if path.rsplit("/", 1)[-1].startswith(TMP_PREFIX):
             continue
         manifest = _load_manifest(_url(fs, path))
-        found.append({"stage": manifest["stage"], "fingerprint": manifest["fingerprint"],
-                      "rows": manifest.get("rows"), "created": manifest.get("created"), "path": path,
-                      "url": _url(fs, path)})
+        found.append(
+            {
+                "stage": manifest["stage"],
+                "fingerprint": manifest["fingerprint"],
+                "rows": manifest.get("rows"),
+                "created": manifest.get("created"),
+                "path": path,
+                "url": _url(fs, path),
+            }
+        )
     return found
 
 
@@ -342,7 +358,7 @@ class _Summed:
     def __getattr__(self, name: str):
         return getattr(self._f, name)
 
-    def __enter__(self) -> "_Summed":
+    def __enter__(self) -> _Summed:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -394,9 +410,18 @@ class DatasetWriter:
     ROW_GROUP_ROWS = 4096
     ROW_GROUP_BYTES = 64 * 2**20  # long documents: 4096 of them can be hundreds of MB
 
-    def __init__(self, artifacts: str, stage: str, fp: str, *, config: Any, inputs: dict[str, str],
-                 schema: pa.Schema | None = None, rows_per_shard: int | None = None,
-                 shard_bytes: int = 256 * 2**20):
+    def __init__(
+        self,
+        artifacts: str,
+        stage: str,
+        fp: str,
+        *,
+        config: Any,
+        inputs: dict[str, str],
+        schema: pa.Schema | None = None,
+        rows_per_shard: int | None = None,
+        shard_bytes: int = 256 * 2**20,
+    ):
         self.path = dataset_path(artifacts, stage, fp)
         self.fs, final = _fs(self.path)
         self._final = final
@@ -457,7 +482,7 @@ class DatasetWriter:
         """A path on this dataset's filesystem as a URL that names the filesystem."""
         return self.fs.unstrip_protocol(p)
 
-    def __enter__(self) -> "DatasetWriter":
+    def __enter__(self) -> DatasetWriter:
         self.fs.makedirs(self.tmp, exist_ok=True)
         if self._local:
             # Private while it is written: what it may grant is known only once every source is (built_from).
@@ -473,8 +498,10 @@ class DatasetWriter:
             # Rows often arrive one at a time; convert to Arrow a row group at a time.
             self._pending.extend(rows)
             self._pending_bytes += sum(len(v) for row in rows for v in row.values() if isinstance(v, (str, bytes)))
-            if (len(self._pending) >= min(self.ROW_GROUP_ROWS, self.rows_per_shard)
-                    or self._pending_bytes >= self.ROW_GROUP_BYTES):
+            if (
+                len(self._pending) >= min(self.ROW_GROUP_ROWS, self.rows_per_shard)
+                or self._pending_bytes >= self.ROW_GROUP_BYTES
+            ):
                 self._append(self._convert_pending())
 
     def _convert_pending(self) -> pa.Table:
@@ -504,8 +531,14 @@ class DatasetWriter:
         if self._writer is not None:
             self._writer.close()
             self._file.close()
-            self._parts.append({"file": self._part_name(), "rows": self._shard_rows, "bytes": self._file.bytes,
-                                "crc32": self._file.crc32})
+            self._parts.append(
+                {
+                    "file": self._part_name(),
+                    "rows": self._shard_rows,
+                    "bytes": self._file.bytes,
+                    "crc32": self._file.crc32,
+                }
+            )
             self._shards += 1
             self._file = self._writer = None
             self._shard_rows = 0

@@ -30,7 +30,7 @@ class DroppedLog:
         self._writer: pq.ParquetWriter | None = None
         self.count = 0
 
-    def __enter__(self) -> "DroppedLog":
+    def __enter__(self) -> DroppedLog:
         self._writer = pq.ParquetWriter(self._path, SCHEMA)
         return self
 
@@ -71,6 +71,9 @@ def read_dropped(path: str) -> pa.Table | None:
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise DamagedDataset(path, f"{recorded['file']} is not a readable Parquet file ({reason})") from None
     if table.num_rows != recorded["rows"] or not table.schema.equals(SCHEMA):
-        raise DamagedDataset(path, f"{recorded['file']} holds {table.num_rows} rows of columns "
-                                   f"{table.column_names}, its manifest records {recorded['rows']}")
+        raise DamagedDataset(
+            path,
+            f"{recorded['file']} holds {table.num_rows} rows of columns "
+            f"{table.column_names}, its manifest records {recorded['rows']}",
+        )
     return table

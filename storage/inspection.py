@@ -39,8 +39,9 @@ def default_console() -> Console:
     return on_terminal if on_terminal.is_terminal else Console(width=WIDE)
 
 
-def show(path: str, rows: int = 5, console: Console | None = None, order: Sequence[str] = (),
-         dropped: bool = False) -> None:
+def show(
+    path: str, rows: int = 5, console: Console | None = None, order: Sequence[str] = (), dropped: bool = False
+) -> None:
     """`order`: the stages' names in the order a run builds them, for the listing (others after, by name)."""
     console = console or default_console()
     fs, p = fsspec.core.url_to_fs(path)
@@ -78,8 +79,14 @@ def show(path: str, rows: int = 5, console: Console | None = None, order: Sequen
         except DamagedDataset as e:
             damaged.append(e)
             state = "damaged"
-        table.add_row(d["stage"], d["fingerprint"], "" if d["rows"] is None else str(d["rows"]), _age(d["created"]),
-                      state, d["path"])
+        table.add_row(
+            d["stage"],
+            d["fingerprint"],
+            "" if d["rows"] is None else str(d["rows"]),
+            _age(d["created"]),
+            state,
+            d["path"],
+        )
     console.print(table)
     if damaged:
         more = f" (and {len(damaged) - 1} more marked damaged above)" if len(damaged) > 1 else ""
@@ -93,8 +100,10 @@ def _show_dropped(path: str, console: Console, is_dataset: bool) -> None:
     dropped = read_dropped(path)
     if dropped is None:
         stage = read_manifest(path)["stage"]
-        raise DatasetError(f"{path}: no record of dropped rows (this {stage} dataset was written before they were "
-                           "kept, or its stage keeps none: the filter and decontaminate stages do)")
+        raise DatasetError(
+            f"{path}: no record of dropped rows (this {stage} dataset was written before they were "
+            "kept, or its stage keeps none: the filter and decontaminate stages do)"
+        )
     reasons = Counter(dropped.column("reason").to_pylist())
     console.print(f"dropped: {dropped.num_rows}" + "".join(f"  {r}: {n}" for r, n in sorted(reasons.items())))
     if dropped.num_rows:

@@ -20,8 +20,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Callable, Iterator
 
 import fsspec
 
@@ -67,8 +67,9 @@ class Lease:
         self._renewer: threading.Thread | None = None
 
     def _record(self) -> bytes:
-        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
-                           "renewed": time.time()}).encode()
+        return json.dumps(
+            {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token, "renewed": time.time()}
+        ).encode()
 
     def holder(self) -> dict | None:
         try:
@@ -114,7 +115,9 @@ class Lease:
             if holder is None:
                 continue
             if stale(holder):
-                log.warning("breaking the stale lease %s of %s pid %s", self.path, holder.get("host"), holder.get("pid"))
+                log.warning(
+                    "breaking the stale lease %s of %s pid %s", self.path, holder.get("host"), holder.get("pid")
+                )
                 self._remove_if(holder)
                 continue
             if not told and waiting is not None:
@@ -127,8 +130,11 @@ class Lease:
     def _remove_if(self, holder: dict) -> None:
         """Remove the lease only if it is still the one judged stale (another writer may have broken it)."""
         current = self.holder()
-        if current is not None and current.get("token") == holder.get("token") \
-                and current.get("renewed") == holder.get("renewed"):
+        if (
+            current is not None
+            and current.get("token") == holder.get("token")
+            and current.get("renewed") == holder.get("renewed")
+        ):
             with suppress(FileNotFoundError):
                 self.fs.rm_file(self._p)
 

@@ -64,4 +64,3 @@ def arrow_filesystem(path: str) -> PyFileSystem:
 class _WholeFiles(FSSpecHandler):
     def open_output_stream(self, path, metadata):
         return PythonFile(ReplacedOnClose(path), mode="w")
-

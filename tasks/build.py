@@ -66,7 +66,8 @@ def _transient(exc: BaseException | None) -> bool:
         if isinstance(exc, (TimeoutError, ConnectionResetError, ConnectionAbortedError, http.client.HTTPException)):
             return True
         if type(exc).__module__.startswith(("httpx", "requests")) and type(exc).__name__.endswith(
-                ("Timeout", "TimeoutException", "ReadError", "RemoteProtocolError")):  # the hub's client's
+            ("Timeout", "TimeoutException", "ReadError", "RemoteProtocolError")
+        ):  # the hub's client's
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -78,8 +79,12 @@ def _retry_network_failures(task, task_run, state: State) -> bool:
 
 # Each stage's own downloads retry a dropped connection at once (pipeline.corpus.download); these retries come
 # minutes later, for an outage that outlasts them.
-NETWORK_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=30), retry_jitter_factor=0.5,
-                       retry_condition_fn=_retry_network_failures)
+NETWORK_RETRIES = dict(
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=30),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_network_failures,
+)
 
 
 @task(task_run_name="{name}", cache_policy=NO_CACHE, persist_result=True, **NETWORK_RETRIES)
@@ -133,8 +138,14 @@ def _logged(label: str, path: str | State, started: float) -> str:
     return path
 
 
-def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: str | None = None,
-        ray: RayConfig | None = None) -> str:
+def run(
+    name: str,
+    config: dict,
+    inputs: dict[str, str],
+    artifacts: str,
+    label: str | None = None,
+    ray: RayConfig | None = None,
+) -> str:
     """Run a stage as a task and log whether it was reused or built."""
     started = time.time()
     fp = _prepared(name, config, inputs, artifacts, ray)
@@ -142,8 +153,9 @@ def run(name: str, config: dict, inputs: dict[str, str], artifacts: str, label: 
     return _logged(label or name, _task(label or name, artifacts)(name, config, inputs, artifacts, fp), started)
 
 
-def run_all(jobs: dict[str, tuple[str, dict, dict[str, str]]], artifacts: str,
-            ray: RayConfig | None = None) -> dict[str, str]:
+def run_all(
+    jobs: dict[str, tuple[str, dict, dict[str, str]]], artifacts: str, ray: RayConfig | None = None
+) -> dict[str, str]:
     """label -> (stage, config, inputs): the stage tasks submitted at once, so that they run concurrently
     (Prefect's thread pool), each waiting on Ray for its own work; label -> path."""
     started = time.time()

@@ -31,8 +31,11 @@ SHARED = os.environ.get("CPIPE_SHARED_DATA")
 # finds the installed one first, which for a git worktree of an editable install is another checkout's.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
-WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu", "va", "ze") for b in
-         ("bar", "dos", "fen", "gil", "hom", "jut", "kes", "lim", "mor", "nap", "pix", "qua")]
+WORDS = [
+    f"{a}{b}"
+    for a in ("ka", "lo", "mi", "nu", "pe", "ro", "si", "tu", "va", "ze")
+    for b in ("bar", "dos", "fen", "gil", "hom", "jut", "kes", "lim", "mor", "nap", "pix", "qua")
+]
 
 
 def make_document(rng: np.random.Generator, n_words: int) -> str:
@@ -137,8 +140,9 @@ def tokenizer():
 
     rng = np.random.default_rng(0)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
-                            special_tokens=list(SPECIAL.values()))
+    bpe.train_from_iterator(
+        [make_document(rng, 300) for _ in range(20)], vocab_size=300, special_tokens=list(SPECIAL.values())
+    )
     return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, **SPECIAL)
 
 
@@ -151,8 +155,11 @@ def tiny_lid_model(tmp_path_factory) -> Path:
 
     rng = random.Random(0)
     root = tmp_path_factory.mktemp("langid")
-    lines = [f"__label__{lang} {sentence(rng, words)}" for _ in range(300)
-             for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))]
+    lines = [
+        f"__label__{lang} {sentence(rng, words)}"
+        for _ in range(300)
+        for lang, words in (("en", EN_WORDS), ("de", DE_WORDS))
+    ]
     (root / "train.txt").write_text("\n".join(lines) + "\n")
     # thread >= 11: fewer gives NaNs on a 2-core machine (DESIGN.md, fasttext facts).
     model = fasttext.train_supervised(str(root / "train.txt"), epoch=10, dim=16, minCount=1, thread=12, verbose=0)
@@ -190,9 +197,11 @@ def release(tmp_path, texts):
     from tests.helpers import txt_name, write_subset, xz_tar
 
     names = [txt_name(i, t) for i, t in enumerate(texts)]
-    layout = {("urlsf_subset00.tar", "urlsf_subset00-1_data.xz"): range(0, 3),
-              ("urlsf_subset00.tar", "urlsf_subset00-2_data.xz"): range(3, 6),
-              ("urlsf_subset01.tar", "urlsf_subset01-1_data.xz"): range(6, len(texts))}
+    layout = {
+        ("urlsf_subset00.tar", "urlsf_subset00-1_data.xz"): range(0, 3),
+        ("urlsf_subset00.tar", "urlsf_subset00-2_data.xz"): range(3, 6),
+        ("urlsf_subset01.tar", "urlsf_subset01-1_data.xz"): range(6, len(texts)),
+    }
     expected, tars = {}, {}
     for (tar, xz), idx in layout.items():
         tars.setdefault(tar, {})[xz] = xz_tar({names[i]: texts[i].encode() for i in idx})
@@ -241,14 +250,25 @@ def evaluate_setup(tmp_path_factory, tiny_sts):
 
     root = tmp_path_factory.mktemp("evaluate")
     art = str(root / "artifacts")
-    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))])
-                                                 )), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": docs}, art)
-    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
-                     {"corpus": docs, "tokenizer": tok}, art)
-    return {"root": root, "art": art, "model": str(tiny_model(root / "model")), "documents": kept,
-            "data": str(tiny_sts)}
+    docs = run_stage(
+        corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(root / "docs"))]))), {}, art
+    )
+    tok = run_stage(
+        tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64}, {"corpus": docs}, art
+    )
+    kept = run_stage(
+        filter.STAGE,
+        {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
+        {"corpus": docs, "tokenizer": tok},
+        art,
+    )
+    return {
+        "root": root,
+        "art": art,
+        "model": str(tiny_model(root / "model")),
+        "documents": kept,
+        "data": str(tiny_sts),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +296,13 @@ def prebuild(config: Path, corpus: Path, artifacts: Path, until: str, overrides:
 
     cfg = preflight.configured(str(config), str(corpus), None, str(artifacts), until, overrides)
     done: dict[str, str] = {}
-    build(cfg, registry.stages(last=until), done, until,
-          run_one=lambda stage, config, inputs, label: run_stage(stage, config, inputs, cfg.artifacts))
+    build(
+        cfg,
+        registry.stages(last=until),
+        done,
+        until,
+        run_one=lambda stage, config, inputs, label: run_stage(stage, config, inputs, cfg.artifacts),
+    )
     return done
 
 
@@ -336,12 +361,16 @@ def prefect_server(home: Path):
     points Prefect's clients at it."""
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api,
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     home.mkdir(parents=True, exist_ok=True)
     with open(home / "server.log", "w") as log:
-        server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             wait_for(lambda: _healthy(api), "the Prefect server")
             yield env
@@ -359,8 +388,9 @@ def flow_env() -> dict[str, str]:
     Prefect home, started by the first run that asks. Alone, every run starts and stops a temporary server of
     its own: about 15 s of CPU each. test_cli_errors' stopped run and test_remote_storage keep theirs."""
     if not _session_api:
-        _session_api.append(_SESSION_SERVER.enter_context(prefect_server(Path(os.environ["PREFECT_HOME"])))[
-            "PREFECT_API_URL"])
+        _session_api.append(
+            _SESSION_SERVER.enter_context(prefect_server(Path(os.environ["PREFECT_HOME"])))["PREFECT_API_URL"]
+        )
     return {**os.environ, "PREFECT_API_URL": _session_api[0]}
 
 
@@ -482,8 +512,10 @@ def declared_servers(request):
     undeclared = sorted({_MARKER[s] for s in started} - marked)
     if undeclared:
         what = [_WHAT[s] for s in sorted(started) if _MARKER[s] in undeclared]
-        pytest.fail(f"this test starts {' and '.join(what)}: mark it "
-                    f"{', '.join(f'@pytest.mark.{m}' for m in undeclared)} (pyproject.toml's markers)")
+        pytest.fail(
+            f"this test starts {' and '.join(what)}: mark it "
+            f"{', '.join(f'@pytest.mark.{m}' for m in undeclared)} (pyproject.toml's markers)"
+        )
 
 
 @contextmanager
@@ -537,18 +569,35 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
     # Ray's shared /tmp/ray is the last cluster started on the host, perhaps another test's (pytest-xdist's
     # other worker), perhaps gone.
     temp_dir = tempfile.mkdtemp(prefix="rc-", dir="/tmp")
-    common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", "--object-store-memory=100000000", "--block",
-              f"--temp-dir={temp_dir}"]
-    head_args = ["--head", f"--port={port}", f"--include-dashboard={str(dashboard).lower()}",
-                 "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
+    common = [
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={cpus}",
+        "--object-store-memory=100000000",
+        "--block",
+        f"--temp-dir={temp_dir}",
+    ]
+    head_args = [
+        "--head",
+        f"--port={port}",
+        f"--include-dashboard={str(dashboard).lower()}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+    ]
     started = []
 
     def start(args: list[str]) -> None:
         # Each node's agent on a port of its own: Ray's fixed default (52365) is taken by any other Ray on the
         # host (a user's run, the other node), and a node without its agent takes no jobs.
         agent = f"--dashboard-agent-listen-port={free_port()}"
-        started.append(subprocess.Popen([ray_cli, "start", *args, *common, agent], env=env, start_new_session=True,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        started.append(
+            subprocess.Popen(
+                [ray_cli, "start", *args, *common, agent],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
 
     try:
         start(head_args)
@@ -559,8 +608,11 @@ def ray_cluster(nodes: int = 2, cpus: int = 1, dashboard: bool = False):
             time.sleep(1)
         for _ in range(nodes - 1):
             start([f"--address={address}"])
-        while (status := subprocess.run([ray_cli, "status", f"--address={address}"], env=env, capture_output=True,
-                                        text=True).stdout).count("node_") < nodes:
+        while (
+            status := subprocess.run(
+                [ray_cli, "status", f"--address={address}"], env=env, capture_output=True, text=True
+            ).stdout
+        ).count("node_") < nodes:
             assert time.monotonic() < deadline, f"{nodes} Ray nodes did not join:\n{status}"
             time.sleep(1)
         yield {"address": address, "dashboard": f"http://127.0.0.1:{dashboard_port}"}

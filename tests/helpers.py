@@ -19,10 +19,14 @@ from tests.conftest import make_document
 
 # Language identification: two languages' words and made-up sentences of them (test_langid, test_filter).
 
-EN_WORDS = ("the house is small and the garden behind it was green when we walked there with our "
-            "friends who said that they would come back tomorrow for dinner because weather looked nice").split()
-DE_WORDS = ("das haus ist klein und der garten dahinter war grün als wir mit unseren freunden dort "
-            "spazieren gingen die sagten dass sie morgen zum abendessen wiederkommen weil wetter schön aussah").split()
+EN_WORDS = (
+    "the house is small and the garden behind it was green when we walked there with our "
+    "friends who said that they would come back tomorrow for dinner because weather looked nice"
+).split()
+DE_WORDS = (
+    "das haus ist klein und der garten dahinter war grün als wir mit unseren freunden dort "
+    "spazieren gingen die sagten dass sie morgen zum abendessen wiederkommen weil wetter schön aussah"
+).split()
 
 
 def sentence(rng: random.Random, words: list[str], n: int = 10) -> str:
@@ -61,6 +65,7 @@ def write_subset(path, members: dict[str, bytes]):
 
 # An HTTP server's handler for files, resuming cut downloads (test_corpus_urls, test_public_defaults).
 
+
 class FileHandler(BaseHTTPRequestHandler):
     """Serves server.files by path with `Range: bytes=N-`; the first request for each file is cut in half."""
 
@@ -69,7 +74,7 @@ class FileHandler(BaseHTTPRequestHandler):
         if data is None:
             return self.send_error(404)
         self.server.requests.append((self.path, self.headers.get("Range")))
-        start = int(self.headers["Range"][len("bytes="):-1]) if self.headers["Range"] else 0
+        start = int(self.headers["Range"][len("bytes=") : -1]) if self.headers["Range"] else 0
         self.send_response(206 if start else 200)
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
@@ -97,12 +102,15 @@ def tiny_tokenizer(model_max_length: int = MAX_LENGTH):
 
     rng = np.random.default_rng(0)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
-                            special_tokens=list(SPECIAL.values()))
+    bpe.train_from_iterator(
+        [make_document(rng, 300) for _ in range(20)], vocab_size=300, special_tokens=list(SPECIAL.values())
+    )
     bpe._tokenizer.post_processor = RobertaProcessing(
-        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, cls_token="<s>", sep_token="</s>",
-                                   model_max_length=model_max_length, **SPECIAL)
+        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, cls_token="<s>", sep_token="</s>", model_max_length=model_max_length, **SPECIAL
+    )
 
 
 def tiny_model(out_dir: Path, pooling: str = "mean") -> Path:
@@ -110,8 +118,19 @@ def tiny_model(out_dir: Path, pooling: str = "mean") -> Path:
     from pipeline.model.transformer import build_model, export
 
     tokenizer = tiny_tokenizer()
-    model = build_model({"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                         "dropout": 0.0, "max_position_embeddings": MAX_LENGTH + 2, "seed": 0}, tokenizer)
+    model = build_model(
+        {
+            "base": None,
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "dropout": 0.0,
+            "max_position_embeddings": MAX_LENGTH + 2,
+            "seed": 0,
+        },
+        tokenizer,
+    )
     export(model, tokenizer, str(out_dir), pooling=pooling)
     return out_dir
 
@@ -137,6 +156,7 @@ def corpus_and_tokenizer(root: Path, n_docs: int, n_words: int) -> tuple[str, st
     docs = write_corpus(root / "docs", n_docs=n_docs, n_words=n_words)
     art = str(root / "artifacts")
     path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": path}, art)
+    tok = run_stage(
+        tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64}, {"corpus": path}, art
+    )
     return path, tok, art

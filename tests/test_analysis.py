@@ -64,9 +64,11 @@ def test_score_analysis_uses_pairs_at_or_above_four_as_positives():
     sent1 = ["a", "b", "c", "d"]
     sent2 = ["a2", "b2", "c2", "d2"]
     gold = np.array([4.0, 4.8, 3.99, 0.5])
-    subsets = [StsSubset("STSB", "sts-test", "test", sent1, sent2, gold),
-               StsSubset("STSB", "sts-dev", "dev", ["a", "e"], ["a2", "f"], np.array([1.0, 2.0])),
-               StsSubset("STS12", "MSRpar", "test", ["z"], ["y"], np.array([5.0]))]
+    subsets = [
+        StsSubset("STSB", "sts-test", "test", sent1, sent2, gold),
+        StsSubset("STSB", "sts-dev", "dev", ["a", "e"], ["a2", "f"], np.array([1.0, 2.0])),
+        StsSubset("STS12", "MSRpar", "test", ["z"], ["y"], np.array([5.0])),
+    ]
     rng = np.random.default_rng(3)
     table = {s: rng.normal(size=5) for s in "abcdefzy"}
     table.update({f"{s}2": table[s] + 0.01 * rng.normal(size=5) for s in "abcd"})
@@ -83,9 +85,14 @@ def test_score_analysis_uses_pairs_at_or_above_four_as_positives():
     subsets.append(StsSubset("STSB", "sts-train", "train", ["t"], ["t2"], np.array([5.0])))  # never described
     rows = score_analysis(encode, subsets, tokens=tokens, seed=5)
     got = {(r["split"], r["metric"]): r for r in rows}
-    assert set(got) == {("test", "alignment"), ("test", "uniformity"), ("test", "sentence_anisotropy"),
-                        ("test", "anisotropy"), ("dev", "uniformity"),
-                        ("dev", "sentence_anisotropy")}  # dev has no pair >= 4; tokens on test only
+    assert set(got) == {
+        ("test", "alignment"),
+        ("test", "uniformity"),
+        ("test", "sentence_anisotropy"),
+        ("test", "anisotropy"),
+        ("dev", "uniformity"),
+        ("dev", "sentence_anisotropy"),
+    }  # dev has no pair >= 4; tokens on test only
     assert got[("test", "alignment")]["n"] == 2 and got[("test", "alignment")]["value"] < 0.01
     assert got[("test", "uniformity")]["n"] == 8
     emb = np.stack([table[s] for s in ["a", "a2", "b", "b2", "c", "c2", "d", "d2"]])
@@ -104,8 +111,10 @@ def test_score_analysis_uses_pairs_at_or_above_four_as_positives():
 def test_real_stsb_geometry():
     subsets, _ = find_sts(Path(SHARED) / "eval" / "senteval")
     encoder = RandomEncoder(dim=64)
-    rows = {(r["split"], r["metric"]): r for r in score_analysis(
-        encoder.encode, subsets, tokens=lambda xs: token_vectors(encoder, xs, 64), seed=1111)}
+    rows = {
+        (r["split"], r["metric"]): r
+        for r in score_analysis(encoder.encode, subsets, tokens=lambda xs: token_vectors(encoder, xs, 64), seed=1111)
+    }
     stsb_test = next(s for s in subsets if s.task == "STSB" and s.split == "test")
     assert rows[("test", "alignment")]["n"] == int((stsb_test.gold >= 4).sum())
     assert rows[("test", "uniformity")]["n"] == len(set(stsb_test.sent1 + stsb_test.sent2))

@@ -35,13 +35,16 @@ def modes(dataset: str) -> dict[str, int]:
 
 
 def build_corpus(docs: Path, artifacts: Path) -> str:
-    return run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {},
-                     str(artifacts))
+    return run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, str(artifacts))
 
 
 def build_tokenizer(documents: str, artifacts: Path) -> str:
-    return run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                     {"corpus": documents}, str(artifacts))
+    return run_stage(
+        tokenizer.STAGE,
+        {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+        {"corpus": documents},
+        str(artifacts),
+    )
 
 
 def test_a_corpus_file_only_its_owner_reads_gives_shards_and_what_follows_only_the_owner_reads(tmp_path):

@@ -46,13 +46,28 @@ def setup(tmp_path_factory):
         (docs / f"doc{d}.txt").write_text("\n".join(lines), encoding="utf-8")
     art = str(root / "artifacts")
     documents = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": documents}, art)
-    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
-                     {"corpus": documents, "tokenizer": tok}, art)
-    config = BacktranslateConfig(pivots=list(PIVOTS), forward_model=f"{root}/models/{{pivot}}/forward",
-                                 backward_model=f"{root}/models/{{pivot}}/backward", num_beams=1,
-                                 max_new_tokens=8, batch_size=8, chunk_size=5, min_chars=10).model_dump()
+    tok = run_stage(
+        tokenizer.STAGE,
+        {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+        {"corpus": documents},
+        art,
+    )
+    kept = run_stage(
+        filter.STAGE,
+        {**FilterConfig(min_tokens=10).model_dump(), "runtime": {}},
+        {"corpus": documents, "tokenizer": tok},
+        art,
+    )
+    config = BacktranslateConfig(
+        pivots=list(PIVOTS),
+        forward_model=f"{root}/models/{{pivot}}/forward",
+        backward_model=f"{root}/models/{{pivot}}/backward",
+        num_beams=1,
+        max_new_tokens=8,
+        batch_size=8,
+        chunk_size=5,
+        min_chars=10,
+    ).model_dump()
     return {"root": root, "art": art, "documents": kept, "tokenizer": tok, "config": config}
 
 
@@ -75,7 +90,7 @@ def test_every_sentence_goes_through_every_pivot_and_maps_back_to_its_document(s
     expected = sum(1 for text in docs.values() for s, e in segments(text) if e - s >= setup["config"]["min_chars"])
     assert len(rows) == n_sentences * len(PIVOTS) and n_sentences == expected > 6 * 2
     for row in rows:
-        assert " ".join(docs[row["doc_id"]][row["start"]:row["end"]].split()) == row["text"]
+        assert " ".join(docs[row["doc_id"]][row["start"] : row["end"]].split()) == row["text"]
         assert row["segment_id"].startswith(row["doc_id"]) and isinstance(row["bt_text"], str)
     # joining a document's segments by id gives back its text, up to whitespace
     by_doc: dict[str, list] = {}
@@ -103,7 +118,7 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
             done.append(original(self, chunk))
             return done[-1]
         backtranslate.BackTranslator.translate_chunk = translate_then_die
-        run_stage(backtranslate.STAGE, {config!r}, {inputs!r}, {setup['art']!r})
+        run_stage(backtranslate.STAGE, {config!r}, {inputs!r}, {setup["art"]!r})
     """)
     killed = subprocess.run([sys.executable, "-c", killer], capture_output=True, text=True, timeout=300)
     assert killed.returncode == -9, killed.stderr
@@ -119,8 +134,12 @@ def test_a_killed_run_resumes_from_its_finished_chunks(setup, translated):
 
 @pytest.mark.ray
 def test_ray_actor_pool_writes_what_one_process_writes(setup, translated, local_ray):
-    pooled = run_stage(backtranslate.STAGE, {**bt_config(setup, workers=2), "pool": True},
-                       {"documents": setup["documents"]}, setup["art"])
+    pooled = run_stage(
+        backtranslate.STAGE,
+        {**bt_config(setup, workers=2), "pool": True},
+        {"documents": setup["documents"]},
+        setup["art"],
+    )
     assert read_table(pooled).equals(read_table(translated))
 
 
@@ -128,8 +147,9 @@ def test_ray_actor_pool_writes_what_one_process_writes(setup, translated, local_
 def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup, translated):
     config = augment.config(Config(augment=AugmentConfig(epochs=2, seed=3)), TrainConfig(objective="cert"))
     assert "min_length" not in config  # DeCLUTR's span settings do not touch CERT's pairs
-    pairs = run_stage(augment.STAGE, config, {"backtranslations": translated, "tokenizer": setup["tokenizer"]},
-                      setup["art"])
+    pairs = run_stage(
+        augment.STAGE, config, {"backtranslations": translated, "tokenizer": setup["tokenizer"]}, setup["art"]
+    )
     table = read_table(pairs)
     by_pivot: dict[str, dict[str, str]] = {}  # segment -> pivot -> back-translation
     for row in read_table(translated).to_pylist():
@@ -159,19 +179,44 @@ def test_cert_pairs_are_two_back_translations_through_two_different_pivots(setup
 
 @pytest.mark.slow  # cpipe run, a process
 def test_a_cert_run_needs_two_pivots(tmp_path, tiny_config, tiny_corpus):
-    result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",
-                   str(tmp_path / "a"), "--set", "runs={cert: {objective: cert}}", "--set", "backtranslate.pivots=[de]")
+    result = cpipe(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--set",
+        "runs={cert: {objective: cert}}",
+        "--set",
+        "backtranslate.pivots=[de]",
+    )
     assert result.returncode == 2 and "backtranslate.pivots needs at least two" in result.stderr
     assert not (tmp_path / "a").exists()
 
 
 @pytest.mark.slow  # cpipe run, a process
 def test_an_unavailable_fairseq_backend_fails_before_any_work(tmp_path, tiny_config, tiny_corpus):
-    result = cpipe("run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",
-                   str(tmp_path / "a"), "--until", "augment", "--set", "runs={cert: {objective: cert}}",
-                   "--set", "backtranslate.backend=fairseq",
-                   "--set", "backtranslate.forward_model=transformer.wmt19.{source}-{pivot}",
-                   "--set", "backtranslate.backward_model=transformer.wmt19.{pivot}-{source}")
+    result = cpipe(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--until",
+        "augment",
+        "--set",
+        "runs={cert: {objective: cert}}",
+        "--set",
+        "backtranslate.backend=fairseq",
+        "--set",
+        "backtranslate.forward_model=transformer.wmt19.{source}-{pivot}",
+        "--set",
+        "backtranslate.backward_model=transformer.wmt19.{pivot}-{source}",
+    )
     assert result.returncode == 2
     assert "backend 'hf' with model facebook/wmt19-en-de" in result.stderr
     assert not (tmp_path / "a").exists()

@@ -13,8 +13,17 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.augment.clear_names import OPERATIONS
-from pipeline.augment.clear_operations import (ClearParams, SynonymsError, augment, operations, read_synonyms,
-                                               synonyms_from_vectors, two_views, wordnet_dir, wordnet_synonyms)
+from pipeline.augment.clear_operations import (
+    ClearParams,
+    SynonymsError,
+    augment,
+    operations,
+    read_synonyms,
+    synonyms_from_vectors,
+    two_views,
+    wordnet_dir,
+    wordnet_synonyms,
+)
 from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
@@ -79,8 +88,14 @@ def test_names_are_validated():
 
 def test_defaults_are_clears():
     p = ClearParams()
-    assert (p.word_share, p.n_spans, p.span_share, p.n_pairs, p.subs_share, p.placeholder) == \
-        (0.7, 5, 0.05, 5, 0.3, "<del>")
+    assert (p.word_share, p.n_spans, p.span_share, p.n_pairs, p.subs_share, p.placeholder) == (
+        0.7,
+        5,
+        0.05,
+        5,
+        0.3,
+        "<del>",
+    )
 
 
 @pytest.mark.parametrize("bad", [{"word_share": 1.5}, {"subs_share": -0.1}, {"n_spans": -1}])
@@ -154,8 +169,14 @@ def test_substitution_replaces_the_share_of_all_tokens_with_listed_synonyms(shar
         for i in changed:
             assert i in substitutable
             assert out[i].lower() in SYNONYMS[tokens[i].lower()]
-            assert out[i] == {tokens[i].lower(): out[i].lower(), tokens[i].capitalize(): out[i].capitalize(),
-                              tokens[i].upper(): out[i].upper()}[tokens[i]], "keeps the capitalisation"
+            assert (
+                out[i]
+                == {
+                    tokens[i].lower(): out[i].lower(),
+                    tokens[i].capitalize(): out[i].capitalize(),
+                    tokens[i].upper(): out[i].upper(),
+                }[tokens[i]]
+            ), "keeps the capitalisation"
 
 
 def test_substitution_counts_thirty_percent_of_a_hand_built_sentence():
@@ -173,8 +194,12 @@ def test_substitution_counts_thirty_percent_of_a_hand_built_sentence():
 
 
 def test_substitution_looks_words_up_without_their_punctuation():
-    out = augment(["(Big),", "cat."], "subs", np.random.default_rng(0),
-                  ClearParams(subs_share=1.0, synonyms={"big": ("large",), "cat": ("kitty",)}))
+    out = augment(
+        ["(Big),", "cat."],
+        "subs",
+        np.random.default_rng(0),
+        ClearParams(subs_share=1.0, synonyms={"big": ("large",), "cat": ("kitty",)}),
+    )
     assert out == ["(Large),", "kitty."]
 
 
@@ -265,12 +290,19 @@ def test_a_custom_placeholder():
 
 def test_read_synonyms(tmp_path):
     path = tmp_path / "syn.txt"
-    path.write_text("# word synonyms...\n\nBig large huge  # trailing comment\nsmall\tlittle\ttiny\n"
-                    "big Big enormous large\n   \nrun sprint\n", encoding="utf-8")
+    path.write_text(
+        "# word synonyms...\n\nBig large huge  # trailing comment\nsmall\tlittle\ttiny\n"
+        "big Big enormous large\n   \nrun sprint\n",
+        encoding="utf-8",
+    )
     table = read_synonyms(path)
     assert table == {"big": ("large", "huge", "enormous"), "small": ("little", "tiny"), "run": ("sprint",)}
-    out = augment("Big BIG big".split(), "subs", np.random.default_rng(0),
-                  ClearParams(subs_share=1.0, synonyms={"big": ("large",)}))
+    out = augment(
+        "Big BIG big".split(),
+        "subs",
+        np.random.default_rng(0),
+        ClearParams(subs_share=1.0, synonyms={"big": ("large",)}),
+    )
     assert out == ["Large", "LARGE", "large"]
 
 
@@ -288,11 +320,13 @@ def write_wordnet(root: Path) -> Path:
     """WordNet's data.* layout (wndb(5)): offset, lexfile, pos, hex word count, words with lex ids, pointers."""
     root.mkdir()
     header = "  1 This software and database is being provided to you\n"
-    (root / "data.noun").write_text(header + "00000001 06 n 03 car 0 auto 0 motor_car 0 000 | a vehicle\n"
-                                    "00000002 06 n 02 car 1 railcar 0 000 | a wagon\n", encoding="utf-8")
+    (root / "data.noun").write_text(
+        header + "00000001 06 n 03 car 0 auto 0 motor_car 0 000 | a vehicle\n"
+        "00000002 06 n 02 car 1 railcar 0 000 | a wagon\n",
+        encoding="utf-8",
+    )
     (root / "data.verb").write_text(header + "00000003 30 v 02 run 0 Sprint 0 000 | go fast\n", encoding="utf-8")
-    (root / "data.adj").write_text(header + "00000004 00 a 02 big(a) 0 large 0 000 | above average\n",
-                                   encoding="utf-8")
+    (root / "data.adj").write_text(header + "00000004 00 a 02 big(a) 0 large 0 000 | above average\n", encoding="utf-8")
     (root / "data.adv").write_text(header, encoding="utf-8")
     return root
 
@@ -311,8 +345,16 @@ def test_the_installed_wordnet_has_thesaurus_synonyms():
 
 def write_vec(path: Path) -> Path:
     """A tiny fastText-style .vec: he/she and was/were close, the rest apart."""
-    rows = {"he": [1, 0.1, 0, 0], "she": [0.9, 0.2, 0, 0], "his": [0.7, 0, 0.6, 0], "was": [0, 0, 1, 0.1],
-            "were": [0, 0, 0.95, 0.2], "the": [0, 1, 0, 0], ",": [0.9, 0.2, 0, 0], "zero": [0, 0, 0, 0]}
+    rows = {
+        "he": [1, 0.1, 0, 0],
+        "she": [0.9, 0.2, 0, 0],
+        "his": [0.7, 0, 0.6, 0],
+        "was": [0, 0, 1, 0.1],
+        "were": [0, 0, 0.95, 0.2],
+        "the": [0, 1, 0, 0],
+        ",": [0.9, 0.2, 0, 0],
+        "zero": [0, 0, 0, 0],
+    }
     path.write_text(f"{len(rows)} 4\n" + "".join(f"{w} {' '.join(map(str, v))}\n" for w, v in rows.items()))
     return path
 
@@ -344,7 +386,11 @@ def test_vector_neighbours_threshold_and_k(tmp_path):
     path = write_vec(tmp_path / "tiny.vec")
     words = ["he", "she", "his", "was", "were", "the", ",", "zero"]
     assert synonyms_from_vectors(path, words, k=1, threshold=0.9) == {
-        "he": ("she",), "she": ("he",), "was": ("were",), "were": ("was",)}
+        "he": ("she",),
+        "she": ("he",),
+        "was": ("were",),
+        "were": ("was",),
+    }
     assert synonyms_from_vectors(path, words, k=5, threshold=0.5)["he"] == ("she", "his")
     assert synonyms_from_vectors(path, ["he", "was"], k=5, threshold=0.0)["he"] == ("was",), "only `words`"
 

@@ -23,21 +23,43 @@ from tests.conftest import CPIPE, ROOT, http_server, prebuild, signal_every_proc
 HEAVY = ("torch", "transformers", "prefect", "ray")
 # Calls the CLI's main as the run cpipe starts (python -m flows.cli) does, then says which heavy modules the error
 # path imported.
-PROBE = ("import sys; from flows.cli import main; code = main(sys.argv[1:]); "
-         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(code)")
+PROBE = (
+    "import sys; from flows.cli import main; code = main(sys.argv[1:]); "
+    f"print(sorted(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(code)"
+)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.lr=[1,", "cpipe: error: --set train.lr: not valid YAML: expected the node content"),
-    ("train.lr=!!python/object/apply:os.system [echo hi]",
-     "cpipe: error: --set train.lr: not valid YAML: could not determine a constructor for the tag"),
-    ("model.base=/no/such/dir", "cpipe: error: model.base: /no/such/dir: no such directory"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lr=[1,", "cpipe: error: --set train.lr: not valid YAML: expected the node content"),
+        (
+            "train.lr=!!python/object/apply:os.system [echo hi]",
+            "cpipe: error: --set train.lr: not valid YAML: could not determine a constructor for the tag",
+        ),
+        ("model.base=/no/such/dir", "cpipe: error: model.base: /no/such/dir: no such directory"),
+    ],
+)
 @pytest.mark.slow
 def test_a_usage_error_is_one_line_and_exit_2_before_any_heavy_import(tmp_path, tiny_corpus, override, message):
-    proc = subprocess.run([sys.executable, "-c", PROBE, "run", "--corpus", str(tiny_corpus), "--artifacts",
-                           str(tmp_path / "a"), "--set", override], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            "run",
+            "--corpus",
+            str(tiny_corpus),
+            "--artifacts",
+            str(tmp_path / "a"),
+            "--set",
+            override,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(message), proc.stderr
     assert proc.stdout.strip() == "[]", f"imported before the error: {proc.stdout}"
@@ -51,10 +73,13 @@ def test_set_values_that_are_not_yaml_name_the_key():
         load_config(None, ["evaluate.data=!!python/name:os.system"])
 
 
-@pytest.mark.parametrize("files, problem", [
-    ({}, "not a model directory (no config.json in"),
-    ({"config.json": "{}"}, "no weights file in"),
-])
+@pytest.mark.parametrize(
+    "files, problem",
+    [
+        ({}, "not a model directory (no config.json in"),
+        ({"config.json": "{}"}, "no weights file in"),
+    ],
+)
 def test_model_base_is_checked_before_any_work(tmp_path, tiny_corpus, files, problem):
     base = tmp_path / "base"
     base.mkdir()
@@ -62,8 +87,9 @@ def test_model_base_is_checked_before_any_work(tmp_path, tiny_corpus, files, pro
         (base / name).write_text(text)
     with pytest.raises(ConfigError, match=rf"^model\.base: {re.escape(f'{base}: {problem}')}"):
         configured(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=[f"model.base={base}"])
-    cfg = configured(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=[f"model.base={base}"],
-                     first="evaluate")  # scoring models never loads the base
+    cfg = configured(
+        corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=[f"model.base={base}"], first="evaluate"
+    )  # scoring models never loads the base
     assert cfg.model.base == str(base)
 
 
@@ -72,8 +98,14 @@ def test_plain_pytest_collects_from_the_project_root():
     """`.venv/bin/pytest`, not only `python -m pytest`: test_download imports `tests.conftest`."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     pytest_script = os.path.join(os.path.dirname(sys.executable), "pytest")  # .venv/bin/pytest
-    proc = subprocess.run([pytest_script, "--collect-only", "-q", "tests/test_download.py"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [pytest_script, "--collect-only", "-q", "tests/test_download.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and re.search(r"^\d+ tests collected", proc.stdout, re.M), proc.stdout[-2000:]
 
 
@@ -92,6 +124,7 @@ def _stop_after(proc: subprocess.Popen, ready, sig: int, group: bool = False) ->
 def _alive(processes: list[psutil.Process], grace: float = 15.0) -> list[str]:
     """The processes still running `grace` seconds after the run exited: on a loaded machine a Ray worker told
     to exit may take seconds to get the CPU to do it."""
+
     def running(p: psutil.Process) -> bool:
         try:
             return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
@@ -109,13 +142,26 @@ def _alive(processes: list[psutil.Process], grace: float = 15.0) -> list[str]:
 
 
 @pytest.mark.e2e
-def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(tmp_path, tiny_config, tiny_corpus,
-                                                                                tiny_sts):
+def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(
+    tmp_path, tiny_config, tiny_corpus, tiny_sts
+):
     art = tmp_path / "a"
     overrides = ["augment.epochs=200", "runs={declutr: {}}", "train.max_steps=3000", "train.checkpoint_every=20"]
-    command = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data",
-               str(tiny_sts), "--artifacts", str(art), "--until", "train",
-               *(a for o in overrides for a in ("--set", o))]
+    command = [
+        CPIPE,
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(art),
+        "--until",
+        "train",
+        *(a for o in overrides for a in ("--set", o)),
+    ]
     prebuild(tiny_config, tiny_corpus, art, "init", overrides)  # the runs have only training left to do
 
     def start(name: str) -> subprocess.Popen:
@@ -124,8 +170,9 @@ def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(t
 
     # SIGTERM to the whole process group once training has recorded a checkpoint, as `timeout` sends it.
     first = start("first")
-    code, children = _stop_after(first, lambda: list(art.glob("_ray/train-*/checkpoint_manager_snapshot.json")),
-                                 signal.SIGTERM, group=True)
+    code, children = _stop_after(
+        first, lambda: list(art.glob("_ray/train-*/checkpoint_manager_snapshot.json")), signal.SIGTERM, group=True
+    )
     out, err = (tmp_path / "first.out").read_text(), (tmp_path / "first.err").read_text()
     assert code == 143, err[-3000:]
     last = err.rstrip("\n").splitlines()[-1]
@@ -138,8 +185,9 @@ def test_a_stopped_run_says_where_training_resumes_and_the_rerun_resumes_there(t
 
     # The rerun resumes there; Ctrl-C (SIGINT to the process group) stops it as SIGTERM did.
     second = start("second")
-    code, children = _stop_after(second, lambda: "resuming from step" in (tmp_path / "second.out").read_text(),
-                                 signal.SIGINT, group=True)
+    code, children = _stop_after(
+        second, lambda: "resuming from step" in (tmp_path / "second.out").read_text(), signal.SIGINT, group=True
+    )
     out, err = (tmp_path / "second.out").read_text(), (tmp_path / "second.err").read_text()
     assert f"resuming from step {step}\n" in out, out[-3000:]
     assert code == 130, err[-3000:]
@@ -166,9 +214,20 @@ def test_a_run_whose_every_process_is_sent_sigterm_at_once_says_it_stopped(tmp_p
 
     out, err = tmp_path / "out", tmp_path / "err"
     with http_server(Stalled) as srv, open(out, "w") as stdout, open(err, "w") as stderr:
-        command = [CPIPE, "run", "--config", str(tiny_config), "--artifacts", str(tmp_path / "a"), "--until", "corpus",
-                   "--corpus", f"http://127.0.0.1:{srv.server_port}/corpus.txt",
-                   "--set", f"corpus.download_dir={tmp_path / 'downloads'}"]
+        command = [
+            CPIPE,
+            "run",
+            "--config",
+            str(tiny_config),
+            "--artifacts",
+            str(tmp_path / "a"),
+            "--until",
+            "corpus",
+            "--corpus",
+            f"http://127.0.0.1:{srv.server_port}/corpus.txt",
+            "--set",
+            f"corpus.download_dir={tmp_path / 'downloads'}",
+        ]
         env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # a temporary server: the run's own
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
         deadline = time.monotonic() + 300

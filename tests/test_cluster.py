@@ -42,9 +42,22 @@ def cluster():
 
 def test_submit_runs_the_pipeline_on_the_cluster(cluster, tmp_path, tiny_config, tiny_corpus, tiny_sts):
     # The nodes run this venv, as a cluster built from our image has the dependencies installed.
-    result = cpipe("submit", "--address", cluster["dashboard"], "--no-install", "--config", str(tiny_config),
-                   "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts), "--artifacts", str(tmp_path / "a"),
-                   "--set", "runs={declutr: {}}")
+    result = cpipe(
+        "submit",
+        "--address",
+        cluster["dashboard"],
+        "--no-install",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--set",
+        "runs={declutr: {}}",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "succeeded" in result.stdout and "leaderboard written" in result.stdout  # the job's log, streamed
     board = pd.read_csv(tmp_path / "a" / "leaderboard.csv")
@@ -53,8 +66,18 @@ def test_submit_runs_the_pipeline_on_the_cluster(cluster, tmp_path, tiny_config,
 
 
 def test_a_failed_job_fails_the_command(cluster, tmp_path, tiny_config):
-    result = cpipe("submit", "--address", cluster["dashboard"], "--no-install", "--config", str(tiny_config),
-                   "--corpus", str(tmp_path / "missing"), "--artifacts", str(tmp_path / "a"))
+    result = cpipe(
+        "submit",
+        "--address",
+        cluster["dashboard"],
+        "--no-install",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tmp_path / "missing"),
+        "--artifacts",
+        str(tmp_path / "a"),
+    )
     assert result.returncode == 1 and "failed" in result.stdout
     assert "corpus path does not exist" in result.stdout
 
@@ -70,6 +93,7 @@ def test_the_workers_of_our_local_instance_ask_it_and_no_other_on_the_host(clust
 
     ray_init(None, 1)
     try:
+
         @ray.remote(num_cpus=0)
         class Probe:
             def state(self) -> str:

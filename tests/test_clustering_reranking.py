@@ -26,11 +26,16 @@ from tests.helpers import write_jsonl
 def angle_embed(texts: list[str]) -> np.ndarray:
     """Each text "<degrees>" as the unit vector at that angle; the query "q" at 0 degrees. Cosine similarity to the
     query then falls as the angle grows, so a candidate's rank is its angle's."""
-    return np.array([[1.0, 0.0] if t == "q" else [math.cos(math.radians(float(t))), math.sin(math.radians(float(t)))]
-                     for t in texts])
+    return np.array(
+        [
+            [1.0, 0.0] if t == "q" else [math.cos(math.radians(float(t))), math.sin(math.radians(float(t)))]
+            for t in texts
+        ]
+    )
 
 
 # --- reranking ---------------------------------------------------------------------------------------------------
+
 
 def loop_ap(ranked_relevance: list[int]) -> float:
     hits, total = 0, 0.0
@@ -51,16 +56,21 @@ def loop_rr(ranked_relevance: list[int], k: int = 10) -> float:
 def test_reranking_map_and_mrr_equal_loops_over_hand_built_rankings(tmp_path):
     # Rankings by angle: relevance in rank order, written out by hand.
     rankings = [
-        [1, 0, 0],                    # AP 1, RR 1
-        [0, 1, 0, 1],                 # AP (1/2 + 2/4)/2, RR 1/2
-        [0] * 10 + [1, 0],            # first positive at rank 11: RR 0 (MRR@10), AP 1/11
-        [0, 0, 1, 1, 0, 1, 0],        # AP (1/3 + 2/4 + 3/6)/3, RR 1/3
+        [1, 0, 0],  # AP 1, RR 1
+        [0, 1, 0, 1],  # AP (1/2 + 2/4)/2, RR 1/2
+        [0] * 10 + [1, 0],  # first positive at rank 11: RR 0 (MRR@10), AP 1/11
+        [0, 0, 1, 1, 0, 1, 0],  # AP (1/3 + 2/4 + 3/6)/3, RR 1/3
     ]
     records = []
     for relevance in rankings:
         angles = [str(5 * (i + 1)) for i in range(len(relevance))]
-        records.append({"query": "q", "positive": [a for a, r in zip(angles, relevance) if r][::-1],
-                        "negative": [a for a, r in zip(angles, relevance) if not r]})
+        records.append(
+            {
+                "query": "q",
+                "positive": [a for a, r in zip(angles, relevance) if r][::-1],
+                "negative": [a for a, r in zip(angles, relevance) if not r],
+            }
+        )
     records.append({"query": "q", "positive": ["5"], "negative": []})  # nothing to rank: left out
     (task,) = reranking.find(write_jsonl(tmp_path / "mine.reranking.jsonl", records).parent)
 
@@ -69,8 +79,9 @@ def test_reranking_map_and_mrr_equal_loops_over_hand_built_rankings(tmp_path):
     assert rows["mrr_at_10"]["value"] == pytest.approx(np.mean([loop_rr(r) for r in rankings]), abs=1e-12)
     assert rows["map"]["value"] == pytest.approx((1 + 0.5 + 1 / 11 + (1 / 3 + 1 / 2 + 1 / 2) / 3) / 4)
     assert {r["n"] for r in rows.values()} == {4}
-    assert {(r["task"], r["subset"], r["split"], r["protocol"]) for r in rows.values()} == \
-        {("mine", "all", "test", "reranking")}
+    assert {(r["task"], r["subset"], r["split"], r["protocol"]) for r in rows.values()} == {
+        ("mine", "all", "test", "reranking")
+    }
 
 
 def test_reranking_files_by_name_gzip_and_single_strings(tmp_path):
@@ -83,11 +94,14 @@ def test_reranking_files_by_name_gzip_and_single_strings(tmp_path):
     assert reranking.find(tmp_path / "b.jsonl") == []
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"query": "q", "positive": ["a"], "negative": [3]}', ":2: negative is [3], not a list of texts"),
-    ('{"query": 5, "positive": ["a"], "negative": ["b"]}', ":2: query is 5"),
-    ("[1, 2]", ":2: expected an object"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"query": "q", "positive": ["a"], "negative": [3]}', ":2: negative is [3], not a list of texts"),
+        ('{"query": 5, "positive": ["a"], "negative": ["b"]}', ":2: query is 5"),
+        ("[1, 2]", ":2: expected an object"),
+    ],
+)
 def test_a_bad_reranking_row_is_one_line_naming_file_and_line(tmp_path, line, message):
     path = tmp_path / "t.reranking.jsonl"
     path.write_text('{"query": "q", "positive": ["a"], "negative": ["b"]}\n' + line + "\n")
@@ -103,6 +117,7 @@ def test_reranking_without_a_query_to_rank_is_an_error(tmp_path):
 
 
 # --- clustering --------------------------------------------------------------------------------------------------
+
 
 def entropy(counts) -> float:
     total = sum(counts)
@@ -121,10 +136,13 @@ def entropy_v_measure(labels: list, clusters: list) -> float:
     return 2 * homogeneity * completeness / (homogeneity + completeness)
 
 
-@pytest.mark.parametrize("labels, clusters", [
-    (["a", "a", "b", "b", "c", "c"], [0, 0, 1, 1, 1, 2]),
-    (["x", "y", "x", "y", "x", "y", "z"], [2, 2, 0, 0, 1, 1, 1]),
-])
+@pytest.mark.parametrize(
+    "labels, clusters",
+    [
+        (["a", "a", "b", "b", "c", "c"], [0, 0, 1, 1, 1, 2]),
+        (["x", "y", "x", "y", "x", "y", "z"], [2, 2, 0, 0, 1, 1, 1]),
+    ],
+)
 def test_v_measure_equals_its_entropy_formula(labels, clusters):
     expected = entropy_v_measure(labels, clusters)
     assert 0 < expected < 1
@@ -147,18 +165,29 @@ def blob_set(rng: np.random.Generator, n_labels: int, per_label: int, spread: fl
 def reference_v_measure(embeddings: np.ndarray, labels: list, seed: int) -> float:
     """What MTEB's k-means settings give over seeds seed..seed+9, by scikit-learn alone."""
     k = len(set(labels))
-    return float(np.mean([v_measure_score(labels, MiniBatchKMeans(n_clusters=k, batch_size=512, n_init=1,
-                                                                    random_state=seed + run).fit_predict(embeddings))
-                          for run in range(10)]))
+    return float(
+        np.mean(
+            [
+                v_measure_score(
+                    labels,
+                    MiniBatchKMeans(n_clusters=k, batch_size=512, n_init=1, random_state=seed + run).fit_predict(
+                        embeddings
+                    ),
+                )
+                for run in range(10)
+            ]
+        )
+    )
 
 
 def test_clustering_sets_average_seeded_kmeans_v_measure(tmp_path):
     rng = np.random.default_rng(0)
     (s1, l1, v1), (s2, l2, v2) = blob_set(rng, 3, 20, 0.9), blob_set(rng, 4, 15, 1.2)
     vectors = {**v1, **v2}
-    write_jsonl(tmp_path / "topics.clustering.jsonl", [{"sentences": s1, "labels": l1},
-                                                       {"sentences": s2, "labels": l2},
-                                                       {"sentences": ["only"], "labels": [7]}])
+    write_jsonl(
+        tmp_path / "topics.clustering.jsonl",
+        [{"sentences": s1, "labels": l1}, {"sentences": s2, "labels": l2}, {"sentences": ["only"], "labels": [7]}],
+    )
     vectors["only"] = np.zeros(8)
     (task,) = clustering.find(tmp_path)
     (row,) = clustering.score(task, lambda texts: np.array([vectors[t] for t in texts]), seed=3)
@@ -168,8 +197,15 @@ def test_clustering_sets_average_seeded_kmeans_v_measure(tmp_path):
     assert 0.3 < first < 1 and 0.3 < second < 1  # neither trivially perfect nor noise
     # A set of one label is 1.0 (MTEB's rule); the task is the mean over its sets.
     assert row["value"] == pytest.approx((first + second + 1.0) / 3, abs=1e-4)
-    assert row == {"task": "topics", "subset": "all", "split": "test", "metric": "v_measure", "protocol": "clustering",
-                   "value": row["value"], "n": 60 + 60 + 1}
+    assert row == {
+        "task": "topics",
+        "subset": "all",
+        "split": "test",
+        "metric": "v_measure",
+        "protocol": "clustering",
+        "value": row["value"],
+        "n": 60 + 60 + 1,
+    }
 
 
 @pytest.mark.parametrize("name", ["news.clustering.csv.gz", "news.clustering.parquet"])
@@ -189,14 +225,20 @@ def test_clustering_tables_are_one_set(tmp_path, name):
     assert row["value"] == pytest.approx(reference_v_measure(embeddings, labels, 0), abs=1e-4)
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("t.clustering.jsonl", '{"sentences": ["a"], "labels": [1]}\n{"sentences": ["a", "b"], "labels": [1]}\n',
-     ":2: 2 sentences but 1 labels"),
-    ("t.clustering.jsonl", '{"sentences": ["a", 3], "labels": [1, 2]}\n', ":1: sentence 3 is not a string"),
-    ("t.clustering.jsonl", '{"sentences": ["a"], "labels": [[1, 2]]}\n', ":1: label [1, 2] is not"),
-    ("t.clustering.jsonl", '{"texts": ["a"]}\n', ':1: expected lists "sentences" and "labels"'),
-    ("t.clustering.csv", "text,topic\na,1\n", ":1: no column(s) label"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        (
+            "t.clustering.jsonl",
+            '{"sentences": ["a"], "labels": [1]}\n{"sentences": ["a", "b"], "labels": [1]}\n',
+            ":2: 2 sentences but 1 labels",
+        ),
+        ("t.clustering.jsonl", '{"sentences": ["a", 3], "labels": [1, 2]}\n', ":1: sentence 3 is not a string"),
+        ("t.clustering.jsonl", '{"sentences": ["a"], "labels": [[1, 2]]}\n', ":1: label [1, 2] is not"),
+        ("t.clustering.jsonl", '{"texts": ["a"]}\n', ':1: expected lists "sentences" and "labels"'),
+        ("t.clustering.csv", "text,topic\na,1\n", ":1: no column(s) label"),
+    ],
+)
 def test_a_bad_clustering_row_is_one_line_naming_file_and_line(tmp_path, name, content, message):
     (tmp_path / name).write_text(content)
     with pytest.raises(InputError) as err:
@@ -225,6 +267,7 @@ def test_no_files_of_a_kind_is_no_task(tmp_path):
 
 # --- against the references, on a real (tiny) model ---------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def models(st_and_encoder):
     st, ours = st_and_encoder
@@ -242,9 +285,13 @@ def test_reranking_equals_sentence_transformers_reranking_evaluator(models, tmp_
     for _ in range(30):
         query = sentence(rng, WORDS)
         # Positives share the query's words; negatives are drawn from all words.
-        samples.append({"query": query,
-                        "positive": [sentence(rng, query.split()) for _ in range(rng.randint(1, 3))],
-                        "negative": [sentence(rng, WORDS) for _ in range(rng.randint(1, 14))]})
+        samples.append(
+            {
+                "query": query,
+                "positive": [sentence(rng, query.split()) for _ in range(rng.randint(1, 3))],
+                "negative": [sentence(rng, WORDS) for _ in range(rng.randint(1, 14))],
+            }
+        )
     samples.append({"query": sentence(rng, WORDS), "positive": [], "negative": ["kabar"]})
     (task,) = reranking.find(write_jsonl(tmp_path / "own.reranking.jsonl", samples).parent)
     rows = {r["metric"]: r["value"] for r in reranking.score(task, embed, seed=0)}
@@ -260,7 +307,7 @@ def test_reranking_equals_sentence_transformers_reranking_evaluator(models, tmp_
 def test_clustering_equals_sklearn_on_the_models_embeddings(models, tmp_path):
     st, embed = models
     rng = random.Random(6)
-    topics = [WORDS[i:i + 16] for i in range(0, 32, 8)]  # four topics, each sharing half its words with the next
+    topics = [WORDS[i : i + 16] for i in range(0, 32, 8)]  # four topics, each sharing half its words with the next
     sentences, labels = [], []
     for label, words in enumerate(topics):
         for _ in range(15):

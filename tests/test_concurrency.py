@@ -33,8 +33,15 @@ class Counting:
         out.write([{"x": i} for i in range(config["n"])])
 
 
-Counting.STAGE = Stage(name="counting", version="1", flow="data", section="corpus", config=lambda cfg, key: {},
-                       run=Counting.run, schema=Counting.SCHEMA)
+Counting.STAGE = Stage(
+    name="counting",
+    version="1",
+    flow="data",
+    section="corpus",
+    config=lambda cfg, key: {},
+    run=Counting.run,
+    schema=Counting.SCHEMA,
+)
 
 
 def dead_pid() -> int:
@@ -135,19 +142,37 @@ def test_publishing_replaces_an_unfinished_leftover_without_nesting(tmp_path):
     (leftover / "part-00000.parquet").write_bytes(b"a killed run's")
     path = write(tmp_path, 4)
     assert read_table(path).num_rows == 4
-    assert sorted(p.name for p in (tmp_path / "counting" / ("f" * 16)).iterdir()) == \
-        ["_SUCCESS", "_manifest.json", "part-00000.parquet"]
+    assert sorted(p.name for p in (tmp_path / "counting" / ("f" * 16)).iterdir()) == [
+        "_SUCCESS",
+        "_manifest.json",
+        "part-00000.parquet",
+    ]
     assert [p.name for p in (tmp_path / "counting").iterdir()] == ["f" * 16]
 
 
 @pytest.mark.e2e
 def test_two_runs_on_one_artifacts_directory_both_succeed_and_build_each_stage_once(
-        tmp_path, tiny_config, tiny_corpus, tiny_sts):
+    tmp_path, tiny_config, tiny_corpus, tiny_sts
+):
     artifacts = tmp_path / "artifacts"
-    args = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", str(artifacts), "--set", "runs={declutr: {}}"]
-    procs = [subprocess.Popen(args, cwd=ROOT, env=flow_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for _ in range(2)]
+    args = [
+        CPIPE,
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(artifacts),
+        "--set",
+        "runs={declutr: {}}",
+    ]
+    procs = [
+        subprocess.Popen(args, cwd=ROOT, env=flow_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     for p, out in zip(procs, outputs):
         assert p.returncode == 0, out[-4000:]
@@ -158,6 +183,11 @@ def test_two_runs_on_one_artifacts_directory_both_succeed_and_build_each_stage_o
     # Each run logs the leaderboard it published: the same table.
     boards = [[line for line in out.splitlines() if line.startswith("| ")] for out in outputs]
     assert boards[0] and boards[0] == boards[1]
-    assert set(pd.read_csv(artifacts / "leaderboard.csv")["model"]) == {"declutr", "untrained", "fasttext-bow", "random"}
+    assert set(pd.read_csv(artifacts / "leaderboard.csv")["model"]) == {
+        "declutr",
+        "untrained",
+        "fasttext-bow",
+        "random",
+    }
     assert not list(artifacts.glob("*/.tmp-*")) and not list(artifacts.glob("*/.lease-*"))
     assert not list(artifacts.glob("_ray/train-*")), "Ray Train's state outlived its run"

@@ -18,7 +18,7 @@ def test_default_profile_trains_declutr_over_three_seeds():
 
 
 def test_the_ablation_the_default_profile_names_is_the_paper_table_4():
-    line = next(l for l in DEFAULT_PROFILE.read_text().splitlines() if "make run SET=" in l)
+    line = next(text for text in DEFAULT_PROFILE.read_text().splitlines() if "make run SET=" in text)
     runs = load_config(None, line.split('SET="', 1)[1].rstrip('"').split()).run_configs()
     assert set(runs) == {"declutr", "contrastive-only", "mlm-only"}
     assert runs["declutr"].contrastive and runs["declutr"].mlm
@@ -47,21 +47,24 @@ def test_declutr_base_extends_declutr_small_with_roberta_base():
 
 def test_a_profile_extends_another_section_by_section(tmp_path):
     (tmp_path / "parent.yaml").write_text(
-        "seeds: [0, 1]\ntrain: {lr: 0.01, batch_size: 8}\ncorpus: {sources: [a.txt, b.txt]}\n")
+        "seeds: [0, 1]\ntrain: {lr: 0.01, batch_size: 8}\ncorpus: {sources: [a.txt, b.txt]}\n"
+    )
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub/child.yaml").write_text(
-        "extends: ../parent.yaml\ntrain: {lr: 0.02}\ncorpus: {sources: [c.txt]}\n")
+    (tmp_path / "sub/child.yaml").write_text("extends: ../parent.yaml\ntrain: {lr: 0.02}\ncorpus: {sources: [c.txt]}\n")
     cfg = load_config(tmp_path / "sub/child.yaml", ["train.batch_size=4"])
     assert cfg.seeds == [0, 1]  # kept from the parent
     assert (cfg.train.lr, cfg.train.batch_size) == (0.02, 4)  # a section merges key by key; --set last
     assert [Path(s).name for s in cfg.corpus.sources] == ["c.txt"]  # a list replaces the parent's
 
 
-@pytest.mark.parametrize("text, message", [
-    ("extends: self.yaml\n", "self.yaml: extends self.yaml, which extends it in turn"),
-    ("extends: gone.yaml\n", "config file not found: .*gone.yaml \\(extended by .*self.yaml\\)"),
-    ("extends: [a.yaml]\n", "self.yaml: extends: expected the path of another profile"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("extends: self.yaml\n", "self.yaml: extends self.yaml, which extends it in turn"),
+        ("extends: gone.yaml\n", "config file not found: .*gone.yaml \\(extended by .*self.yaml\\)"),
+        ("extends: [a.yaml]\n", "self.yaml: extends: expected the path of another profile"),
+    ],
+)
 def test_a_bad_extends_is_one_line_naming_the_profile(tmp_path, text, message):
     (tmp_path / "self.yaml").write_text(text)
     with pytest.raises(ConfigError, match=message) as e:
@@ -70,20 +73,24 @@ def test_a_bad_extends_is_one_line_naming_the_profile(tmp_path, text, message):
 
 
 def test_set_overrides_nested_values_and_parses_yaml_scalars():
-    cfg = load_config(ROOT / "configs/default.yaml", ["filter.min_tokens=1024", "filter.dedup=false",
-                                                      "runs.declutr.max_steps=7"])
+    cfg = load_config(
+        ROOT / "configs/default.yaml", ["filter.min_tokens=1024", "filter.dedup=false", "runs.declutr.max_steps=7"]
+    )
     assert cfg.filter.min_tokens == 1024 and cfg.filter.dedup is False
     assert cfg.run_configs()["declutr"].max_steps == 7
 
 
-@pytest.mark.parametrize("override, message", [
-    ("filter.min_tokenz=3", "unknown key 'filter.min_tokenz'"),
-    ("bogus=1", "unknown key 'bogus'"),
-    ("filter.min_tokens=many", "filter.min_tokens"),
-    ("train.temperature=-1", "train.temperature"),
-    ("runs.declutr.lr_typo=1", "unknown key 'runs.declutr.lr_typo'"),
-    ("runs.declutr.mlm=false", None),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("filter.min_tokenz=3", "unknown key 'filter.min_tokenz'"),
+        ("bogus=1", "unknown key 'bogus'"),
+        ("filter.min_tokens=many", "filter.min_tokens"),
+        ("train.temperature=-1", "train.temperature"),
+        ("runs.declutr.lr_typo=1", "unknown key 'runs.declutr.lr_typo'"),
+        ("runs.declutr.mlm=false", None),
+    ],
+)
 def test_bad_keys_and_values_name_the_key(override, message):
     overrides = [override] + (["runs.declutr.contrastive=false"] if message is None else [])
     with pytest.raises(ConfigError) as e:
@@ -109,25 +116,45 @@ def test_missing_file_and_malformed_set(tmp_path):
 
 def test_the_sections_defaults_are_declutr_smalls_recipe():
     cfg = Config()
-    assert (cfg.augment.epochs, cfg.augment.num_anchors, cfg.augment.num_positives, cfg.augment.min_length,
-            cfg.augment.max_length) == (1, 2, 2, 32, 512)
+    assert (
+        cfg.augment.epochs,
+        cfg.augment.num_anchors,
+        cfg.augment.num_positives,
+        cfg.augment.min_length,
+        cfg.augment.max_length,
+    ) == (1, 2, 2, 32, 512)
     assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.max_length, cfg.train.temperature) == (5e-5, 0.1, 512, 0.05)
     assert cfg.filter.min_tokens == 2048 and cfg.model.base is None
     # From scratch, DistilRoBERTa-base's shape (DeCLUTR-small's encoder).
     m = cfg.model
-    assert (m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_position_embeddings) == \
-        (768, 6, 12, 3072, 514)
+    assert (m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_position_embeddings) == (
+        768,
+        6,
+        12,
+        3072,
+        514,
+    )
 
 
 def test_the_default_profile_holds_only_what_the_demo_changes():
     written = yaml.safe_load(DEFAULT_PROFILE.read_text())
     defaults = Config().model_dump()
-    settings = {(section, key): value for section, values in written.items() if isinstance(values, dict)
-                and section != "runs" for key, value in values.items()}
-    settings.update({(section,): value for section, value in written.items() if (section,) not in settings
-                     and not (isinstance(value, dict) and section != "runs")})
-    unchanged = [".".join(k) for k, v in settings.items()
-                 if (defaults[k[0]] if len(k) == 1 else defaults[k[0]][k[1]]) == v]
+    settings = {
+        (section, key): value
+        for section, values in written.items()
+        if isinstance(values, dict) and section != "runs"
+        for key, value in values.items()
+    }
+    settings.update(
+        {
+            (section,): value
+            for section, value in written.items()
+            if (section,) not in settings and not (isinstance(value, dict) and section != "runs")
+        }
+    )
+    unchanged = [
+        ".".join(k) for k, v in settings.items() if (defaults[k[0]] if len(k) == 1 else defaults[k[0]][k[1]]) == v
+    ]
     assert not unchanged, f"configs/default.yaml repeats these defaults: {unchanged}"
 
 

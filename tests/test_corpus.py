@@ -18,8 +18,9 @@ from tests.conftest import SHARED
 
 def corpus_config(sources, max_docs=None, workers=1) -> dict:
     parallel = {"backend": "processes", "workers": workers} if workers > 1 else {}
-    return corpus.config(Config(corpus=CorpusConfig(sources=[str(s) for s in sources], max_docs=max_docs),
-                                parallel=parallel))
+    return corpus.config(
+        Config(corpus=CorpusConfig(sources=[str(s) for s in sources], max_docs=max_docs), parallel=parallel)
+    )
 
 
 def build(tmp_path, sources, max_docs=None, workers=1):
@@ -27,8 +28,9 @@ def build(tmp_path, sources, max_docs=None, workers=1):
 
 
 # Bad input behaves the same when parts are read on worker processes.
-on_every_backend = pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)],
-                                           ids=["serial", "processes"])
+on_every_backend = pytest.mark.parametrize(
+    "workers", [1, pytest.param(2, marks=pytest.mark.slow)], ids=["serial", "processes"]
+)
 
 
 def test_every_local_format_recursively(tmp_path):
@@ -36,10 +38,13 @@ def test_every_local_format_recursively(tmp_path):
     (root / "nested" / "deeper").mkdir(parents=True)
     (root / "a.txt").write_text("plain text document")
     (root / "nested" / "b.jsonl").write_text(
-        json.dumps({"text": "first json", "url": "http://x"}) + "\n\n" + json.dumps({"text": "second json"}) + "\n")
+        json.dumps({"text": "first json", "url": "http://x"}) + "\n\n" + json.dumps({"text": "second json"}) + "\n"
+    )
     pq.write_table(pa.table({"text": ["from parquet"], "title": ["T"]}), root / "nested" / "deeper" / "c.parquet")
-    (root / "wiki.raw").write_text(" \r\n = Lobster = \r\n \r\n It is blue . \r\n \r\n = = Biology = = \r\n"
-                                   " Claws . \r\n = Crab = \r\n Sideways . \r\n")
+    (root / "wiki.raw").write_text(
+        " \r\n = Lobster = \r\n \r\n It is blue . \r\n \r\n = = Biology = = \r\n"
+        " Claws . \r\n = Crab = \r\n Sideways . \r\n"
+    )
     (root / "ignored.csv").write_text("not a corpus file")
     table = read_table(build(tmp_path, [root]))
     docs = dict(zip(table.column("title_or_url").to_pylist(), table.column("text").to_pylist()))

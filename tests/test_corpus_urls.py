@@ -11,15 +11,20 @@ from storage import read_manifest, read_table
 from tests.test_wikipedia import expected_articles, write_dump
 
 
-def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_downloads(file_server, release, tmp_path,
-                                                                                  paras):
+def test_corpus_stage_reads_openwebtext_and_wikipedia_urls_resuming_cut_downloads(
+    file_server, release, tmp_path, paras
+):
     owt_dir, expected_owt = release
     dump = write_dump(tmp_path / "enwiki-20240501-pages-articles-multistream.xml.bz2", paras, streams=2)
-    file_server.files = {"/owt/urlsf_subset00.tar": (owt_dir / "urlsf_subset00.tar").read_bytes(),
-                         f"/dumps/{dump.name}": dump.read_bytes()}
+    file_server.files = {
+        "/owt/urlsf_subset00.tar": (owt_dir / "urlsf_subset00.tar").read_bytes(),
+        f"/dumps/{dump.name}": dump.read_bytes(),
+    }
     base = f"http://127.0.0.1:{file_server.server_port}"
-    cfg = CorpusConfig(sources=[f"{base}/owt/urlsf_subset00.tar", f"{base}/dumps/{dump.name}"],
-                       download_dir=str(tmp_path / "downloads"))
+    cfg = CorpusConfig(
+        sources=[f"{base}/owt/urlsf_subset00.tar", f"{base}/dumps/{dump.name}"],
+        download_dir=str(tmp_path / "downloads"),
+    )
     path = run_stage(corpus.STAGE, corpus.config(Config(corpus=cfg)), {}, str(tmp_path / "artifacts"))
 
     table = read_table(path)

@@ -14,10 +14,23 @@ def rows() -> list[dict]:
     """Steps as train_step and train_loop record them; dev_spearman only where the dev set was scored."""
     out = []
     for step in range(1, 6):
-        out.append({"step": step, "loss": 3.0 - 0.25 * step, "contrastive_loss": 2.0 - 0.2 * step,
-                    "mlm_loss": 1.0 - 0.05 * step, "grad_norm": 0.5 * step, "lr": 1e-5 * step, "skipped": False,
-                    "grad_scale": 1.0, "tokens": 100 + step, "batch": 12345 + step, "data_seconds": 0.01 * step,
-                    "seconds": 1.5 * step, "dev_spearman": 0.6 + 0.01 * step if step % 2 == 0 else None})
+        out.append(
+            {
+                "step": step,
+                "loss": 3.0 - 0.25 * step,
+                "contrastive_loss": 2.0 - 0.2 * step,
+                "mlm_loss": 1.0 - 0.05 * step,
+                "grad_norm": 0.5 * step,
+                "lr": 1e-5 * step,
+                "skipped": False,
+                "grad_scale": 1.0,
+                "tokens": 100 + step,
+                "batch": 12345 + step,
+                "data_seconds": 0.01 * step,
+                "seconds": 1.5 * step,
+                "dev_spearman": 0.6 + 0.01 * step if step % 2 == 0 else None,
+            }
+        )
     return out
 
 
@@ -83,12 +96,15 @@ def test_writing_the_curves_never_imports_tensorflow(tmp_path):
     import subprocess
     import sys
 
-    code = ("import importlib.util, sys; from tests.test_curves import rows; "
-            "from pipeline.train.curves import write_curves; "
-            "assert importlib.util.find_spec('tensorflow'), 'the use extra is not installed'; "
-            f"write_curves(rows(), {str(tmp_path)!r}); print('tensorflow' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True,
-                          text=True, timeout=300)
+    code = (
+        "import importlib.util, sys; from tests.test_curves import rows; "
+        "from pipeline.train.curves import write_curves; "
+        "assert importlib.util.find_spec('tensorflow'), 'the use extra is not installed'; "
+        f"write_curves(rows(), {str(tmp_path)!r}); print('tensorflow' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False" and "TensorFlow" not in done.stderr, done.stderr[-2000:]
     assert scalars(tmp_path / TENSORBOARD_DIR)["loss/total"][0] == (1, 2.75)

@@ -27,7 +27,9 @@ FILLER = "Rain fell on the quiet harbour while gulls circled over fishing boats 
 DOCS = {
     "clean-1": FILLER,
     "clean-2": "Nothing here comes from any evaluation file at all, only filler. " + FILLER,
-    "pasted-long": FILLER + "Then: A MAN is playing a large flute, in the middle of the old town square today! " + FILLER,
+    "pasted-long": FILLER
+    + "Then: A MAN is playing a large flute, in the middle of the old town square today! "
+    + FILLER,
     "pasted-short": FILLER + "the Senate voted on the new budget bill late thursday -- " + FILLER,
     "pasted-test-2": "We read that a woman is slicing an onion on a wooden board in her kitchen at home. " + FILLER,
     "twelve-words": FILLER + "A man is playing a large flute in the middle of the " + FILLER,
@@ -46,15 +48,30 @@ def write_stsb(root, rows) -> str:
     return str(root)
 
 
-STSB_ROWS = [(LONG, "A man plays the flute.", 3.8), (OTHER, "A person cuts a vegetable.", 3.0),
-             (SHORT, "Budget passed.", 1.0)]
+STSB_ROWS = [
+    (LONG, "A man plays the flute.", 3.8),
+    (OTHER, "A person cuts a vegetable.", 3.0),
+    (SHORT, "Budget passed.", 1.0),
+]
 
 
 def filtered(art, docs: dict[str, str]) -> tuple[str, str]:
     """(artifacts, the filter stage's dataset of `docs` there, in its schema, as the stage reads it)."""
     with DatasetWriter(str(art), "filter", "f" * 16, config={}, inputs={}, schema=SCHEMA) as out:
-        out.write([{"doc_id": k, "source": "hand", "title_or_url": k, "text": v, "n_tokens": 0, "lang": None,
-                    "lang_score": None} for k, v in docs.items()])
+        out.write(
+            [
+                {
+                    "doc_id": k,
+                    "source": "hand",
+                    "title_or_url": k,
+                    "text": v,
+                    "n_tokens": 0,
+                    "lang": None,
+                    "lang_score": None,
+                }
+                for k, v in docs.items()
+            ]
+        )
     return str(art), dataset_path(str(art), "filter", "f" * 16)
 
 
@@ -92,8 +109,9 @@ def test_mask_cuts_the_matched_words_and_report_keeps_everything(documents, tmp_
     assert masked["pasted-long"]["text"] == FILLER + "Then:   " + FILLER
     assert masked["pasted-short"]["text"] == FILLER + "  -- " + FILLER
     assert masked["pasted-test-2"]["text"] == "We read that   " + FILLER
-    assert masked["pasted-long"]["n_tokens"] == len(tokenizer(masked["pasted-long"]["text"], add_special_tokens=False)
-                                                    ["input_ids"])
+    assert masked["pasted-long"]["n_tokens"] == len(
+        tokenizer(masked["pasted-long"]["text"], add_special_tokens=False)["input_ids"]
+    )
     assert all(masked[k]["text"] == DOCS[k] and masked[k]["n_tokens"] == 0 for k in set(DOCS) - DIRTY)
     reported = build(documents, tmp_path, "report")
     assert read_table(reported).column("text").to_pylist() == list(DOCS.values())
@@ -129,8 +147,9 @@ def test_every_task_kind_and_every_scored_split_is_read(tmp_path):
     (data / "mine" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     (data / "topics.clustering.jsonl").write_text(json.dumps({"sentences": ["c1", "c2"], "labels": [0, 1]}) + "\n")
     (data / "dups.pairclass.csv").write_text("sentence1,sentence2,label\np1,p2,1\np3,p4,0\n")
-    (data / "ranks.reranking.jsonl").write_text(json.dumps({"query": "r", "positive": ["r+"], "negative": ["r-"]})
-                                                + "\n")
+    (data / "ranks.reranking.jsonl").write_text(
+        json.dumps({"query": "r", "positive": ["r+"], "negative": ["r-"]}) + "\n"
+    )
     texts = eval_texts(str(data), True, [])
     assert texts["STSB"] == [LONG, OTHER, SHORT, *(b for _, b, _ in STSB_ROWS), "dev one", "dev two"]  # never train
     assert texts["mine"] == ["T passage", "query"] and texts["topics"] == ["c1", "c2"]

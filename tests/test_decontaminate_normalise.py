@@ -17,8 +17,12 @@ GIRL = "a girl is styling her hair with a brush ."  # 9 words: looked up whole
 DOG = "the dog does n't want to go outside in the rain ."  # 11 words with "n't" split off: whole
 SUNNY = "it ' s a sunny day in the little village by the sea ."  # whole
 SINGER = "A well-known singer performed 1,250 songs at the concert on Friday night ."  # whole
-ROWS = [(GIRL, "A woman brushes her hair.", 4.0), (DOG, "The dog stays in.", 3.0), (SUNNY, "It is sunny.", 3.5),
-        (SINGER, "A singer sang.", 2.5)]
+ROWS = [
+    (GIRL, "A woman brushes her hair.", 4.0),
+    (DOG, "The dog stays in.", 3.0),
+    (SUNNY, "It is sunny.", 3.5),
+    (SINGER, "A singer sang.", 2.5),
+]
 
 DOCS = {
     # The issue's example: the sentence inside a document, its " ." gone, a comma glued on.
@@ -26,8 +30,9 @@ DOCS = {
     "dog-contracted": FILLER + "Look: The dog doesn\u2019t want to go outside in the rain! " + FILLER,
     "dog-treebank": FILLER + "the dog does n't want to go outside in the rain , they said " + FILLER,
     "sunny-running": FILLER + "\u201cIt's a sunny day in the little village by the sea.\u201d " + FILLER,
-    "singer-wikitext": FILLER + " a well @-@ known singer performed 1 @,@ 250 songs at the concert on Friday night . "
-                       + FILLER,
+    "singer-wikitext": FILLER
+    + " a well @-@ known singer performed 1 @,@ 250 songs at the concert on Friday night . "
+    + FILLER,
     # Not the evaluation text: "does not" is another sentence, and eight of the girl's nine words are no match.
     "dog-does-not": FILLER + "The dog does not want to go outside in the rain. " + FILLER,
     "girl-eight-words": FILLER + "A girl is styling her hair with a comb. " + FILLER,
@@ -49,11 +54,23 @@ def test_evaluation_text_is_dropped_however_it_was_written_and_clean_text_is_kep
     assert read_manifest(built)["contaminated_by_task"] == {"STSB": len(DIRTY)}
 
 
-@pytest.mark.parametrize("a, b", [
-    ("don't", "do n't"), ("Don\u2019t", "do n't"), ("it's", "it ' s"), ("It\u2019s", "it 's"), ("we're", "we ' re"),
-    ("a brush .", "a brush"), ("a brush.", "a brush"), ("well-known", "well @-@ known"), ("1,250", "1 @,@ 250"),
-    ("\ufb01ne", "fine"), ("CAF\u00c9", "caf\u00e9"), ("the students' books", "the students books"),
-])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("don't", "do n't"),
+        ("Don\u2019t", "do n't"),
+        ("it's", "it ' s"),
+        ("It\u2019s", "it 's"),
+        ("we're", "we ' re"),
+        ("a brush .", "a brush"),
+        ("a brush.", "a brush"),
+        ("well-known", "well @-@ known"),
+        ("1,250", "1 @,@ 250"),
+        ("\ufb01ne", "fine"),
+        ("CAF\u00c9", "caf\u00e9"),
+        ("the students' books", "the students books"),
+    ],
+)
 def test_two_spellings_of_one_text_are_the_same_words(a, b):
     first, second = word_lists(pa.array([a, b])).to_pylist()
     assert first == second and "" not in first

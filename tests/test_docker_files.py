@@ -33,6 +33,7 @@ TORCH = "torch==2.13.0"
 
 # ---------- helpers ----------
 
+
 def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
@@ -155,6 +156,7 @@ def pyproject() -> dict:
 
 # ---------- compose.yaml ----------
 
+
 def test_compose_has_the_five_services(services):
     assert set(services) == SERVICES
 
@@ -192,8 +194,13 @@ def test_prefect_server_runs_on_postgres(services):
     pg_env = env_of(pg)
     m = re.fullmatch(r"postgresql\+asyncpg://([^:]+):([^@]+)@([^:/]+):(\d+)/(.+)", url)
     assert m, url
-    assert m.groups() == (pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"], "postgres", "5432",
-                          pg_env["POSTGRES_DB"])
+    assert m.groups() == (
+        pg_env["POSTGRES_USER"],
+        pg_env["POSTGRES_PASSWORD"],
+        "postgres",
+        "5432",
+        pg_env["POSTGRES_DB"],
+    )
     assert "4200/api/health" in " ".join(server["healthcheck"]["test"])
 
 
@@ -274,6 +281,7 @@ def test_the_worker_polls_the_pool_of_the_local_deployment(services):
 
 # ---------- the CLI options the stack passes exist ----------
 
+
 def test_ray_start_options_exist(services):
     from ray.scripts.scripts import start
 
@@ -294,6 +302,7 @@ def test_prefect_options_exist(services):
 
 
 # ---------- Dockerfiles ----------
+
 
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
 def test_torch_is_installed_before_the_project(name):
@@ -378,9 +387,11 @@ def test_images_call_the_cpipe_of_the_project_scripts(name, pyproject):
 
 # ---------- .dockerignore ----------
 
+
 def _ignored(path: str, patterns: list[str]) -> bool:
     """Docker's rule: a path is left out when it, or a folder above it, matches a pattern
     (`*` and `?` within one path segment, `**` across any number of them)."""
+
     def regex(pattern: str) -> str:
         out = re.escape(pattern.strip("/"))
         out = out.replace(r"\*\*/", "(?:.*/)?").replace(r"\*\*", ".*")
@@ -392,15 +403,29 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_keeps_out_environments_and_outputs_but_not_the_project(pyproject):
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert not any(p.startswith("!") for p in patterns)  # the simple matcher below has no negation
-    for path in (".venv", "artifacts", "downloads", ".git", ".pytest_cache", "pipeline/__pycache__",
-                 "contrastive_pipeline.egg-info"):
+    for path in (
+        ".venv",
+        "artifacts",
+        "downloads",
+        ".git",
+        ".pytest_cache",
+        "pipeline/__pycache__",
+        "contrastive_pipeline.egg-info",
+    ):
         assert _ignored(path, patterns), path
     packages = [p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
-    needed = ["pyproject.toml", pyproject["project"]["readme"], "configs/default.yaml",
-              *(f"{p}/__init__.py" for p in packages)]
+    needed = [
+        "pyproject.toml",
+        pyproject["project"]["readme"],
+        "configs/default.yaml",
+        *(f"{p}/__init__.py" for p in packages),
+    ]
     for path in needed:
         assert (ROOT / path).exists(), path
         assert not _ignored(path, patterns), f"{path} would be left out of the build context"

@@ -91,7 +91,9 @@ def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path):
     """The checker itself: a link to a file or heading that is not there is reported; a code sample is not."""
     (tmp_path / "other.md").write_text("# Other\n\n## Some `code`, and more\n")
     doc = tmp_path / "doc.md"
-    doc.write_text("# Doc\n\n[ok](other.md#some-code-and-more) [ok](#doc) [web](https://example.com/x)\n"
-                   "[gone](missing.md) [no heading](other.md#nowhere)\n\n```\n[in code](nowhere.md)\n```\n")
+    doc.write_text(
+        "# Doc\n\n[ok](other.md#some-code-and-more) [ok](#doc) [web](https://example.com/x)\n"
+        "[gone](missing.md) [no heading](other.md#nowhere)\n\n```\n[in code](nowhere.md)\n```\n"
+    )
     found = [b.split(":")[0] for b in broken(doc)]
     assert found == ["missing.md", "other.md#nowhere"]

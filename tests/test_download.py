@@ -31,7 +31,7 @@ class Handler(BaseHTTPRequestHandler):
         if srv.stalls:  # longer than the client's timeout
             srv.stalls -= 1
             time.sleep(1.0)
-        start = int(self.headers["Range"][len("bytes="):-1]) if self.headers["Range"] and srv.ranges else 0
+        start = int(self.headers["Range"][len("bytes=") : -1]) if self.headers["Range"] and srv.ranges else 0
         start += srv.shift if start else 0
         if start >= len(DATA):
             self.send_response(416)

@@ -33,12 +33,13 @@ def stage_log(output: str) -> dict[str, str]:
     return dict((m.group(1), m.group(2)) for m in re.finditer(r" - ([\w-]+): (built|reused) ", output))
 
 
-FULL_RUNS = (# The declutr run selected by its loss on documents held out of training, scored every 2 steps.
-             "{declutr: {eval_every: 2, select_by: heldout-loss}, mlm-only: {contrastive: false}, "
-             # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
-             "continued: {init_from: mlm-only, lr: 1.0e-9}, "
-             "cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
-             "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}")
+FULL_RUNS = (  # The declutr run selected by its loss on documents held out of training, scored every 2 steps.
+    "{declutr: {eval_every: 2, select_by: heldout-loss}, mlm-only: {contrastive: false}, "
+    # A run continuing the MLM-only one; a learning rate this small leaves it its parent's weights.
+    "continued: {init_from: mlm-only, lr: 1.0e-9}, "
+    "cert: {objective: cert}, simcse: {objective: simcse, pooling: cls, projection: mlp}, "
+    "clear: {objective: clear, augmentation: del-word+reorder, projection: linear, memory_bank: 8}}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +56,35 @@ def full_run(tmp_path_factory, tiny_config, tiny_corpus, tiny_sts):
         build(root / "mt" / pivot / "forward", en, de, langs=("en", pivot))
         build(root / "mt" / pivot / "backward", de, en, langs=(pivot, "en"), seed=1)
     artifacts = root / "artifacts"
-    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", str(artifacts), "--set", f"runs={FULL_RUNS}",
-            "--set", f"backtranslate.forward_model={root}/mt/{{pivot}}/forward",
-            "--set", f"backtranslate.backward_model={root}/mt/{{pivot}}/backward",
-            "--set", "backtranslate.num_beams=1", "--set", "backtranslate.max_new_tokens=8",
-            "--set", "backtranslate.max_sentences=40", "--set", "augment.max_sentences=40",
-            "--set", "augment.min_chars=10", "--set", "augment.heldout_fraction=0.25"]
+    args = [
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(artifacts),
+        "--set",
+        f"runs={FULL_RUNS}",
+        "--set",
+        f"backtranslate.forward_model={root}/mt/{{pivot}}/forward",
+        "--set",
+        f"backtranslate.backward_model={root}/mt/{{pivot}}/backward",
+        "--set",
+        "backtranslate.num_beams=1",
+        "--set",
+        "backtranslate.max_new_tokens=8",
+        "--set",
+        "backtranslate.max_sentences=40",
+        "--set",
+        "augment.max_sentences=40",
+        "--set",
+        "augment.min_chars=10",
+        "--set",
+        "augment.heldout_fraction=0.25",
+    ]
     result = cpipe(*args, timeout=900)  # pytest's own limit: six training runs, on a loaded machine
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return args, artifacts, result.stdout + result.stderr
@@ -71,8 +94,18 @@ def test_full_pipeline_writes_a_leaderboard_with_every_row(full_run):
     _, artifacts, output = full_run
     table = pd.read_csv(artifacts / "leaderboard.csv")
     # "untrained [cls]": the reference read as simcse, cert and clear read their encoders, for their differences.
-    assert set(table["model"]) == {"declutr", "mlm-only", "continued", "cert", "simcse", "clear", "untrained",
-                                   "untrained [cls]", "fasttext-bow", "random"}
+    assert set(table["model"]) == {
+        "declutr",
+        "mlm-only",
+        "continued",
+        "cert",
+        "simcse",
+        "clear",
+        "untrained",
+        "untrained [cls]",
+        "fasttext-bow",
+        "random",
+    }
     for column in ("STS12 senteval", "STS12 simcse", "STSB cosine"):
         assert table[column].between(-100, 100).all(), column
     rows = table.set_index("model")
@@ -113,8 +146,10 @@ def test_a_continuing_run_starts_from_its_parents_exported_weights(full_run):
     from safetensors.torch import load_file
 
     _, artifacts, output = full_run
-    path = {label: re.search(rf" - {label}: built (\S+)", output).group(1)
-            for label in ("init", "train-mlm-only", "train-continued")}
+    path = {
+        label: re.search(rf" - {label}: built (\S+)", output).group(1)
+        for label in ("init", "train-mlm-only", "train-continued")
+    }
     assert read_manifest(path["train-continued"])["inputs"]["init"] == Path(path["train-mlm-only"]).name
     assert output.index("train-mlm-only: built") < output.index("train-continued: built")
     weights = {label: load_file(f"{p}/hf/model.safetensors") for label, p in path.items()}
@@ -129,10 +164,17 @@ def test_a_continuing_run_starts_from_its_parents_exported_weights(full_run):
 def test_exported_model_loads_in_sentence_transformers_without_our_code(full_run):
     _, artifacts, _ = full_run
     path = next(d["path"] for d in list_datasets(str(artifacts)) if d["stage"] == "train")
-    script = ("import sys; from sentence_transformers import SentenceTransformer; "
-              "m = SentenceTransformer(sys.argv[1], device='cpu'); print(m.encode(['a b', 'c']).shape)")
-    out = subprocess.run([os.sys.executable, "-c", script, f"{path}/sentence-transformers"], capture_output=True,
-                         text=True, cwd="/", timeout=300)
+    script = (
+        "import sys; from sentence_transformers import SentenceTransformer; "
+        "m = SentenceTransformer(sys.argv[1], device='cpu'); print(m.encode(['a b', 'c']).shape)"
+    )
+    out = subprocess.run(
+        [os.sys.executable, "-c", script, f"{path}/sentence-transformers"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("(2, 32)")
 
@@ -169,8 +211,11 @@ def test_a_cert_run_builds_back_translations_and_pairs_through_the_cli(full_run)
     _, artifacts, _ = full_run
     built = {d["stage"]: d["path"] for d in list_datasets(str(artifacts))}
     assert read_manifest(built["backtranslate"])["rows"] == 40 * 2  # every sentence through both default pivots
-    pairs = {read_table(d["path"]).column("objective")[0].as_py(): d["path"] for d in list_datasets(str(artifacts))
-             if d["stage"] == "augment"}
+    pairs = {
+        read_table(d["path"]).column("objective")[0].as_py(): d["path"]
+        for d in list_datasets(str(artifacts))
+        if d["stage"] == "augment"
+    }
     assert {"cert", "declutr"} <= set(pairs)
     assert all(a != b for a, b in read_table(pairs["cert"]).column("sources").to_pylist())
 
@@ -183,8 +228,11 @@ def test_one_run_per_objective_trains_and_ranks_on_one_leaderboard(full_run):
     models = board["model"].str.split(" @").str[0]  # a rebuilt row's versions are "<row> @<fingerprint>"
     assert {"declutr", "cert", "simcse", "clear", "untrained"} <= set(models)
     assert board.loc[models != "fasttext-bow", "STSB cosine"].notna().all()
-    pairs = {read_table(d["path"]).column("objective")[0].as_py()
-             for d in list_datasets(str(artifacts)) if d["stage"] == "augment"}
+    pairs = {
+        read_table(d["path"]).column("objective")[0].as_py()
+        for d in list_datasets(str(artifacts))
+        if d["stage"] == "augment"
+    }
     assert pairs == {"declutr", "cert", "simcse", "clear"}
 
 
@@ -215,7 +263,15 @@ def elsewhere(full_run, tmp_path_factory):
 def test_second_run_reuses_every_stage_whatever_its_logging(second_run):
     log = stage_log(second_run)
     assert log and set(log.values()) == {"reused"}, log
-    assert {"corpus", "filter", "augment-declutr", "train-declutr", "train-mlm-only", "train-continued", "evaluate-untrained"} <= set(log)
+    assert {
+        "corpus",
+        "filter",
+        "augment-declutr",
+        "train-declutr",
+        "train-mlm-only",
+        "train-continued",
+        "evaluate-untrained",
+    } <= set(log)
 
 
 def test_after_the_run_cpipe_plan_with_its_arguments_says_every_stage_will_be_reused(full_run):
@@ -224,8 +280,14 @@ def test_after_the_run_cpipe_plan_with_its_arguments_says_every_stage_will_be_re
     assert result.returncode == 0, result.stderr[-3000:]
     steps = json.loads(result.stdout)
     assert {s["action"] for s in steps} == {"reused"}, [s for s in steps if s["action"] != "reused"]
-    assert {"backtranslate", "augment/cert", "train/continued", "evaluate/declutr", "evaluate/untrained",
-            "leaderboard"} <= {s["label"] for s in steps}
+    assert {
+        "backtranslate",
+        "augment/cert",
+        "train/continued",
+        "evaluate/declutr",
+        "evaluate/untrained",
+        "leaderboard",
+    } <= {s["label"] for s in steps}
     assert {s["path"] for s in steps} <= {d["path"] for d in list_datasets(str(artifacts))}
 
 
@@ -256,12 +318,32 @@ def test_until_stops_after_the_stage(elsewhere):
 
 def test_kill_during_training_then_the_same_command_finishes(tmp_path, tiny_config, tiny_corpus, tiny_sts):
     # A relative --artifacts, as `make run` passes: Ray workers run elsewhere and must still find it.
-    args = [CPIPE, "run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", "artifacts", "--until", "train", "--set", "runs={declutr: {}}",
-            "--set", "train.max_steps=30", "--set", "augment.epochs=8", "--set", "train.checkpoint_every=3"]
+    args = [
+        CPIPE,
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        "artifacts",
+        "--until",
+        "train",
+        "--set",
+        "runs={declutr: {}}",
+        "--set",
+        "train.max_steps=30",
+        "--set",
+        "augment.epochs=8",
+        "--set",
+        "train.checkpoint_every=3",
+    ]
     artifacts = tmp_path / "artifacts"
-    proc = subprocess.Popen(args, cwd=tmp_path, env=flow_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, env=flow_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.time() + 300
         while not list(artifacts.glob("_ray/train-*/checkpoint_*")):
@@ -293,8 +375,18 @@ def test_bad_input_is_one_line_without_traceback(case, tmp_path, tiny_config, ti
         eval_data, expected = str(tmp_path / "eval"), "no known STS task"
     else:
         extra, expected = ["--set", "filter.min_tokens=100000"], "no document has at least 100000 tokens: saw 16"
-    result = cpipe("run", "--config", str(tiny_config), "--corpus", corpus, "--eval-data", eval_data,
-                   "--artifacts", str(tmp_path / "artifacts"), *extra)
+    result = cpipe(
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        corpus,
+        "--eval-data",
+        eval_data,
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        *extra,
+    )
     assert result.returncode == 2
     [error] = [line for line in result.stderr.splitlines() if line.startswith("cpipe: error: ")]
     assert expected in error, result.stderr[-2000:]
@@ -314,8 +406,9 @@ def test_inspect_lists_datasets_and_shows_one(full_run):
     assert missing.returncode == 2 and "not a directory" in missing.stderr
 
 
-def test_cpipe_evaluate_scores_a_model_directory_into_the_cumulative_leaderboard(full_run, tmp_path, tiny_config,
-                                                                                 tiny_sts):
+def test_cpipe_evaluate_scores_a_model_directory_into_the_cumulative_leaderboard(
+    full_run, tmp_path, tiny_config, tiny_sts
+):
     """A sentence-transformers directory this run did not train (a copy of one of its exports, renamed), scored
     alone: its row is named by its directory; a missing directory fails in one line before any work."""
     _, trained, _ = full_run
@@ -323,8 +416,17 @@ def test_cpipe_evaluate_scores_a_model_directory_into_the_cumulative_leaderboard
     model = tmp_path / "my-encoder"
     shutil.copytree(f"{export}/sentence-transformers", model)
     artifacts = tmp_path / "artifacts"
-    args = ["evaluate", "--model", str(model), "--eval-data", str(tiny_sts), "--artifacts", str(artifacts),
-            "--config", str(tiny_config)]
+    args = [
+        "evaluate",
+        "--model",
+        str(model),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(artifacts),
+        "--config",
+        str(tiny_config),
+    ]
     missing = cpipe(*args, "--model", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     [error] = [line for line in missing.stderr.splitlines() if line.startswith("cpipe: error: ")]

@@ -43,8 +43,11 @@ def write_input(path: Path, sentences: list[str]) -> Path:
         path.write_text("".join(json.dumps({"id": i, "text": s}) + "\n" for i, s in enumerate(sentences)))
     elif path.suffix in (".csv", ".tsv"):
         with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f, delimiter="\t" if path.suffix == ".tsv" else ",",
-                                quoting=csv.QUOTE_NONE if path.suffix == ".tsv" else csv.QUOTE_MINIMAL)
+            writer = csv.writer(
+                f,
+                delimiter="\t" if path.suffix == ".tsv" else ",",
+                quoting=csv.QUOTE_NONE if path.suffix == ".tsv" else csv.QUOTE_MINIMAL,
+            )
             writer.writerow(["id", "text"])
             writer.writerows(enumerate(sentences))
     else:
@@ -66,8 +69,9 @@ def test_every_format_gives_the_encoders_embeddings_in_input_order(model_dir, se
     assert table.schema.field("embedding").type == pa.list_(pa.float32(), 32)
     assert table.column("row").to_pylist() == list(range(len(sentences)))
     assert table.column("text").to_pylist() == sentences
-    np.testing.assert_allclose(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected,
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected, rtol=1e-4, atol=1e-5
+    )
 
 
 def test_rows_stay_in_input_order_though_the_encoder_sorts_by_length(model_dir, tmp_path):
@@ -91,8 +95,9 @@ def test_chunks_smaller_than_the_file_are_row_groups(model_dir, sentences, expec
     assert [f.metadata.row_group(i).num_rows for i in range(5)] == [10, 10, 10, 10, 5]
     table = f.read()
     assert table.column("row").to_pylist() == list(range(len(sentences)))
-    np.testing.assert_allclose(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected,
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.stack(table.column("embedding").to_numpy(zero_copy_only=False)), expected, rtol=1e-4, atol=1e-5
+    )
 
 
 def test_txt_keeps_blank_lines_and_splits_on_newlines_only(model_dir, tmp_path):
@@ -100,7 +105,11 @@ def test_txt_keeps_blank_lines_and_splits_on_newlines_only(model_dir, tmp_path):
     inp.write_bytes("first\r\n\nthird has\u2028a line separator\rand a CR\nlast".encode())
     assert embed(model_dir, inp, tmp_path / "out.parquet") == 4
     assert pq.read_table(tmp_path / "out.parquet").column("text").to_pylist() == [
-        "first", "", "third has\u2028a line separator\rand a CR", "last"]
+        "first",
+        "",
+        "third has\u2028a line separator\rand a CR",
+        "last",
+    ]
 
 
 def test_an_empty_input_gives_an_empty_table(model_dir, tmp_path):
@@ -109,18 +118,25 @@ def test_an_empty_input_gives_an_empty_table(model_dir, tmp_path):
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 0
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("missing.txt", None, "missing.txt: no such file"),
-    ("in.docx", "x", "in.docx: unknown input type '.docx'"),
-    ("in.jsonl", '{"text": "a"}\n{"text": "b"\n', "in.jsonl:2: not valid JSON"),
-    ("in.jsonl", '{"text": "a"}\n\n{"sentence": "b"}\n', "in.jsonl:3: expected an object with a string 'text' field"),
-    ("in.jsonl", '["a"]\n', "in.jsonl:1: expected an object"),
-    ("in.csv", "id,sentence\n1,a\n", "in.csv:1: no 'text' column in the header (id, sentence)"),
-    ("in.csv", "id,text\n1,a\n2\n", "in.csv:3: 1 fields, no 'text' column"),
-    ("in.tsv", "", "in.tsv:1: no 'text' column in the header (empty)"),
-    ("in.txt", b"ok\n\xff\xfe\n", "in.txt:2: not valid UTF-8"),
-    ("in.parquet", "not parquet", "in.parquet: not a readable Parquet file"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("missing.txt", None, "missing.txt: no such file"),
+        ("in.docx", "x", "in.docx: unknown input type '.docx'"),
+        ("in.jsonl", '{"text": "a"}\n{"text": "b"\n', "in.jsonl:2: not valid JSON"),
+        (
+            "in.jsonl",
+            '{"text": "a"}\n\n{"sentence": "b"}\n',
+            "in.jsonl:3: expected an object with a string 'text' field",
+        ),
+        ("in.jsonl", '["a"]\n', "in.jsonl:1: expected an object"),
+        ("in.csv", "id,sentence\n1,a\n", "in.csv:1: no 'text' column in the header (id, sentence)"),
+        ("in.csv", "id,text\n1,a\n2\n", "in.csv:3: 1 fields, no 'text' column"),
+        ("in.tsv", "", "in.tsv:1: no 'text' column in the header (empty)"),
+        ("in.txt", b"ok\n\xff\xfe\n", "in.txt:2: not valid UTF-8"),
+        ("in.parquet", "not parquet", "in.parquet: not a readable Parquet file"),
+    ],
+)
 def test_bad_inputs_name_the_file_and_line(model_dir, tmp_path, name, content, message):
     inp = tmp_path / name
     if isinstance(content, bytes):
@@ -173,12 +189,26 @@ def test_a_finished_output_is_replaced_only_when_the_new_one_is_complete(model_d
 def test_cpipe_embed(model_dir, sentences, expected, tmp_path):
     inp = write_input(tmp_path / "in.txt", sentences)
     out = tmp_path / "out.parquet"
-    result = cpipe("embed", "--model", str(model_dir), "--input", str(inp), "--output", str(out),
-                   "--batch-size", "8", "--max-length", str(MAX_LENGTH), "--pooling", "mean")
+    result = cpipe(
+        "embed",
+        "--model",
+        str(model_dir),
+        "--input",
+        str(inp),
+        "--output",
+        str(out),
+        "--batch-size",
+        "8",
+        "--max-length",
+        str(MAX_LENGTH),
+        "--pooling",
+        "mean",
+    )
     assert result.returncode == 0, result.stderr
     assert str(len(sentences)) in result.stdout
-    np.testing.assert_allclose(np.stack(pq.read_table(out).column("embedding").to_numpy(zero_copy_only=False)),
-                               expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.stack(pq.read_table(out).column("embedding").to_numpy(zero_copy_only=False)), expected, rtol=1e-4, atol=1e-5
+    )
     bad = cpipe("embed", "--model", str(model_dir), "--input", str(tmp_path / "missing.txt"), "--output", str(out))
     assert bad.returncode == 2 and "missing.txt: no such file" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -18,8 +18,8 @@ from tests.helpers import write_jsonl
 from tests.test_sts import SICK_TEST, write_sick
 from tests.test_task_kinds import write_beir
 
-
 # --- item 2: what no task reads is named; a retrieval folder missing a part is an error ---
+
 
 def test_a_retrieval_folder_without_its_corpus_beside_other_tasks_is_an_error_naming_it(tmp_path):
     data = write_sts(tmp_path / "eval")
@@ -46,6 +46,7 @@ def test_entries_no_task_reads_are_named_in_one_warning_line(tmp_path, caplog):
 
 # --- item 3: qrels naming passages the corpus lacks ---
 
+
 def test_qrels_naming_passages_absent_from_the_corpus_are_counted_in_a_warning(tmp_path, caplog):
     passages = [("d0", "", "kabar"), ("d1", "", "lodos")]
     qrels = [("q0", "d0", 1), ("q0", "x7", 1), ("q1", "x8", 2), ("q1", "d1", 0)]
@@ -54,18 +55,24 @@ def test_qrels_naming_passages_absent_from_the_corpus_are_counted_in_a_warning(t
         [task] = retrieval.find(tmp_path)
     assert task.data.relevant == {"q0": {"d0", "x7"}, "q1": {"x8"}}  # still counted, as the evaluator counts them
     [line] = [r.getMessage() for r in caplog.records]
-    assert line == (f"{tmp_path / 't' / 'qrels' / 'test.tsv'}: 2 of its 3 relevant corpus-ids are not in the corpus "
-                    "(e.g. 'x7', 'x8'); they count as relevant passages never retrieved, lowering the scores")
+    assert line == (
+        f"{tmp_path / 't' / 'qrels' / 'test.tsv'}: 2 of its 3 relevant corpus-ids are not in the corpus "
+        "(e.g. 'x7', 'x8'); they count as relevant passages never retrieved, lowering the scores"
+    )
 
 
 def test_qrels_of_another_corpus_are_an_error(tmp_path):
     write_beir(tmp_path / "t", [("d0", "", "kabar")], [("q0", "kabar")], [("q0", "x1", 1), ("q0", "x2", 1)])
-    with pytest.raises(InputError, match=r"test.tsv: none of its 2 relevant corpus-ids is in the corpus "
-                                         r"\(e.g. 'x1', 'x2'\)"):
+    with pytest.raises(
+        InputError,
+        match=r"test.tsv: none of its 2 relevant corpus-ids is in the corpus "
+        r"\(e.g. 'x1', 'x2'\)",
+    ):
         retrieval.find(tmp_path)
 
 
 # --- item 4: empty queries and labels ---
+
 
 def test_an_empty_retrieval_query_is_an_error_naming_file_and_line(tmp_path):
     write_beir(tmp_path / "t", [("d0", "", "kabar")], [("q0", "kabar"), ("q1", "  ")], [("q0", "d0", 1)])
@@ -74,16 +81,21 @@ def test_an_empty_retrieval_query_is_an_error_naming_file_and_line(tmp_path):
 
 
 def test_an_empty_reranking_query_is_an_error_naming_file_and_line(tmp_path):
-    path = write_jsonl(tmp_path / "rr.reranking.jsonl", [{"query": "kabar", "positive": ["a"], "negative": ["b"]},
-                                                         {"query": "", "positive": ["a"], "negative": ["b"]}])
+    path = write_jsonl(
+        tmp_path / "rr.reranking.jsonl",
+        [{"query": "kabar", "positive": ["a"], "negative": ["b"]}, {"query": "", "positive": ["a"], "negative": ["b"]}],
+    )
     with pytest.raises(InputError, match=f"{path}:2: an empty query$"):
         reranking.find(tmp_path)
 
 
-@pytest.mark.parametrize("name, content, where", [
-    ("topics.clustering.csv", "text,label\nkabar,a\nlodos,\nmeltem,b\n", ":3: "),
-    ("topics.clustering.jsonl", json.dumps({"sentences": ["kabar", "lodos"], "labels": ["a", " "]}) + "\n", ":1: "),
-])
+@pytest.mark.parametrize(
+    "name, content, where",
+    [
+        ("topics.clustering.csv", "text,label\nkabar,a\nlodos,\nmeltem,b\n", ":3: "),
+        ("topics.clustering.jsonl", json.dumps({"sentences": ["kabar", "lodos"], "labels": ["a", " "]}) + "\n", ":1: "),
+    ],
+)
 def test_an_empty_clustering_label_is_an_error_naming_file_and_row(tmp_path, name, content, where):
     (tmp_path / name).write_text(content)
     with pytest.raises(InputError, match=f"{tmp_path / name}{where}an empty label$"):
@@ -91,6 +103,7 @@ def test_an_empty_clustering_label_is_an_error_naming_file_and_row(tmp_path, nam
 
 
 # --- item 5: STS gold scores off their task's scale ---
+
 
 def test_stsb_and_sts12_scores_off_the_0_to_5_scale_are_errors_naming_file_line_value_and_range(tmp_path):
     data = write_sts(tmp_path / "eval", n_pairs=5)
@@ -117,8 +130,10 @@ def test_a_sick_relatedness_score_off_its_1_to_5_scale_is_an_error(tmp_path):
 
 # --- item 6: a constant gold score, and NaN in MTEB's files ---
 
+
 def test_an_sts_pair_file_of_one_score_is_an_error(tmp_path):
-    path = write_jsonl(tmp_path / "flat.jsonl", [{"sentence1": f"a {i}", "sentence2": f"b {i}", "score": 3}
-                                                 for i in range(4)])
+    path = write_jsonl(
+        tmp_path / "flat.jsonl", [{"sentence1": f"a {i}", "sentence2": f"b {i}", "score": 3} for i in range(4)]
+    )
     with pytest.raises(InputError, match=f"{path}: all 4 pairs have the gold score 3; a correlation needs scores"):
         read_pair_file(path)

@@ -28,8 +28,11 @@ from tests.conftest import SHARED, make_document, write_sts
 from tests.helpers import tiny_model
 from tests.test_import_graph import graph
 
-GOOD = [("a man is playing a guitar .", "a man plays a guitar .", 4.8), ("a dog runs .", "a cat sleeps .", 0.4),
-        ("the sky is blue .", "the sky is grey .", 2.5)]
+GOOD = [
+    ("a man is playing a guitar .", "a man plays a guitar .", 4.8),
+    ("a dog runs .", "a cat sleeps .", 0.4),
+    ("the sky is blue .", "the sky is grey .", 2.5),
+]
 
 
 def write_jsonl(path: Path, pairs=GOOD) -> Path:
@@ -41,14 +44,18 @@ def write_jsonl(path: Path, pairs=GOOD) -> Path:
 
 BAD_FILES = {
     # A malformed first line before 199 good pairs: the file used to drop out whole, unnoticed.
-    "broken.jsonl": "{\"sentence1\": \"a\", \n" + "".join(
-        json.dumps({"sentence1": f"s{i}", "sentence2": f"t{i}", "score": i % 5}) + "\n" for i in range(199)),
+    "broken.jsonl": '{"sentence1": "a", \n'
+    + "".join(json.dumps({"sentence1": f"s{i}", "sentence2": f"t{i}", "score": i % 5}) + "\n" for i in range(199)),
     "misspelt.csv": "sentence1,sentence2,scroe\na,b,1\nc,d,2\n",
     "empty.jsonl": "",
     "empty.tsv": "",
 }
-WHERE = {"broken.jsonl": ":1: ", "misspelt.csv": ":1: no column(s) score in the header",
-         "empty.jsonl": ": 0 pair(s)", "empty.tsv": ":1: no column(s) sentence1, sentence2, score"}
+WHERE = {
+    "broken.jsonl": ":1: ",
+    "misspelt.csv": ":1: no column(s) score in the header",
+    "empty.jsonl": ": 0 pair(s)",
+    "empty.tsv": ":1: no column(s) sentence1, sentence2, score",
+}
 
 
 @pytest.mark.parametrize("name", BAD_FILES)
@@ -83,8 +90,9 @@ def test_senteval_tables_beside_pair_files_are_their_tasks_not_pair_files(tmp_pa
     assert [s.task for s in subsets] == ["mine"]
 
 
-@pytest.mark.parametrize("present, missing", [("rt-polarity.neg", "rt-polarity.pos"),
-                                              ("rt-polarity.pos", "rt-polarity.neg")])
+@pytest.mark.parametrize(
+    "present, missing", [("rt-polarity.neg", "rt-polarity.pos"), ("rt-polarity.pos", "rt-polarity.neg")]
+)
 def test_a_partial_mr_folder_names_the_missing_file(tmp_path, present, missing):
     mr = tmp_path / "MR"
     mr.mkdir()
@@ -97,13 +105,23 @@ def test_a_partial_sick_folder_names_the_missing_test_file(tmp_path):
     sick = tmp_path / "sick2014"
     sick.mkdir()
     (sick / "SICK_train.txt").write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n")
-    with pytest.raises(StsDataError, match=rf"^{sick}: a partial SICK folder \(SICK_train\.txt\): "
-                                           r"missing SICK_test_annotated\.txt"):
+    with pytest.raises(
+        StsDataError,
+        match=rf"^{sick}: a partial SICK folder \(SICK_train\.txt\): "
+        r"missing SICK_test_annotated\.txt",
+    ):
         find_sts(tmp_path)
 
 
-@pytest.mark.parametrize("emptied", ["STS12-en-test/STS.input.MSRvid.txt", "STS12-en-test/STS.gs.MSRvid.txt",
-                                     "STSBenchmark/sts-dev.csv", "MR/rt-polarity.pos"])
+@pytest.mark.parametrize(
+    "emptied",
+    [
+        "STS12-en-test/STS.input.MSRvid.txt",
+        "STS12-en-test/STS.gs.MSRvid.txt",
+        "STSBenchmark/sts-dev.csv",
+        "MR/rt-polarity.pos",
+    ],
+)
 def test_an_empty_file_of_a_senteval_task_is_named_not_scored_as_no_pairs(tmp_path, emptied):
     write_sts(tmp_path)
     (tmp_path / "MR").mkdir()
@@ -135,8 +153,11 @@ def test_a_dev_set_sharing_half_its_pairs_with_a_test_file_is_refused(tmp_path, 
     dev = tmp_path / "my-dev.csv"  # a name that says nothing of a test split
     dev.write_text(stsb_lines(copied + other[shared:]))
     if refused:
-        with pytest.raises(ConfigError, match=rf"dev set {dev}: {shared * 10}% of its 10 pairs are in the test "
-                                              r"split STSB sts-test"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"dev set {dev}: {shared * 10}% of its 10 pairs are in the test "
+            r"split STSB sts-test",
+        ):
             devset.find_dev(str(dev), str(tmp_path / "eval"))
     else:
         assert devset.find_dev(str(dev), str(tmp_path / "eval")) == dev
@@ -150,8 +171,18 @@ def test_the_real_stsb_dev_is_no_copy_of_a_test_file():
 
 
 def test_a_pipe_in_an_sts_file_name_leaves_the_markdown_columns_whole():
-    rows = [{"model": "m", "task": "a|b", "subset": "all", "split": "test", "metric": "spearman",
-             "protocol": "cosine", "value": 0.5, "n": 6}]
+    rows = [
+        {
+            "model": "m",
+            "task": "a|b",
+            "subset": "all",
+            "split": "test",
+            "metric": "spearman",
+            "protocol": "cosine",
+            "value": 0.5,
+            "n": 6,
+        }
+    ]
     markdown = to_markdown(leaderboard(pd.DataFrame(rows)), [], "t")
     header, rule, row = markdown.splitlines()[2:5]
     assert r"a\|b cosine" in header
@@ -160,6 +191,7 @@ def test_a_pipe_in_an_sts_file_name_leaves_the_markdown_columns_whole():
 
 
 # --- items 6 and 7: model references ---
+
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
@@ -254,24 +286,33 @@ def test_cpipe_evaluate_refuses_a_bad_model_before_any_work(hub, tmp_path, tiny_
     args = ["--eval-data", str(tiny_sts), "--artifacts", str(tmp_path / "art")]
     assert main(["evaluate", "--model", "org/tiny", *args]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("cpipe: error: --model org/tiny: ") and \
-        "https://huggingface.co/org/tiny" in err
+    assert (
+        err.count("\n") == 1
+        and err.startswith("cpipe: error: --model org/tiny: ")
+        and "https://huggingface.co/org/tiny" in err
+    )
     (tmp_path / "empty").mkdir()
     assert main(["evaluate", "--model", str(tmp_path / "empty"), *args]) == 2
     err = capsys.readouterr().err
-    assert err == f"cpipe: error: --model {tmp_path}/empty: not a model directory (no config.json in " \
-                  f"{tmp_path}/empty)\n"
+    assert (
+        err == f"cpipe: error: --model {tmp_path}/empty: not a model directory (no config.json in {tmp_path}/empty)\n"
+    )
     assert not (tmp_path / "art").exists()
 
 
-@pytest.mark.parametrize("base, says", [
-    ("/no/such/dir", "model.base: /no/such/dir: no such directory"),
-    ("{weightless}", "model.base: {weightless}: no weights file in {weightless}"),
-    ("org/tiny", "model.base: org/tiny: no such local directory, and it cannot be downloaded from "
-                 "https://huggingface.co/org/tiny: the hub cannot be reached"),
-])
-def test_model_base_is_checked_before_any_work(hub, tmp_path, tiny_config, tiny_corpus, model_dir, capsys, base,
-                                               says):
+@pytest.mark.parametrize(
+    "base, says",
+    [
+        ("/no/such/dir", "model.base: /no/such/dir: no such directory"),
+        ("{weightless}", "model.base: {weightless}: no weights file in {weightless}"),
+        (
+            "org/tiny",
+            "model.base: org/tiny: no such local directory, and it cannot be downloaded from "
+            "https://huggingface.co/org/tiny: the hub cannot be reached",
+        ),
+    ],
+)
+def test_model_base_is_checked_before_any_work(hub, tmp_path, tiny_config, tiny_corpus, model_dir, capsys, base, says):
     from flows.cli import main
 
     hub["offline"] = True
@@ -279,8 +320,24 @@ def test_model_base_is_checked_before_any_work(hub, tmp_path, tiny_config, tiny_
     weightless.mkdir()
     shutil.copy(model_dir / "hf" / "config.json", weightless / "config.json")
     base, says = base.format(weightless=weightless), says.format(weightless=weightless)
-    assert main(["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--artifacts",
-                 str(tmp_path / "art"), "--until", "tokenizer", "--set", f"model.base={base}"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(tiny_config),
+                "--corpus",
+                str(tiny_corpus),
+                "--artifacts",
+                str(tmp_path / "art"),
+                "--until",
+                "tokenizer",
+                "--set",
+                f"model.base={base}",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"cpipe: error: {says}") and err.count("\n") == 1
     assert not list((tmp_path / "art").glob("*/*"))  # no stage started

@@ -48,13 +48,25 @@ def test_every_task_in_the_shared_data_is_scored_and_twice_the_same(setup, tmp_p
     if SHARED:
         for part in ("senteval/STSBenchmark", "sick2014", "senteval-classification/CR"):
             shutil.copytree(f"{data}/{part}", again / part)
-    runs = [scores(setup, "tiny", {"kind": "untrained"}, {"model": setup["model"]}, data=d, kfold=3,
-                   art=str(tmp_path / f"run{i}")) for i, d in enumerate((data, str(again) if SHARED else data))]
+    runs = [
+        scores(
+            setup,
+            "tiny",
+            {"kind": "untrained"},
+            {"model": setup["model"]},
+            data=d,
+            kfold=3,
+            art=str(tmp_path / f"run{i}"),
+        )
+        for i, d in enumerate((data, str(again) if SHARED else data))
+    ]
     if SHARED:
         assert set(runs[1]["task"]) == {"STSB", "SICKR", "SICKE", "CR", "transfer"}, set(runs[1]["task"])
     # Not the transfer average (of the tasks there), nor the data's hash (of all of it).
-    alike = [r[r["task"].isin(set(runs[1]["task"]) - {"transfer"})].drop(columns="data_hash").reset_index(drop=True)
-             for r in runs]
+    alike = [
+        r[r["task"].isin(set(runs[1]["task"]) - {"transfer"})].drop(columns="data_hash").reset_index(drop=True)
+        for r in runs
+    ]
     pd.testing.assert_frame_equal(*alike)
     tasks = set(runs[0]["task"])
     if SHARED:  # STS12, STS-B and SICK-R; the eight transfer tasks; the analysis on STS-B
@@ -69,17 +81,19 @@ def test_every_task_in_the_shared_data_is_scored_and_twice_the_same(setup, tmp_p
     assert runs[0]["value"].notna().all() and (runs[0]["dimension"] == 32).all()
 
 
-@pytest.mark.parametrize("name,spec", [
-    ("random", {"kind": "random", "dim": 24, "seed": 0}),
-    ("vectors", {"kind": "vectors", "path": "VECTORS"}),
-    ("st-cls", {"kind": "model", "path": "MODEL/sentence-transformers", "pooling": "cls"}),
-])
+@pytest.mark.parametrize(
+    "name,spec",
+    [
+        ("random", {"kind": "random", "dim": 24, "seed": 0}),
+        ("vectors", {"kind": "vectors", "path": "VECTORS"}),
+        ("st-cls", {"kind": "model", "path": "MODEL/sentence-transformers", "pooling": "cls"}),
+    ],
+)
 def test_baselines_score_with_their_own_size_and_dimension(setup, tmp_path, name, spec):
     # GloVe's format, over the made-up words of the test's STS data (the shared file is read in test_vectors)
     rng = np.random.default_rng(0)
     vectors = tmp_path / "vectors.txt"
-    vectors.write_text("".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.standard_normal(8)) + "\n"
-                               for w in WORDS))
+    vectors.write_text("".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.standard_normal(8)) + "\n" for w in WORDS))
     spec = {k: str(v).replace("VECTORS", str(vectors)).replace("MODEL", setup["model"]) for k, v in spec.items()}
     spec = {k: int(v) if v.isdigit() else v for k, v in spec.items()}
     table = scores(setup, name, spec, {})
@@ -99,8 +113,10 @@ def test_post_processing_is_fitted_on_the_corpus_and_changes_the_embedding(setup
 
 @pytest.mark.ray
 def test_scoring_on_ray_gives_the_serial_numbers(setup, tmp_path, local_ray):
-    rows = [evaluate.Row("tiny", {"kind": "untrained"}, {"model": setup["model"]}, {}),
-            evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {})]
+    rows = [
+        evaluate.Row("tiny", {"kind": "untrained"}, {"model": setup["model"]}, {}),
+        evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {}),
+    ]
 
     def jobs(workers: int) -> list[tuple[dict, dict]]:
         cfg = Config(evaluate=EvaluateConfig(data=setup["data"], batch_size=16, baselines=Baselines(), workers=workers))

@@ -23,8 +23,12 @@ from tests.test_evaluate import concurrently
 # The first lines of a few tasks' files: both STS layouts, every transfer scheme (cross-validated, train/test,
 # train/dev/test, sentence pairs) and the analysis, at a fraction of the full data's cost.
 SUBSET = {
-    "senteval/STS12-en-test": {"STS.input.MSRvid.txt": 200, "STS.gs.MSRvid.txt": 200,
-                               "STS.input.surprise.SMTnews.txt": 150, "STS.gs.surprise.SMTnews.txt": 150},
+    "senteval/STS12-en-test": {
+        "STS.input.MSRvid.txt": 200,
+        "STS.gs.MSRvid.txt": 200,
+        "STS.input.surprise.SMTnews.txt": 150,
+        "STS.gs.surprise.SMTnews.txt": 150,
+    },
     "senteval/STSBenchmark": {"sts-dev.csv": 300, "sts-test.csv": 300},
     "senteval-classification/CR": {"custrev.neg": 150, "custrev.pos": 150},
     "senteval-classification/SST2": {"stsa.binary.train": 300, "stsa.binary.dev": 100, "stsa.binary.test": 100},
@@ -32,8 +36,11 @@ SUBSET = {
     "msrp": {"msr-para-train.tsv": 300, "msr-para-val.tsv": 100, "msr-para-test.tsv": 200},
 }
 # Without the shared data, the STS tasks written here (and no transfer task).
-UNITS = (["sts/STS12", "sts/STSB", "transfer/CR", "transfer/SST2", "transfer/TREC", "transfer/MRPC", "analysis"]
-         if SHARED else ["sts/STS12", "sts/STSB", "analysis"])
+UNITS = (
+    ["sts/STS12", "sts/STSB", "transfer/CR", "transfer/SST2", "transfer/TREC", "transfer/MRPC", "analysis"]
+    if SHARED
+    else ["sts/STS12", "sts/STSB", "analysis"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +65,30 @@ def jobs(setup, data: str, workers: int) -> list[tuple[dict, dict]]:  # noqa: F8
     """A model and its whitened version: the transform is fitted by the stage and must reach every unit."""
     cfg = Config(evaluate=EvaluateConfig(data=data, batch_size=16, kfold=2, workers=workers))
     whitening = {"kind": "whitening", "k": 8, "sentences": 200, "seed": 0}
-    return [(evaluate.config(cfg, evaluate.Row(name, spec, inputs, {"objective": "test"})), inputs)
-            for name, spec, inputs in (
-        ("tiny", {"kind": "untrained"}, {"model": setup["model"]}),
-        ("tiny+whitening", {"kind": "untrained", "postprocess": whitening},
-         {"model": setup["model"], "corpus": setup["documents"]}))]
+    return [
+        (evaluate.config(cfg, evaluate.Row(name, spec, inputs, {"objective": "test"})), inputs)
+        for name, spec, inputs in (
+            ("tiny", {"kind": "untrained"}, {"model": setup["model"]}),
+            (
+                "tiny+whitening",
+                {"kind": "untrained", "postprocess": whitening},
+                {"model": setup["model"], "corpus": setup["documents"]},
+            ),
+        )
+    ]
 
 
 @pytest.mark.ray
-def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(setup, data, tmp_path,  # noqa: F811
-                                                                        one_torch_thread, local_ray):
-    serial = [run_stage(evaluate.STAGE, config, inputs, str(tmp_path / "serial")) for config, inputs in jobs(setup, data, 1)]
+def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(
+    setup,
+    data,
+    tmp_path,  # noqa: F811
+    one_torch_thread,
+    local_ray,
+):
+    serial = [
+        run_stage(evaluate.STAGE, config, inputs, str(tmp_path / "serial")) for config, inputs in jobs(setup, data, 1)
+    ]
     parallel = concurrently(jobs(setup, data, 2), str(tmp_path / "ray"))
     ray_tasks = []
     for one, other in zip(serial, parallel):

@@ -35,8 +35,10 @@ def _matches_sentence_transformers(out: Path, st_dir: Path) -> None:
 
     want = SentenceTransformer(str(st_dir), device="cpu").encode(SENTENCES, convert_to_numpy=True)
     # the whole batch, and batches of other sizes and widths: both axes are dynamic
-    for got in (_onnx_embeddings(out, SENTENCES),
-                np.concatenate([_onnx_embeddings(out, SENTENCES[:1]), _onnx_embeddings(out, SENTENCES[1:])])):
+    for got in (
+        _onnx_embeddings(out, SENTENCES),
+        np.concatenate([_onnx_embeddings(out, SENTENCES[:1]), _onnx_embeddings(out, SENTENCES[1:])]),
+    ):
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= 1e-4
 
@@ -49,8 +51,13 @@ def model(tmp_path_factory) -> Path:
 @pytest.mark.slow  # a cpipe process
 def test_cli_exports_a_graph_that_embeds_as_sentence_transformers_does(model, tmp_path):
     out = tmp_path / "onnx"
-    proc = subprocess.run([sys.executable, "-m", "flows.cpipe", "export", str(model), "--onnx", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cpipe", "export", str(model), "--onnx", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith(f"cpipe: exported {model} to {out}")
     _matches_sentence_transformers(out, model / ST_DIR)
@@ -69,8 +76,19 @@ def test_a_kept_head_cls_pooling_and_normalize_are_in_the_graph(tmp_path):
     from tests.helpers import MAX_LENGTH, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
-    encoder = build_model({"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                           "dropout": 0.0, "max_position_embeddings": MAX_LENGTH + 2, "seed": 0}, tokenizer)
+    encoder = build_model(
+        {
+            "base": None,
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "dropout": 0.0,
+            "max_position_embeddings": MAX_LENGTH + 2,
+            "seed": 0,
+        },
+        tokenizer,
+    )
     export(encoder, tokenizer, str(tmp_path / "sup"), pooling="cls", head=projection_head("tanh", 32, 16))
     st = SentenceTransformer(str(tmp_path / "sup" / ST_DIR), device="cpu")
     st.append(Normalize())
@@ -116,8 +134,10 @@ def test_a_usage_mistake_is_one_line_before_any_work(model, tmp_path, capsys):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("kept")
     assert main(["export", str(model), "--onnx", str(tmp_path / "taken")]) == 2
-    assert capsys.readouterr().err == f"cpipe: error: {tmp_path / 'taken'}: exists and is not an empty directory; " \
-                                      "name a new one\n"
+    assert (
+        capsys.readouterr().err == f"cpipe: error: {tmp_path / 'taken'}: exists and is not an empty directory; "
+        "name a new one\n"
+    )
     assert (tmp_path / "taken" / "file").read_text() == "kept"
     assert main(["export", str(tmp_path / "nothing"), "--onnx", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith(f"cpipe: error: {tmp_path / 'nothing'}: no such directory")

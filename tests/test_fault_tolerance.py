@@ -28,8 +28,9 @@ STEPS = 60  # the kill comes at the first checkpoint (step 10): 50 steps to spar
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_config, tiny_corpus):
-    built = prebuild(tiny_config, tiny_corpus, tmp_path_factory.mktemp("ft"), "init",
-                     ["augment.epochs=10", "runs={declutr: {}}"])  # 80 batches
+    built = prebuild(
+        tiny_config, tiny_corpus, tmp_path_factory.mktemp("ft"), "init", ["augment.epochs=10", "runs={declutr: {}}"]
+    )  # 80 batches
     return {"pairs": built["augment/declutr"], "init": built["init"]}
 
 
@@ -49,8 +50,11 @@ def kill_first_worker_after_a_checkpoint(artifacts, killed: list) -> None:
 
 
 def test_a_killed_worker_resumes_without_repeating_or_skipping_batches(inputs, local_ray, tmp_path):
-    config = {"train": TrainConfig(batch_size=4, max_steps=STEPS, lr=1e-3, max_length=34, checkpoint_every=10,
-                                   log_every=1000, max_failures=2).model_dump()}
+    config = {
+        "train": TrainConfig(
+            batch_size=4, max_steps=STEPS, lr=1e-3, max_length=34, checkpoint_every=10, log_every=1000, max_failures=2
+        ).model_dump()
+    }
     calm = run_stage(train.STAGE, config, inputs, str(tmp_path / "calm"))
 
     killed: list[int] = []
@@ -81,13 +85,25 @@ def test_a_planted_checkpoint_is_refused_in_one_line_before_ray_trains(inputs, l
     from pipeline.train.resume import SNAPSHOT
     from tests.test_safe_loading import Payload
 
-    config = {"train": TrainConfig(batch_size=4, max_steps=STEPS, lr=1e-3, max_length=34, checkpoint_every=10,
-                                   log_every=1000, max_failures=2).model_dump()}
+    config = {
+        "train": TrainConfig(
+            batch_size=4, max_steps=STEPS, lr=1e-3, max_length=34, checkpoint_every=10, log_every=1000, max_failures=2
+        ).model_dump()
+    }
     art = tmp_path / "art"
     run_dir = art / "_ray" / f"train-{train.STAGE.fingerprint(config, inputs)}"
     (run_dir / "checkpoint_x").mkdir(parents=True)
-    (run_dir / SNAPSHOT).write_text(json.dumps({"checkpoint_results": [], "latest_checkpoint_result": {
-        "checkpoint_dir_name": "checkpoint_x", "metrics": {"step": 10, "loss": 1.0}}}))
+    (run_dir / SNAPSHOT).write_text(
+        json.dumps(
+            {
+                "checkpoint_results": [],
+                "latest_checkpoint_result": {
+                    "checkpoint_dir_name": "checkpoint_x",
+                    "metrics": {"step": 10, "loss": 1.0},
+                },
+            }
+        )
+    )
     marker = tmp_path / "ran"
     torch.save({"step": 10, "metrics": [], "x": Payload(marker)}, run_dir / "checkpoint_x" / STATE)
     with pytest.raises(InputError, match=f"^{run_dir}/checkpoint_x/{STATE}: not a checkpoint") as e:
@@ -103,8 +119,9 @@ def test_a_local_run_has_no_placement_group_cleaner_to_remove_it(local_ray, tmp_
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    settings = dict(scaling_config=ScalingConfig(num_workers=1),
-                    run_config=RunConfig(name="x", storage_path=str(tmp_path)))
+    settings = dict(
+        scaling_config=ScalingConfig(num_workers=1), run_config=RunConfig(name="x", storage_path=str(tmp_path))
+    )
 
     def callbacks(trainer_class) -> set[str]:
         return {type(c).__name__ for c in trainer_class(lambda c: None, **settings)._create_default_callbacks()}

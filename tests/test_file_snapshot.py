@@ -31,7 +31,8 @@ def test_the_listing_names_sizes_and_sha256_of_each_file(tmp_path):
     root = write(tmp_path / "d", {"a.txt": "alpha", "sub/b.txt": "beta beta"})
     assert file_snapshot.snapshot(str(root)) == [
         ("a.txt", 5, hashlib.sha256(b"alpha").hexdigest()[:32]),
-        (os.path.join("sub", "b.txt"), 9, hashlib.sha256(b"beta beta").hexdigest()[:32])]
+        (os.path.join("sub", "b.txt"), 9, hashlib.sha256(b"beta beta").hexdigest()[:32]),
+    ]
 
 
 def test_a_copy_with_new_mtimes_keeps_the_snapshot_and_an_edit_of_the_same_size_changes_it(tmp_path):
@@ -57,4 +58,3 @@ def test_digests_are_remembered_by_stat_but_not_while_a_file_is_fresh(tmp_path, 
     assert file_snapshot.snapshot(str(root))[1][2] == hashlib.sha256(b"settled").hexdigest()[:32]
     os.utime(root / "old.txt", ns=(10**18 + 1, 10**18 + 1))
     assert file_snapshot.snapshot(str(root))[1][2] == hashlib.sha256(b"SETTLED").hexdigest()[:32]
-

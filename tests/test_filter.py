@@ -27,19 +27,27 @@ def stages(tmp_path_factory, lid_model):
     words = english.split()
     near = " ".join(w if i % 60 else "banana" for i, w in enumerate(words))  # 1 word in 60 changed
     # corpus order is file-name order: the copies come after the original they repeat
-    files = {"en-1": english, "zz-copy": "  " + english.upper().replace(" ", "\n "), "zz-near": near,
-             "en-2": document(rng, EN_WORDS), "en-3": document(rng, EN_WORDS), "de-1": document(rng, DE_WORDS),
-             "en-short": document(rng, EN_WORDS, 2)}
+    files = {
+        "en-1": english,
+        "zz-copy": "  " + english.upper().replace(" ", "\n "),
+        "zz-near": near,
+        "en-2": document(rng, EN_WORDS),
+        "en-3": document(rng, EN_WORDS),
+        "de-1": document(rng, DE_WORDS),
+        "en-short": document(rng, EN_WORDS, 2),
+    }
     for name, text in files.items():
         (root / f"{name}.txt").write_text(text)
     art = str(tmp_path_factory.mktemp("artifacts"))
     docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(root)]))), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": docs}, art)
+    tok = run_stage(
+        tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64}, {"corpus": docs}, art
+    )
 
     def run(runtime: dict | None = None, **overrides):
         config = FilterConfig(**{"min_tokens": 100, "langid_model": lid_model, **overrides}).model_dump()
         return run_stage(filter.STAGE, {**config, "runtime": runtime or {}}, {"corpus": docs, "tokenizer": tok}, art)
+
     return run
 
 
@@ -82,16 +90,22 @@ def test_parallel_run_writes_the_same_documents(stages, backend):
     # runtime settings are not part of the fingerprint: the same dataset is reused ...
     assert read_table(parallel_path).equals(serial)
     # ... so rebuild it under another fingerprint to compare a real parallel run
-    rebuilt = read_table(stages(runtime={"backend": backend, "workers": 2}, language="en", near_dedup=True,
-                                shard_mb=255))
+    rebuilt = read_table(
+        stages(runtime={"backend": backend, "workers": 2}, language="en", near_dedup=True, shard_mb=255)
+    )
     assert rebuilt.equals(serial)
 
 
 def test_no_document_long_enough_says_how_many_and_the_longest(stages):
-    with pytest.raises(FilterError, match=r"no document has at least 100000 tokens: saw 7 documents, the longest has \d+"):
+    with pytest.raises(
+        FilterError, match=r"no document has at least 100000 tokens: saw 7 documents, the longest has \d+"
+    ):
         stages(min_tokens=100_000)
 
 
 def test_nothing_in_the_wanted_language_names_the_drops(stages):
-    with pytest.raises(FilterError, match=r"no document kept: of 7 documents, dropped 1 duplicate, 5 language, 1 too short \(language wanted: fr\)"):
+    with pytest.raises(
+        FilterError,
+        match=r"no document kept: of 7 documents, dropped 1 duplicate, 5 language, 1 too short \(language wanted: fr\)",
+    ):
         stages(language="fr")

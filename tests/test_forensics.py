@@ -48,7 +48,11 @@ def test_the_filter_records_each_dropped_document_with_its_reason_and_what_was_s
     id_of = {v: k for k, v in name.items()}
     why = {name[d]: (reason, detail) for d, reason, detail in dropped.itertuples(index=False)}
     assert {k: reason for k, (reason, _) in why.items()} == {
-        "en-short": "too_short", "zz-copy": "duplicate", "de-1": "language", "zz-near": "near_duplicate"}
+        "en-short": "too_short",
+        "zz-copy": "duplicate",
+        "de-1": "language",
+        "zz-near": "near_duplicate",
+    }
     assert why["zz-copy"][1] == f"same text as {id_of['en-1']}"
     assert why["zz-near"][1].startswith(f"like {id_of['en-1']} (estimated Jaccard 0.")
     assert why["de-1"][1].startswith("de (p=") and why["de-1"][1].endswith("kept: en (p>=0.65)")
@@ -71,16 +75,16 @@ def test_a_filter_that_drops_nothing_records_none(stages):
 def test_decontaminate_records_each_dropped_document_with_the_tasks_it_held(documents, tmp_path):
     built = build(documents, tmp_path)
     dropped = read_dropped(built).to_pylist()
-    assert sorted((r["doc_id"], r["reason"], r["detail"]) for r in dropped) == \
-        [(d, "contaminated", "STSB") for d in sorted(DIRTY)]
+    assert sorted((r["doc_id"], r["reason"], r["detail"]) for r in dropped) == [
+        (d, "contaminated", "STSB") for d in sorted(DIRTY)
+    ]
     pd.testing.assert_frame_equal(pd.read_parquet(built), read_table(built).to_pandas())
     assert len(pd.read_parquet(built)) == len(DOCS) - len(DIRTY)
     # masked documents are kept: none is dropped
     assert read_dropped(build(documents, tmp_path / "report", "report")).num_rows == 0
 
 
-def test_inspect_dropped_prints_every_dropped_document_and_says_when_none_were_recorded(documents, tmp_path,
-                                                                                        capsys):
+def test_inspect_dropped_prints_every_dropped_document_and_says_when_none_were_recorded(documents, tmp_path, capsys):
     built = build(documents, tmp_path)
     assert main(["inspect", built, "--dropped"]) == 0
     out = capsys.readouterr().out
@@ -99,7 +103,10 @@ def test_inspect_lists_stages_in_the_runs_order_and_prints_whole_paths_off_a_ter
     lines = capsys.readouterr().out.splitlines()
     listed = [line.split("│")[1].strip() for line in lines if line.count("│") > 5 and "fingerprint" not in line]
     assert listed == sorted(listed, key=["corpus", "tokenizer", "filter"].index) and set(listed) == {
-        "corpus", "tokenizer", "filter"}
+        "corpus",
+        "tokenizer",
+        "filter",
+    }
     assert sum(path in line for line in lines) == 1  # whole, on one line
 
 
@@ -111,20 +118,19 @@ def test_evaluate_model_names_a_runs_train_dataset_by_its_run_and_says_its_objec
     from tests.helpers import tiny_model
 
     art = str(tmp_path / "art")
-    with DatasetWriter(art, "train", "a1b2c3d4e5f60718", config={"train": {"objective": "declutr"}},
-                       inputs={}) as out:
+    with DatasetWriter(art, "train", "a1b2c3d4e5f60718", config={"train": {"objective": "declutr"}}, inputs={}) as out:
         tiny_model(Path(out.local_dir))
     cfg = Config(evaluate=EvaluateConfig(data=evaluate_setup["data"], batch_size=16, transfer=False))
-    row = evaluate.Row("declutr-small", {"kind": "trained"}, {"model": out.path},
-                       {"objective": "declutr", "corpus": "sotu"})
+    row = evaluate.Row(
+        "declutr-small", {"kind": "trained"}, {"model": out.path}, {"objective": "declutr", "corpus": "sotu"}
+    )
     run_stage(evaluate.STAGE, evaluate.config(cfg, row), row.inputs, art)
     assert evaluate.user_models([out.path]) == {"model/declutr-small": out.path}
     assert model_rows([out.path]) == ["declutr-small"]  # the pre-flight's names, the same
     about = evaluate.model_row("declutr-small", out.path).about
     assert (about["objective"], about["corpus"]) == ("declutr", "sotu")
     # never scored by its run: the fingerprint names it, the manifest says its objective
-    with DatasetWriter(art, "train", "0000111122223333", config={"train": {"objective": "simcse"}},
-                       inputs={}) as other:
+    with DatasetWriter(art, "train", "0000111122223333", config={"train": {"objective": "simcse"}}, inputs={}) as other:
         tiny_model(Path(other.local_dir))
     assert evaluate.user_models([other.path]) == {"model/0000111122223333": other.path}
     assert evaluate.model_row("0000111122223333", other.path).about["objective"] == "simcse"

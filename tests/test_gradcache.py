@@ -19,9 +19,18 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def model():
-    config = RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                           max_position_embeddings=LENGTH + 4, pad_token_id=PAD_ID, type_vocab_size=1)
+    config = RobertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=LENGTH + 4,
+        pad_token_id=PAD_ID,
+        type_vocab_size=1,
+    )
     torch.manual_seed(0)
     return SpanEncoder(AutoModelForMaskedLM.from_config(config)).train()
 

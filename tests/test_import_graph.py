@@ -14,9 +14,19 @@ PACKAGES = ("pipeline", "storage")  # the graph's modules, searched for cycles
 OURS = (*PACKAGES, "tasks", "flows", "bench", "tests")  # top-level names that are this project's code
 # What the config sections' validators need from the stages, in modules that import nothing of this project's:
 # the config imports these and other config modules only, so no stage module can close a cycle through it.
-LEAVES = ("pipeline.errors", "pipeline.config_base", "pipeline.corpus.credentials", "pipeline.augment.segment",
-          "pipeline.augment.clear_names", "pipeline.train.splits", "pipeline.evaluate.names",
-          "pipeline.evaluate.registry", "pipeline.repeats", "pipeline.objectives")
+LEAVES = (
+    "pipeline.errors",
+    "pipeline.config_base",
+    "pipeline.corpus.credentials",
+    "pipeline.augment.segment",
+    "pipeline.augment.clear_names",
+    "pipeline.train.splits",
+    "pipeline.evaluate.names",
+    "pipeline.evaluate.registry",
+    "pipeline.repeats",
+    "pipeline.objectives",
+)
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -37,7 +47,7 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 source = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 source = node.module or ""
@@ -164,13 +174,18 @@ def test_the_config_imports_only_config_modules_and_leaves():
 
 def test_pipeline_and_storage_import_no_flows_or_tasks():
     _, imports = graph()
-    outside = {name: sorted(t for t in targets if t.split(".")[0] in OURS and t.split(".")[0] not in PACKAGES)
-               for name, targets in imports.items()}
+    outside = {
+        name: sorted(t for t in targets if t.split(".")[0] in OURS and t.split(".")[0] not in PACKAGES)
+        for name, targets in imports.items()
+    }
     assert not {k: v for k, v in outside.items() if v}
 
 
 def test_pipeline_never_imports_prefect():
     _, imports = graph()
-    offenders = sorted(name for name, targets in imports.items() if name.split(".")[0] == "pipeline"
-                       and any(t == "prefect" or t.startswith("prefect.") for t in targets))
+    offenders = sorted(
+        name
+        for name, targets in imports.items()
+        if name.split(".")[0] == "pipeline" and any(t == "prefect" or t.startswith("prefect.") for t in targets)
+    )
     assert not offenders, f"pipeline/ must stay usable without prefect; these import it: {offenders}"

@@ -12,15 +12,15 @@ import pytest
 import torch
 
 import flows.pipeline_flows as flow
+from pipeline import registry
+from pipeline.baselines.infersent import model as infersent
+from pipeline.baselines.infersent.config import InferSentBaseline
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
-from pipeline.baselines.infersent import model as infersent
-from pipeline.baselines.infersent.config import InferSentBaseline
 from pipeline.errors import InputError
 from pipeline.evaluate import stage as evaluate
 from pipeline.stage import run_stage
-from pipeline import registry
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, write_corpus, write_sts
 
@@ -37,8 +37,12 @@ def lstm_by_hand(x: np.ndarray, w_ih, w_hh, b_ih, b_hh) -> np.ndarray:
     h, c, states = np.zeros(hidden), np.zeros(hidden), []
     for x_t in x:
         z = w_ih @ x_t + b_ih + w_hh @ h + b_hh
-        i, f, g, o = sigmoid(z[:hidden]), sigmoid(z[hidden:2 * hidden]), np.tanh(z[2 * hidden:3 * hidden]), \
-            sigmoid(z[3 * hidden:])
+        i, f, g, o = (
+            sigmoid(z[:hidden]),
+            sigmoid(z[hidden : 2 * hidden]),
+            np.tanh(z[2 * hidden : 3 * hidden]),
+            sigmoid(z[3 * hidden :]),
+        )
         c = f * c + i * g
         h = o * np.tanh(c)
         states.append(h)
@@ -62,8 +66,13 @@ def test_max_pooling_over_bilstm_states_equals_a_loop_over_the_timesteps_and_the
     for s in sentences:
         x = vectors[s].double().numpy()
         forward = lstm_by_hand(x, p["weight_ih_l0"], p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"])
-        backward = lstm_by_hand(x[::-1], p["weight_ih_l0_reverse"], p["weight_hh_l0_reverse"],
-                                p["bias_ih_l0_reverse"], p["bias_hh_l0_reverse"])[::-1]
+        backward = lstm_by_hand(
+            x[::-1],
+            p["weight_ih_l0_reverse"],
+            p["weight_hh_l0_reverse"],
+            p["bias_ih_l0_reverse"],
+            p["bias_hh_l0_reverse"],
+        )[::-1]
         states = np.concatenate([forward, backward], axis=1)  # (time, 2 * hidden)
         padded = [0.0] * (7 - len(s))  # the zero states of the steps after its end
         expected.append([max([states[t, k] for t in range(len(s))] + padded) for k in range(states.shape[1])])
@@ -77,8 +86,9 @@ def test_the_classifier_sees_u_v_their_absolute_difference_and_product():
     torch.manual_seed(1)
     u, v = torch.randn(3, 4), torch.randn(3, 4)
     rows = [(u[r].tolist(), v[r].tolist()) for r in range(3)]
-    by_hand = torch.tensor([[*ur, *vr, *(abs(a - b) for a, b in zip(ur, vr)), *(a * b for a, b in zip(ur, vr))]
-                            for ur, vr in rows])
+    by_hand = torch.tensor(
+        [[*ur, *vr, *(abs(a - b) for a, b in zip(ur, vr)), *(a * b for a, b in zip(ur, vr))] for ur, vr in rows]
+    )
     torch.testing.assert_close(infersent.features(u, v), by_hand)
 
     net = infersent.NliNet(infersent.BiLstmMax(torch.randn(6, 3), hidden=2), fc_dim=512)
@@ -108,23 +118,48 @@ def test_the_classifier_is_train_nli_defaults_three_linear_layers_with_nothing_b
 def test_the_defaults_are_train_nli_py_s():
     """InferSent's train_nli.py: n_epochs 20, batch_size 64, sgd lr 0.1, decay 0.99, lrshrink 5, minlr 1e-5,
     max_norm 5, fc_dim 512 (enc_lstm_dim 2048 is the one setting kept smaller here)."""
-    want = {"epochs": 20, "batch_size": 64, "lr": 0.1, "decay": 0.99, "shrink": 5.0, "min_lr": 1e-5,
-            "max_norm": 5.0, "fc_dim": 512}
+    want = {
+        "epochs": 20,
+        "batch_size": 64,
+        "lr": 0.1,
+        "decay": 0.99,
+        "shrink": 5.0,
+        "min_lr": 1e-5,
+        "max_norm": 5.0,
+        "fc_dim": 512,
+    }
     for settings in (infersent.Settings(), InferSentBaseline()):
         assert {k: getattr(settings, k) for k in want} == want
 
 
 SNLI_ROWS = [
-    {"annotator_labels": ["neutral"], "captionID": "3416050480.jpg#4", "gold_label": "neutral",
-     "pairID": "3416050480.jpg#4r1n", "sentence1": "A person on a horse jumps over a broken down airplane.",
-     "sentence1_binary_parse": "( ( ( A person ) ...", "sentence1_parse": "(ROOT (S ...",
-     "sentence2": "A person is training his horse for a competition.", "sentence2_binary_parse": "( ( A person ) ...",
-     "sentence2_parse": "(ROOT (S ..."},
-    {"annotator_labels": ["contradiction", "neutral", "entailment", "neutral", "contradiction"], "gold_label": "-",
-     "sentence1": "Two women are embracing.", "sentence2": "The sisters are hugging."},
-    {"annotator_labels": ["entailment"], "genre": "government", "gold_label": "entailment", "pairID": "31193n",
-     "promptID": "31193", "sentence1": "Conceptually cream skimming has two basic dimensions.",
-     "sentence2": "Product and geography are what make cream skimming work. "},
+    {
+        "annotator_labels": ["neutral"],
+        "captionID": "3416050480.jpg#4",
+        "gold_label": "neutral",
+        "pairID": "3416050480.jpg#4r1n",
+        "sentence1": "A person on a horse jumps over a broken down airplane.",
+        "sentence1_binary_parse": "( ( ( A person ) ...",
+        "sentence1_parse": "(ROOT (S ...",
+        "sentence2": "A person is training his horse for a competition.",
+        "sentence2_binary_parse": "( ( A person ) ...",
+        "sentence2_parse": "(ROOT (S ...",
+    },
+    {
+        "annotator_labels": ["contradiction", "neutral", "entailment", "neutral", "contradiction"],
+        "gold_label": "-",
+        "sentence1": "Two women are embracing.",
+        "sentence2": "The sisters are hugging.",
+    },
+    {
+        "annotator_labels": ["entailment"],
+        "genre": "government",
+        "gold_label": "entailment",
+        "pairID": "31193n",
+        "promptID": "31193",
+        "sentence1": "Conceptually cream skimming has two basic dimensions.",
+        "sentence2": "Product and geography are what make cream skimming work. ",
+    },
     {"gold_label": "contradiction", "sentence1": "A man inspects a uniform.", "sentence2": "The man is sleeping."},
 ]
 
@@ -146,26 +181,36 @@ SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_ju
 
 
 def write_sick(path, rows) -> str:
-    path.write_text(SICK_HEADER + "".join(f"{i}\t{a}\t{b}\t{1 + i % 5}\t{label}\n"
-                                          for i, (a, b, label) in enumerate(rows)))
+    path.write_text(
+        SICK_HEADER + "".join(f"{i}\t{a}\t{b}\t{1 + i % 5}\t{label}\n" for i, (a, b, label) in enumerate(rows))
+    )
     return str(path)
 
 
 def test_sick_entailment_labels(tmp_path):
-    rows = [("A dog runs", "An animal runs", "ENTAILMENT"), ("A man sings", "Nobody sings", "CONTRADICTION"),
-            ("A cat sleeps", "A cat is black", "NEUTRAL")]
+    rows = [
+        ("A dog runs", "An animal runs", "ENTAILMENT"),
+        ("A man sings", "Nobody sings", "CONTRADICTION"),
+        ("A cat sleeps", "A cat is black", "NEUTRAL"),
+    ]
     pairs = infersent.read_nli(write_sick(tmp_path / "SICK_train.txt", rows))
     assert list(zip(pairs.premise, pairs.hypothesis)) == [(a, b) for a, b, _ in rows]
     assert [infersent.LABELS[y] for y in pairs.labels] == ["entailment", "contradiction", "neutral"]
 
 
-@pytest.mark.parametrize("content,where", [
-    ('{"gold_label": "neutral", "sentence1": "a", "sentence2": "b"}\n{"gold_label": "neutral", "sentence1": \n', ":2:"),
-    ('{"gold_label": "neutral", "sentence1": "a"}\n', ":1:"),
-    ('\n{"gold_label": "maybe", "sentence1": "a", "sentence2": "b"}\n', ":2:"),
-    (SICK_HEADER + "1\ta\tb\t3.0\tENTAILMENT\n2\ta\tb\t3.0\tPERHAPS\n", ":3:"),
-    (SICK_HEADER + "1\ta\tb\n", ":2:"),
-])
+@pytest.mark.parametrize(
+    "content,where",
+    [
+        (
+            '{"gold_label": "neutral", "sentence1": "a", "sentence2": "b"}\n{"gold_label": "neutral", "sentence1": \n',
+            ":2:",
+        ),
+        ('{"gold_label": "neutral", "sentence1": "a"}\n', ":1:"),
+        ('\n{"gold_label": "maybe", "sentence1": "a", "sentence2": "b"}\n', ":2:"),
+        (SICK_HEADER + "1\ta\tb\t3.0\tENTAILMENT\n2\ta\tb\t3.0\tPERHAPS\n", ":3:"),
+        (SICK_HEADER + "1\ta\tb\n", ":2:"),
+    ],
+)
 def test_a_bad_nli_file_is_one_line_naming_file_and_line(tmp_path, content, where):
     path = tmp_path / ("bad.jsonl" if content.startswith(("{", "\n")) else "SICK_bad.txt")
     path.write_text(content)
@@ -180,7 +225,9 @@ def test_nli_files_by_split_by_name(tmp_path):
     for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
         write_sick(sick / name, [(f"a {name}", "b", "NEUTRAL")])  # no split a copy of another
     assert infersent.nli_files([], str(tmp_path / "eval")) == {
-        "train": [str(sick / "SICK_train.txt")], "dev": [str(sick / "SICK_trial.txt")]}
+        "train": [str(sick / "SICK_train.txt")],
+        "dev": [str(sick / "SICK_trial.txt")],
+    }
     assert infersent.nli_files([], str(tmp_path / "nothing-here")) is None
     assert infersent.nli_files([], None) is None
     snli = [write_jsonl(tmp_path / f"snli_1.0_{s}.jsonl", SNLI_ROWS) for s in ("train", "dev", "test")]
@@ -201,8 +248,11 @@ def made_up_nli(n: int, seed: int) -> list[tuple[str, str, str]]:
     for i in range(n):
         premise = rng.sample(WORDS, 6)
         label = infersent.LABELS[i % 3]
-        hypothesis = {"entailment": premise[:3], "contradiction": ["nobody", *premise[:3]],
-                      "neutral": rng.sample(WORDS, 3)}[label]
+        hypothesis = {
+            "entailment": premise[:3],
+            "contradiction": ["nobody", *premise[:3]],
+            "neutral": rng.sample(WORDS, 3),
+        }[label]
         rows.append((" ".join(premise), " ".join(hypothesis), label.upper()))
     return rows
 
@@ -219,8 +269,12 @@ SMALL = {"hidden": 16, "fc_dim": 32, "batch_size": 16, "epochs": 5, "lr": 1.0}  
 def test_a_tiny_training_run_learns_and_its_export_encodes_as_the_trained_encoder(tmp_path):
     vectors = infersent.file_vectors(write_vectors(tmp_path / "v.txt", ["<s>", "</s>", "nobody", *WORDS]), None, set())
     vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
-    data = [infersent.encode_pairs(infersent.read_sick(write_sick(tmp_path / f"SICK_{split}.txt", made_up_nli(n, s))),
-                                   vocab)[0] for split, n, s in (("train", 300, 0), ("trial", 90, 1))]
+    data = [
+        infersent.encode_pairs(
+            infersent.read_sick(write_sick(tmp_path / f"SICK_{split}.txt", made_up_nli(n, s))), vocab
+        )[0]
+        for split, n, s in (("train", 300, 0), ("trial", 90, 1))
+    ]
     encoder, history = infersent.train(*data, vectors.matrix, infersent.Settings(**SMALL))
     best = max(history, key=lambda h: h["dev_accuracy"])
     assert best["train_accuracy"] > 0.5 and best["dev_accuracy"] > 0.6  # chance is 1/3
@@ -251,12 +305,23 @@ def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path):
     write_sick(data / "sick2014" / "SICK_train.txt", made_up_nli(90, 0))
     write_sick(data / "sick2014" / "SICK_trial.txt", made_up_nli(30, 1))
     write_sick(data / "sick2014" / "SICK_test_annotated.txt", made_up_nli(30, 2))  # a SICK folder is whole
-    docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))])
-                                                 )), {}, art)
-    cfg = Config(artifacts=art, evaluate={
-        "data": str(data), "untrained": False, "transfer": False, "analysis": False,
-        "fasttext": {"enabled": False, "dim": 8, "epoch": 1, "bucket": 1000},
-        "baselines": {"random": False, "infersent": {**SMALL, "enabled": True, "epochs": 2}}})
+    docs = run_stage(
+        corpus.STAGE,
+        corpus.config(Config(corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))]))),
+        {},
+        art,
+    )
+    cfg = Config(
+        artifacts=art,
+        evaluate={
+            "data": str(data),
+            "untrained": False,
+            "transfer": False,
+            "analysis": False,
+            "fasttext": {"enabled": False, "dim": 8, "epoch": 1, "bucket": 1000},
+            "baselines": {"random": False, "infersent": {**SMALL, "enabled": True, "epochs": 2}},
+        },
+    )
     # The stages run directly, not as the flow's Prefect tasks.
     direct = lambda stage, config, inputs, label: run_stage(stage, config, inputs, art)  # noqa: E731
     rows_stages = [s for s in registry.in_flow("evaluate") if s.name in ("baseline", "infersent")]
@@ -266,7 +331,10 @@ def test_the_flow_scores_an_infersent_row_on_corpus_fasttext_vectors(tmp_path):
     assert list(rows) == ["evaluate/infersent"]
     row = rows["evaluate/infersent"]
     about, inputs = row.about, row.inputs
-    assert about["objective"] == "InferSent (NLI: SICK-E train)" and "BiLSTM-max 16x2, linear classifier 32" in about["recipe"]
+    assert (
+        about["objective"] == "InferSent (NLI: SICK-E train)"
+        and "BiLSTM-max 16x2, linear classifier 32" in about["recipe"]
+    )
     manifest = read_manifest(inputs["model"])
     assert manifest["counts"]["train_pairs"] == 90 and len(manifest["epochs"]) <= 2
     assert manifest["counts"]["dropped_no_known_word"] == 0  # "</s>" is in every fastText vocabulary

@@ -19,11 +19,15 @@ def config(tmp_path, runs: str, *overrides: str):
     return load_config(path, list(overrides))
 
 
-@pytest.mark.parametrize("runs, named", [
-    ("  a: {}\n  b: {init_from: nope}\n", ["runs.b.init_from", "'nope'"]),
-    ("  a: {init_from: a}\n", ["cycle", "a -> a"]),
-    ("  x: {}\n  a: {init_from: b}\n  b: {init_from: c}\n  c: {init_from: a}\n", ["cycle", "a -> b -> c -> a"]),
-], ids=["unknown", "self", "cycle"])
+@pytest.mark.parametrize(
+    "runs, named",
+    [
+        ("  a: {}\n  b: {init_from: nope}\n", ["runs.b.init_from", "'nope'"]),
+        ("  a: {init_from: a}\n", ["cycle", "a -> a"]),
+        ("  x: {}\n  a: {init_from: b}\n  b: {init_from: c}\n  c: {init_from: a}\n", ["cycle", "a -> b -> c -> a"]),
+    ],
+    ids=["unknown", "self", "cycle"],
+)
 def test_a_bad_init_from_is_a_config_error_naming_the_runs(tmp_path, runs, named):
     with pytest.raises(ConfigError) as e:
         config(tmp_path, runs)
@@ -52,8 +56,10 @@ def test_without_init_from_the_order_is_the_configs(tmp_path):
 
 def plan(cfg, artifacts="/art") -> dict[str, tuple[dict, dict]]:
     """Each run's train config and inputs, as the train flow builds them, every dataset's path standing in for it."""
-    done = {"init": f"{artifacts}/init/0123456789abcdef",
-            **{f"augment/{r.pairs}": f"{artifacts}/augment/pairs-{r.pairs}" for r in cfg.run_configs().values()}}
+    done = {
+        "init": f"{artifacts}/init/0123456789abcdef",
+        **{f"augment/{r.pairs}": f"{artifacts}/augment/pairs-{r.pairs}" for r in cfg.run_configs().values()},
+    }
     jobs = {}
     for label, key in train.instances(cfg, done).items():
         jobs[key] = (train.config(cfg, key), train.inputs(cfg, done, key))

@@ -31,14 +31,29 @@ def scores_dataset(artifacts: str, model: str) -> str:
     them."""
     gold = [float(i) for i in range(10)]
     predicted = {p: [g + (i * MODELS.index(model) % 7) for i, g in enumerate(gold)] for p in ("cosine", "senteval")}
-    rows = [{"model": model, "kind": "trained", "task": "STSB", "subset": "all", "split": "test", "metric": "spearman",
-             "protocol": p, "value": stats.spearmanr(predicted[p], gold).statistic, "n": 10,
-             "model_fingerprint": model * 8, "data_hash": "d"} for p in predicted]
+    rows = [
+        {
+            "model": model,
+            "kind": "trained",
+            "task": "STSB",
+            "subset": "all",
+            "split": "test",
+            "metric": "spearman",
+            "protocol": p,
+            "value": stats.spearmanr(predicted[p], gold).statistic,
+            "n": 10,
+            "model_fingerprint": model * 8,
+            "data_hash": "d",
+        }
+        for p in predicted
+    ]
     fp = (model * 8)[:16]
     with DatasetWriter(artifacts, "evaluate", fp, config={"model": model, "spec": {"kind": "user"}}, inputs={}) as out:
         out.write(pa.Table.from_pylist(rows))
-        test_items.write([test_items.Items("STSB", p, "all", np.array(predicted[p]), np.array(gold))
-                          for p in predicted], out.local_dir)
+        test_items.write(
+            [test_items.Items("STSB", p, "all", np.array(predicted[p]), np.array(gold)) for p in predicted],
+            out.local_dir,
+        )
     return dataset_path(artifacts, "evaluate", fp)
 
 
@@ -50,8 +65,10 @@ def publish_after(barrier, path: str, artifacts: str) -> None:
 @pytest.mark.slow
 def test_concurrent_publishing_from_several_processes_keeps_every_row(tmp_path):
     artifacts = str(tmp_path)
-    boards = [run_stage(leaderboard.STAGE, {"rank_by": None}, {f"scores-{m}": scores_dataset(artifacts, m)}, artifacts)
-              for m in MODELS]
+    boards = [
+        run_stage(leaderboard.STAGE, {"rank_by": None}, {f"scores-{m}": scores_dataset(artifacts, m)}, artifacts)
+        for m in MODELS
+    ]
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(len(boards))
     procs = [context.Process(target=publish_after, args=(barrier, board, artifacts)) for board in boards]
@@ -63,8 +80,9 @@ def test_concurrent_publishing_from_several_processes_keeps_every_row(tmp_path):
     assert sorted(pd.read_parquet(tmp_path / f"{leaderboard.CUMULATIVE}.parquet")["model"]) == list(MODELS)
     assert sorted(pd.read_parquet(tmp_path / leaderboard.CUMULATIVE_SCORES)["model"].unique()) == list(MODELS)
     # Every model's test items kept, one file each, and every row with its intervals.
-    assert sorted(p.name for p in (tmp_path / leaderboard.CUMULATIVE_ITEMS).iterdir()) == \
-        [f"d.{m * 8}.parquet" for m in MODELS]
+    assert sorted(p.name for p in (tmp_path / leaderboard.CUMULATIVE_ITEMS).iterdir()) == [
+        f"d.{m * 8}.parquet" for m in MODELS
+    ]
     table = pd.read_parquet(tmp_path / f"{leaderboard.CUMULATIVE}.parquet")
     assert table[["STSB cosine lo", "STSB senteval hi"]].notna().all().all()
     assert not list(tmp_path.glob("*/.lease-*"))
@@ -88,14 +106,22 @@ class Numbers:
         out.write(rows(config["n"]))
 
 
-Numbers.STAGE = Stage(name="numbers", version="1", flow="data", section="corpus", config=lambda cfg, key: {},
-                      run=Numbers.run, schema=SCHEMA)
+Numbers.STAGE = Stage(
+    name="numbers",
+    version="1",
+    flow="data",
+    section="corpus",
+    config=lambda cfg, key: {},
+    run=Numbers.run,
+    schema=SCHEMA,
+)
 CONFIG = {"n": 8, "rows_per_shard": 3}
 
 
 def write(tmp_path, n: int = 8) -> str:
-    with DatasetWriter(str(tmp_path), "numbers", "f" * 16, config={}, inputs={}, schema=SCHEMA,
-                       rows_per_shard=3) as out:
+    with DatasetWriter(
+        str(tmp_path), "numbers", "f" * 16, config={}, inputs={}, schema=SCHEMA, rows_per_shard=3
+    ) as out:
         out.write(rows(n))
     return dataset_path(str(tmp_path), "numbers", "f" * 16)
 
@@ -128,20 +154,30 @@ def test_the_manifest_records_each_shard_with_its_rows_bytes_and_checksum(tmp_pa
     expected = []
     for name in sorted(f for f in os.listdir(path) if f.startswith("part-")):
         data = open(f"{path}/{name}", "rb").read()
-        expected.append({"file": name, "rows": pq.ParquetFile(f"{path}/{name}").metadata.num_rows,
-                         "bytes": len(data), "crc32": zlib.crc32(data)})
+        expected.append(
+            {
+                "file": name,
+                "rows": pq.ParquetFile(f"{path}/{name}").metadata.num_rows,
+                "bytes": len(data),
+                "crc32": zlib.crc32(data),
+            }
+        )
     assert parts == expected and [p["rows"] for p in parts] == [3, 3, 2]
     empty = tmp_path / "empty"
     with DatasetWriter(str(empty), "numbers", "e" * 16, config={}, inputs={}, schema=SCHEMA):
         pass
     data = (empty / "numbers" / ("e" * 16) / "part-00000.parquet").read_bytes()
     assert json.loads((empty / "numbers" / ("e" * 16) / MANIFEST).read_text())["parts"] == [
-        {"file": "part-00000.parquet", "rows": 0, "bytes": len(data), "crc32": zlib.crc32(data)}]
+        {"file": "part-00000.parquet", "rows": 0, "bytes": len(data), "crc32": zlib.crc32(data)}
+    ]
 
 
 def readers(path: str) -> dict:
-    return {"read_table": lambda: read_table(path), "iter_batches": lambda: list(iter_batches(path)),
-            "shards": lambda: shards(path)}
+    return {
+        "read_table": lambda: read_table(path),
+        "iter_batches": lambda: list(iter_batches(path)),
+        "shards": lambda: shards(path),
+    }
 
 
 @pytest.mark.parametrize("damage", [delete, truncate, flip])

@@ -42,8 +42,15 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
     return kind.rows(NAME, task.name, {MAIN: hits.mean()}, len(hits))
 
 
-KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda rows: [s for row in rows for s in row], statistic="mean",
-                 mteb=kind.Mteb("Retrieval", {MAIN: "hit_rate"}))
+KIND = kind.Kind(
+    NAME,
+    MAIN,
+    find,
+    score,
+    texts=lambda rows: [s for row in rows for s in row],
+    statistic="mean",
+    mteb=kind.Mteb("Retrieval", {MAIN: "hit_rate"}),
+)
 
 
 class Letters:
@@ -60,8 +67,7 @@ def toy(monkeypatch, tmp_path):
     monkeypatch.setitem(registry.MODULES, NAME, (__name__, MAIN))
     data = tmp_path / "eval"
     data.mkdir()
-    pairs = [("apple pie", "apple tart"), ("zebra zone", "zoo zebra"), ("quick quiz", "quiet quip"),
-             ("moon", "zebra")]
+    pairs = [("apple pie", "apple tart"), ("zebra zone", "zoo zebra"), ("quick quiz", "quiet quip"), ("moon", "zebra")]
     pd.DataFrame(pairs, columns=["sentence", "target"]).to_csv(data / "greet.toy.csv", index=False)
     return data, pairs
 
@@ -75,8 +81,15 @@ def test_a_registered_kind_is_found_scored_and_indexed(toy):
     scored = evaluate.score_unit(unit)
     (row,) = scored.rows
     assert unit.name == "toy/greet"
-    assert row == {"task": "greet", "subset": "all", "split": "test", "metric": MAIN, "protocol": NAME,
-                   "value": 0.75, "n": 4}  # "moon" is nearer "zoo zebra" than "zebra"
+    assert row == {
+        "task": "greet",
+        "subset": "all",
+        "split": "test",
+        "metric": MAIN,
+        "protocol": NAME,
+        "value": 0.75,
+        "n": 4,
+    }  # "moon" is nearer "zoo zebra" than "zebra"
     (items,) = scored.items
     assert (items.task, items.protocol, items.prediction.tolist()) == ("greet", NAME, [1.0, 1.0, 1.0, 0.0])
     assert eval_texts(str(data), False, [])["greet"] == [s for p in pairs for s in p]
@@ -90,8 +103,9 @@ def test_a_registered_kind_gets_its_columns_intervals_mteb_names_and_rank_by(toy
     rows, items = [], {}
     for model, hits in {"a": [1, 1, 1, 0, 1, 0], "b": [0, 1, 0, 0, 0, 1]}.items():
         rows += [{**r, "model": model, "data_hash": "h"} for r in kind.rows(NAME, "greet", {MAIN: np.mean(hits)}, 6)]
-        items[model] = test_items.to_table([test_items.Items("greet", NAME, test_items.WHOLE,
-                                                             np.asarray(hits, float), np.zeros(6))]).to_pandas()
+        items[model] = test_items.to_table(
+            [test_items.Items("greet", NAME, test_items.WHOLE, np.asarray(hits, float), np.zeros(6))]
+        ).to_pandas()
     table = leaderboard(pd.DataFrame(rows), items=items, compare_to="a")
     assert table["model"].tolist() == ["a", "b"]
     assert table["greet hits"].tolist() == [pytest.approx(400 / 6, abs=0.01), pytest.approx(200 / 6, abs=0.01)]
@@ -102,8 +116,11 @@ def test_a_registered_kind_gets_its_columns_intervals_mteb_names_and_rank_by(toy
         assert table[f"{column} diff"].iloc[1] == pytest.approx(table[column].iloc[1] - table[column].iloc[0])
     (result,) = mteb_results.task_results([r for r in rows if r["model"] == "a"]).values()
     assert result["task_name"] == "greet"
-    assert result["scores"]["test"][0]["hit_rate"] == result["scores"]["test"][0]["main_score"] == \
-        pytest.approx(4 / 6, abs=1e-6)
+    assert (
+        result["scores"]["test"][0]["hit_rate"]
+        == result["scores"]["test"][0]["main_score"]
+        == pytest.approx(4 / 6, abs=1e-6)
+    )
     assert EvaluateConfig(rank_by="greet hits").rank_by == "greet hits"
     assert EvaluateConfig(rank_by="avg toy").rank_by == "avg toy"
 

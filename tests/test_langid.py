@@ -16,7 +16,9 @@ from tests.helpers import DE_WORDS, EN_WORDS, sentence
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 needs_shared = pytest.mark.skipif(
-    not SHARED, reason="CPIPE_SHARED_DATA is not set (path to the team's shared data directory with models/lid.176.ftz)")
+    not SHARED, reason="CPIPE_SHARED_DATA is not set (path to the team's shared data directory with models/lid.176.ftz)"
+)
+
 
 def test_tiny_model_labels_each_text_in_order(tiny_lid_model):
     rng = random.Random(1)
@@ -88,6 +90,7 @@ def test_unsupervised_model_is_rejected(tmp_path):
 
 
 # --- the real lid.176 model on real text -----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def lid176() -> LanguageIdentifier:

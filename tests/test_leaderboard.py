@@ -48,8 +48,15 @@ def scores() -> pd.DataFrame:
 def test_columns_name_their_protocol(scores):
     table = leaderboard(scores)
     assert list(table.columns) == [
-        "model", "kind", "STS12 senteval", "STS12 simcse", "STSB cosine", "STSB senteval",
-        "avg STS (SimCSE 7)", "avg STS (SentEval)"]
+        "model",
+        "kind",
+        "STS12 senteval",
+        "STS12 simcse",
+        "STSB cosine",
+        "STSB senteval",
+        "avg STS (SimCSE 7)",
+        "avg STS (SentEval)",
+    ]
     row = table.set_index("model").loc["declutr"]
     assert row["kind"] == "trained"
     assert row["STS12 senteval"] == 70.0 and row["STS12 simcse"] == 65.0
@@ -120,8 +127,10 @@ def test_markdown(scores):
     md = to_markdown(table, absent_tasks(scores), TITLE, rank_by=rank_column(table))
     lines = md.splitlines()
     assert lines[0] == f"# {TITLE}"
-    assert lines[2] == ("| model | kind | STS12 senteval | STS12 simcse | STSB cosine | STSB senteval "
-                        "| avg STS (SimCSE 7) | avg STS (SentEval) |")
+    assert lines[2] == (
+        "| model | kind | STS12 senteval | STS12 simcse | STSB cosine | STSB senteval "
+        "| avg STS (SimCSE 7) | avg STS (SentEval) |"
+    )
     assert lines[3].count("|") == 9
     assert "| bow | baseline | 50.12 | 45.00 | — | — | — | — |" in lines
     assert "| declutr | trained | 70.00 | 65.00 | 80.00 | 78.00 | — | — |" in lines
@@ -162,12 +171,14 @@ def test_transfer_analysis_and_what_each_model_is(scores):
     for model, acc in (("declutr", 0.8), ("random", 0.7)):
         common = {"model": model, "subset": "all", "split": "test", "protocol": "senteval", "n": 10}
         extra += [{**common, "task": t, "metric": "accuracy", "value": acc + d} for t, d in (("MR", 0.02), ("MRPC", 0))]
-        extra += [{**common, "task": "MRPC", "metric": "f1", "value": acc + 0.1},
-                  # The scores' own average row (whatever it says) is not what the leaderboard shows.
-                  {**common, "task": "transfer", "metric": "accuracy", "protocol": "declutr", "value": 0.1},
-                  {**common, "task": "MR", "metric": "accuracy", "protocol": "sklearn", "value": acc},
-                  {**common, "task": "STSB", "metric": "alignment", "protocol": "simcse", "value": 0.123456},
-                  {**common, "task": "STSB", "metric": "anisotropy", "protocol": "ethayarajh", "value": 0.5}]
+        extra += [
+            {**common, "task": "MRPC", "metric": "f1", "value": acc + 0.1},
+            # The scores' own average row (whatever it says) is not what the leaderboard shows.
+            {**common, "task": "transfer", "metric": "accuracy", "protocol": "declutr", "value": 0.1},
+            {**common, "task": "MR", "metric": "accuracy", "protocol": "sklearn", "value": acc},
+            {**common, "task": "STSB", "metric": "alignment", "protocol": "simcse", "value": 0.123456},
+            {**common, "task": "STSB", "metric": "anisotropy", "protocol": "ethayarajh", "value": 0.5},
+        ]
     extra = [r for r in extra if not (r["model"] == "random" and r["task"] == "MR" and r["protocol"] == "senteval")]
     both = pd.concat([scores.assign(parameters=1234, objective="x"), pd.DataFrame(extra)], ignore_index=True)
     table = leaderboard(both).set_index("model")
@@ -195,15 +206,28 @@ def test_the_papers_transfer_averages_by_hand():
     rows = []
     for model, shift in (("a", 0.0), ("b", 0.01)):
         common = {"model": model, "subset": "all", "split": "test", "n": 10}
-        rows += [{**common, "task": t, "metric": "accuracy", "protocol": "senteval", "value": v + shift}
-                 for t, v in acc.items() if not (model == "b" and t == "SICKE")]  # b lacks SICK-E
+        rows += [
+            {**common, "task": t, "metric": "accuracy", "protocol": "senteval", "value": v + shift}
+            for t, v in acc.items()
+            if not (model == "b" and t == "SICKE")
+        ]  # b lacks SICK-E
         rows += [{**common, "task": t, "metric": "accuracy", "protocol": "sklearn", "value": 0.5} for t in acc]
         rows.append({**common, "task": "MRPC", "metric": "f1", "protocol": "senteval", "value": 0.81 + shift})
         rows.append({**common, "task": "MRPC", "metric": "f1", "protocol": "sklearn", "value": 0.5})
-        rows += [{**common, "task": t, "metric": "spearman", "protocol": "senteval", "value": v + shift}
-                 for t, v in sts.items()]
-        rows += [{**common, "task": t, "metric": "spearman", "protocol": "simcse" if t.startswith("STS1") else
-                  "cosine", "value": 0.1} for t in sts]
+        rows += [
+            {**common, "task": t, "metric": "spearman", "protocol": "senteval", "value": v + shift}
+            for t, v in sts.items()
+        ]
+        rows += [
+            {
+                **common,
+                "task": t,
+                "metric": "spearman",
+                "protocol": "simcse" if t.startswith("STS1") else "cosine",
+                "value": 0.1,
+            }
+            for t in sts
+        ]
     table = leaderboard(pd.DataFrame(rows)).set_index("model")
     simcse_a = (81 + 87 + 94 + 89 + 86 + 83 + 73) / 7
     declutr_a = (87 + 81 + 89 + 94 + 86 + 83 + (73 + 81) / 2 + 79 + 69 + 77 + 61 + 67 + 64 + 75 + 72) / 15
@@ -226,11 +250,13 @@ def test_the_papers_transfer_averages_by_hand():
 def test_cumulative_leaderboard_replaces_a_rescored_model_and_keeps_others(scores):
     from pipeline.leaderboard.stage import cumulative
 
-    first = scores.assign(model_fingerprint=scores["model"].map(lambda m: f"{hash(m) & 0xffffffff:08x}0000"),
-                          data_hash="d")
+    first = scores.assign(
+        model_fingerprint=scores["model"].map(lambda m: f"{hash(m) & 0xFFFFFFFF:08x}0000"), data_hash="d"
+    )
     fp = first.loc[first["model"] == "declutr", "model_fingerprint"].iloc[0]
-    second = scores[scores["model"] == "declutr"].assign(model_fingerprint=fp, data_hash="d",
-                                                         value=lambda t: t["value"] / 2)
+    second = scores[scores["model"] == "declutr"].assign(
+        model_fingerprint=fp, data_hash="d", value=lambda t: t["value"] / 2
+    )
     merged = cumulative(first, second)
     assert len(merged) == len(first)  # declutr's rows replaced, not added
     assert leaderboard(merged).set_index("model").loc["declutr", "STSB cosine"] == 40.0
@@ -242,4 +268,6 @@ def test_cumulative_leaderboard_replaces_a_rescored_model_and_keeps_others(score
     other_data = cumulative(first, second.assign(data_hash="e"))
     assert len(other_data) == len(first) + len(second)
     assert other_data.groupby("data_hash")["model"].unique().map(set).to_dict() == {
-        "d": {"bow", "declutr", "random"}, "e": {"declutr"}}
+        "d": {"bow", "declutr", "random"},
+        "e": {"declutr"},
+    }

@@ -22,8 +22,9 @@ def _evaluated(art: str, name: str, predicts: str, fingerprint: str, data: str, 
     """An evaluate dataset as the stage writes it: `name` scored on `data`, predicting what `predicts` does in
     tests.test_uncertainty's hand-built items (its score rows and its test items)."""
     scores, items = hand_built()
-    rows = scores[scores["model"] == predicts].assign(model=name, kind="user", model_fingerprint=fingerprint,
-                                                      data_hash=data)
+    rows = scores[scores["model"] == predicts].assign(
+        model=name, kind="user", model_fingerprint=fingerprint, data_hash=data
+    )
     with DatasetWriter(art, "evaluate", fp, config={"model": name, "spec": {"kind": "user"}}, inputs={}) as out:
         out.write(pa.Table.from_pandas(rows, preserve_index=False))
         items[predicts].to_parquet(f"{out.local_dir}/{test_items.ITEMS}", index=False)
@@ -53,7 +54,10 @@ def test_three_publishes_on_two_data_keep_every_model(tmp_path):
     one_evaluation = len(hand_built()[0]) // 2
     kept = _kept(art)
     assert kept.groupby(["data_hash", "model"]).size().to_dict() == {
-        (PC, "m1"): one_evaluation, (RR, "m2"): one_evaluation, (PC, "m3"): one_evaluation}
+        (PC, "m1"): one_evaluation,
+        (RR, "m2"): one_evaluation,
+        (PC, "m3"): one_evaluation,
+    }
     assert _kept_files(art) == [f"{PC}.{'1' * 16}.parquet", f"{PC}.{'3' * 16}.parquet", f"{RR}.{'2' * 16}.parquet"]
     # One row each, the latest run's data first; each with its interval from its own items.
     assert list(zip(table[DATA], table["model"])) == [(PC, "m3"), (PC, "m1"), (RR, "m2")]
@@ -74,12 +78,16 @@ def test_a_rescored_model_replaces_its_rows_on_that_data_only(tmp_path):
     first = _publish(art, _evaluated(art, "m1", "better", "1" * 16, PC, "e3"))
     kept = _kept(art)
     one_evaluation = len(hand_built()[0]) // 2
-    assert kept.groupby(["data_hash", "model"]).size().to_dict() == {(PC, "m1"): one_evaluation,
-                                                                     (RR, "m1"): one_evaluation}
+    assert kept.groupby(["data_hash", "model"]).size().to_dict() == {
+        (PC, "m1"): one_evaluation,
+        (RR, "m1"): one_evaluation,
+    }
     first = first.set_index([DATA, "model"])
     assert _kept_files(art) == [f"{PC}.{'1' * 16}.parquet", f"{RR}.{'1' * 16}.parquet"]
-    alone = {p: _publish(str(tmp_path / p), _evaluated(str(tmp_path / p), "m1", p, "1" * 16, PC, "e"))
-             for p in ("ref", "better")}
+    alone = {
+        p: _publish(str(tmp_path / p), _evaluated(str(tmp_path / p), "m1", p, "1" * 16, PC, "e"))
+        for p in ("ref", "better")
+    }
     columns = ["STS12 simcse", "STS12 simcse lo", "STS12 simcse hi", "MR senteval lo"]
     assert first.loc[(PC, "m1"), columns].tolist() == alone["better"].loc[0, columns].tolist()
     assert first.loc[(RR, "m1"), columns].tolist() == alone["ref"].loc[0, columns].tolist()

@@ -26,8 +26,13 @@ def board(columns: int) -> pd.DataFrame:
     for i in range(columns):
         name = f"{'biomedical-sentence-similarity-benchmark' if i % 3 == 0 else 'pairs'}-{i} cosine"
         score = rng.uniform(20, 80, len(MODELS))
-        data |= {name: score, f"{name} {LO}": score - 2.5, f"{name} {HI}": score + 2.5,
-                 f"{name} {SIGNIFICANT}": [True, False, False, True], f"{name} {DIFF_LO}": [1.0, -1.0, -1.0, -2.0]}
+        data |= {
+            name: score,
+            f"{name} {LO}": score - 2.5,
+            f"{name} {HI}": score + 2.5,
+            f"{name} {SIGNIFICANT}": [True, False, False, True],
+            f"{name} {DIFF_LO}": [1.0, -1.0, -1.0, -2.0],
+        }
     return pd.DataFrame(data)
 
 
@@ -43,9 +48,15 @@ def texts(fig) -> list:
     shown = [t for t in fig.texts if t.get_text()]
     for ax in fig.axes:
         shown += [ax.title]
-        for labels, (lo, hi), at in ((ax.get_xticklabels(), ax.get_xlim(), 0), (ax.get_yticklabels(), ax.get_ylim(), 1)):
-            shown += [t for t in labels if t.get_visible() and t.get_text() and min(lo, hi) <= t.get_position()[at]
-                      <= max(lo, hi)]
+        for labels, (lo, hi), at in (
+            (ax.get_xticklabels(), ax.get_xlim(), 0),
+            (ax.get_yticklabels(), ax.get_ylim(), 1),
+        ):
+            shown += [
+                t
+                for t in labels
+                if t.get_visible() and t.get_text() and min(lo, hi) <= t.get_position()[at] <= max(lo, hi)
+            ]
     return shown
 
 
@@ -58,12 +69,14 @@ def test_no_text_is_cut_or_overlaps_another(columns):
         shown = texts(fig)
         tasks = [c for c in board(columns).columns if c.endswith(" cosine")]
         assert sorted(re.sub(r"\s", "", ax.get_title()) for ax in fig.axes) == sorted(
-            re.sub(r"\s", "", c) for c in tasks)  # a panel for each task, titled by its whole name
+            re.sub(r"\s", "", c) for c in tasks
+        )  # a panel for each task, titled by its whole name
         extents = [(t.get_text(), t.get_window_extent(renderer)) for t in shown]
         bounds = fig.bbox
         for text, box in extents:
-            assert bounds.x0 <= box.x0 and box.x1 <= bounds.x1 and bounds.y0 <= box.y0 and box.y1 <= bounds.y1, \
+            assert bounds.x0 <= box.x0 and box.x1 <= bounds.x1 and bounds.y0 <= box.y0 and box.y1 <= bounds.y1, (
                 f"{text!r} at {box.bounds} leaves the figure {bounds.bounds}"
+            )
         for (a, box_a), (b, box_b) in itertools.combinations(extents, 2):
             assert not box_a.overlaps(box_b), f"{a!r} overlaps {b!r}"
         for ax in fig.axes:  # each panel's scale can be read

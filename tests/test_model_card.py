@@ -18,29 +18,60 @@ from storage import DatasetWriter, dataset_path, read_manifest
 from tests.helpers import tiny_model
 
 INFO = {
-    "objective": "clear", "augmentation": "del-word+reorder", "contrastive": True, "loss": "nt-xent",
-    "temperature": 0.05, "mlm": True, "mlm_probability": 0.15, "pooling": "mean",
+    "objective": "clear",
+    "augmentation": "del-word+reorder",
+    "contrastive": True,
+    "loss": "nt-xent",
+    "temperature": 0.05,
+    "mlm": True,
+    "mlm_probability": 0.15,
+    "pooling": "mean",
     "recipe": "batch 4, 6 steps, lr 0.001, nt-xent tau 0.05",
-    "base_model": None, "architecture": "RoBERTa from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64",
-    "parameters": 12345, "pairs": {"fingerprint": "aaaa1111bbbb2222", "rows": 480},
+    "base_model": None,
+    "architecture": "RoBERTa from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64",
+    "parameters": 12345,
+    "pairs": {"fingerprint": "aaaa1111bbbb2222", "rows": 480},
     "sources": {"documents": {"fingerprint": "cccc3333dddd4444", "stage": "filter", "rows": 20}},
-    "steps": 6, "final_loss": 1.23456, "best_step": 4, "best_dev_spearman": 0.61234,
+    "steps": 6,
+    "final_loss": 1.23456,
+    "best_step": 4,
+    "best_dev_spearman": 0.61234,
 }
 
 
 def test_the_card_states_every_training_fact():
     card = render(INFO)
-    for fact in ("CLEAR", "del-word+reorder", "NT-Xent", "temperature 0.05", "masked language modelling (15% of tokens",
-                 "none: from scratch", "RoBERTa from scratch: 1 layers, hidden size 32", "12,345", INFO["recipe"],
-                 "`aaaa1111bbbb2222`: 480 pairs", "filter documents `cccc3333dddd4444` (20 rows)",
-                 "| steps | 6 (final loss 1.2346) |", "0.6123 Spearman at step 4", "mean-pooled", "Not scored yet"):
+    for fact in (
+        "CLEAR",
+        "del-word+reorder",
+        "NT-Xent",
+        "temperature 0.05",
+        "masked language modelling (15% of tokens",
+        "none: from scratch",
+        "RoBERTa from scratch: 1 layers, hidden size 32",
+        "12,345",
+        INFO["recipe"],
+        "`aaaa1111bbbb2222`: 480 pairs",
+        "filter documents `cccc3333dddd4444` (20 rows)",
+        "| steps | 6 (final loss 1.2346) |",
+        "0.6123 Spearman at step 4",
+        "mean-pooled",
+        "Not scored yet",
+    ):
         assert fact in card, fact
     assert card.startswith("---\nlibrary_name: sentence-transformers\n")
 
 
 def test_a_base_model_is_named_and_a_run_without_dev_evaluation_says_so():
-    card = render({**INFO, "base_model": "roberta-base", "architecture": "roberta-base (continued pretraining)",
-                   "best_step": None, "best_dev_spearman": None})
+    card = render(
+        {
+            **INFO,
+            "base_model": "roberta-base",
+            "architecture": "roberta-base (continued pretraining)",
+            "best_step": None,
+            "best_dev_spearman": None,
+        }
+    )
     assert "| base model | roberta-base |" in card and "base_model: roberta-base" in card
     assert "not evaluated during training" in card
 
@@ -68,8 +99,13 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
         return dataset_path(str(art), stage, fp)
 
     dataset("decontaminate", "f" * 16, {}, {}, rows=[{"text": f"doc {i}"} for i in range(20)])
-    pairs = dataset("augment", "a" * 16, {}, {"documents": "f" * 16, "tokenizer": "t" * 16},
-                    rows=[{"anchor_ids": [1, 2]} for _ in range(48)])
+    pairs = dataset(
+        "augment",
+        "a" * 16,
+        {},
+        {"documents": "f" * 16, "tokenizer": "t" * 16},
+        rows=[{"anchor_ids": [1, 2]} for _ in range(48)],
+    )
     model = {"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
     init = dataset("init", "i" * 16, model, {}, extra={"parameters": 999})
     cfg = TrainConfig(batch_size=4, max_steps=6).model_dump()
@@ -77,8 +113,9 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
     def train(out):
         tiny_model(Path(out.local_dir))
         out.extra.update({"steps": 6, "final_loss": 2.5, "best_step": 6, "best_dev_spearman": 0.5})
-        out.extra["card"] = train_info(cfg, {"pairs": pairs, "init": init}, out.extra,
-                                       AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}"))
+        out.extra["card"] = train_info(
+            cfg, {"pairs": pairs, "init": init}, out.extra, AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}")
+        )
         write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
     return art, dataset("train", "m" * 16, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
@@ -90,9 +127,17 @@ def test_the_trained_model_card_traces_its_inputs_and_loads(artifacts):
 
     _, model_dir = artifacts
     card = Path(model_dir, ST_DIR, CARD).read_text()
-    for fact in ("DeCLUTR", "none: from scratch", "1 layers, hidden size 32, 2 heads, feed-forward 64", "999",
-                 "`aaaaaaaaaaaaaaaa`: 48 pairs", "decontaminate documents `ffffffffffffffff` (20 rows)", "| steps | 6",
-                 "0.5000 Spearman at step 6", RAN):
+    for fact in (
+        "DeCLUTR",
+        "none: from scratch",
+        "1 layers, hidden size 32, 2 heads, feed-forward 64",
+        "999",
+        "`aaaaaaaaaaaaaaaa`: 48 pairs",
+        "decontaminate documents `ffffffffffffffff` (20 rows)",
+        "| steps | 6",
+        "0.5000 Spearman at step 6",
+        RAN,
+    ):
         assert fact in card, fact
     assert ModelCard.load(Path(model_dir, ST_DIR, CARD)).data.library_name == "sentence-transformers"
     model = SentenceTransformer(str(Path(model_dir, ST_DIR)), device="cpu")
@@ -105,8 +150,17 @@ RAN = TrainConfig(batch_size=4, max_steps=6).recipe().replace(", 6 steps,", ", 6
 
 
 def _scores(model: str, kind: str, stsb: float) -> list[dict]:
-    common = {"model": model, "kind": kind, "subset": "all", "split": "test", "metric": "spearman", "n": 100,
-              "task": "STSB", "model_fingerprint": model, "data_hash": "d"}
+    common = {
+        "model": model,
+        "kind": kind,
+        "subset": "all",
+        "split": "test",
+        "metric": "spearman",
+        "n": 100,
+        "task": "STSB",
+        "model_fingerprint": model,
+        "data_hash": "d",
+    }
     return [{**common, "protocol": "cosine", "value": stsb}, {**common, "protocol": "senteval", "value": stsb - 0.1}]
 
 
@@ -114,8 +168,9 @@ def test_a_continued_runs_card_names_the_run_it_continues_and_keeps_its_base(art
     art, parent = artifacts
     pairs = dataset_path(str(art), "augment", "a" * 16)
     cfg = TrainConfig(objective="simcse", batch_size=4, max_steps=3).model_dump()
-    info = train_info(cfg, {"pairs": pairs, "init": parent}, {"steps": 3},
-                      AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"))
+    info = train_info(
+        cfg, {"pairs": pairs, "init": parent}, {"steps": 3}, AutoConfig.from_pretrained(f"{parent}/{HF_DIR}")
+    )
     card = render(info)
     assert "none: from scratch" in card and "1 layers, hidden size 32" in card and "999" in card
     assert f"train run `{'m' * 16}` ({RAN})" in card
@@ -126,8 +181,12 @@ def test_the_architecture_is_the_trained_models_own_whatever_the_init_config_say
     with DatasetWriter(str(tmp_path), "init", "bare", config={}, inputs={}) as out:
         pass
     cfg = TrainConfig(batch_size=4, max_steps=3).model_dump()
-    info = train_info(cfg, {"pairs": dataset_path(str(art), "augment", "a" * 16), "init": out.path}, {"steps": 3},
-                      AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"))
+    info = train_info(
+        cfg,
+        {"pairs": dataset_path(str(art), "augment", "a" * 16), "init": out.path},
+        {"steps": 3},
+        AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"),
+    )
     assert info["base_model"] is None
     assert info["architecture"] == "Roberta from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64"
 
@@ -135,11 +194,19 @@ def test_the_architecture_is_the_trained_models_own_whatever_the_init_config_say
 def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifacts):
     art, model_dir = artifacts
     inputs = {}
-    for name, kind, fp, model_input, stsb in (("declutr", "trained", "s" * 16, {"model": "m" * 16}, 0.8),
-                                              ("random", "random", "r" * 16, {}, 0.2)):
+    for name, kind, fp, model_input, stsb in (
+        ("declutr", "trained", "s" * 16, {"model": "m" * 16}, 0.8),
+        ("random", "random", "r" * 16, {}, 0.2),
+    ):
         rows = _scores(name, kind, stsb)
-        with DatasetWriter(str(art), "evaluate", fp, config={"model": name, "spec": {"kind": kind}},
-                           inputs=model_input, schema=pa.Table.from_pylist(rows).schema) as out:
+        with DatasetWriter(
+            str(art),
+            "evaluate",
+            fp,
+            config={"model": name, "spec": {"kind": kind}},
+            inputs=model_input,
+            schema=pa.Table.from_pylist(rows).schema,
+        ) as out:
             out.write(rows)
         inputs[f"scores-{name}"] = dataset_path(str(art), "evaluate", fp)
     before = read_manifest(model_dir)

@@ -12,13 +12,30 @@ from pipeline.evaluate import mteb_results
 from pipeline.evaluate.stage import SCHEMA
 from storage import DatasetWriter, dataset_path, read_manifest
 
-MODEL = {"model": "org/enc (seed 1)", "kind": "model", "objective": "simcse", "recipe": None, "corpus": None,
-         "model_fingerprint": "f" * 16, "parameters": 1234, "dimension": 8, "data_hash": "abcd" * 4}
+MODEL = {
+    "model": "org/enc (seed 1)",
+    "kind": "model",
+    "objective": "simcse",
+    "recipe": None,
+    "corpus": None,
+    "model_fingerprint": "f" * 16,
+    "parameters": 1234,
+    "dimension": 8,
+    "data_hash": "abcd" * 4,
+}
 
 
 def row(task, metric, protocol, value, n, split="test", subset="all"):
-    return {**MODEL, "task": task, "subset": subset, "split": split, "metric": metric, "protocol": protocol,
-            "value": value, "n": n}
+    return {
+        **MODEL,
+        "task": task,
+        "subset": subset,
+        "split": split,
+        "metric": metric,
+        "protocol": protocol,
+        "value": value,
+        "n": n,
+    }
 
 
 ROWS = [
@@ -63,12 +80,16 @@ def _scores(values: dict, main: str, languages: list[str]) -> list[dict]:
 EXPECTED_SCORES = {
     "STS12": {"test": _scores({"cosine_spearman": 0.612346, "cosine_pearson": 0.55}, "cosine_spearman", ["eng-Latn"])},
     # its dev rows are not written: mteb's TaskResult.get_score() would average them with the test split's
-    "STSBenchmark": {"test": _scores({"cosine_spearman": 0.7, "cosine_pearson": 0.71}, "cosine_spearman",
-                                     ["eng-Latn"])},
+    "STSBenchmark": {
+        "test": _scores({"cosine_spearman": 0.7, "cosine_pearson": 0.71}, "cosine_spearman", ["eng-Latn"])
+    },
     "SICKR": {"test": _scores({"cosine_spearman": 0.65, "cosine_pearson": 0.66}, "cosine_spearman", ["eng-Latn"])},
     "mine": {"test": _scores({"cosine_spearman": 0.5, "cosine_pearson": 0.4}, "cosine_spearman", [])},
-    "docs": {"test": _scores({"ndcg_at_10": 0.3, "mrr_at_10": 0.35, "recall_at_100": 0.9, "map_at_100": 0.25},
-                             "ndcg_at_10", [])},
+    "docs": {
+        "test": _scores(
+            {"ndcg_at_10": 0.3, "mrr_at_10": 0.35, "recall_at_100": 0.9, "map_at_100": 0.25}, "ndcg_at_10", []
+        )
+    },
     "dups": {"test": _scores({"cosine_ap": 0.75, "cosine_accuracy": 0.7, "cosine_f1": 0.72}, "cosine_ap", [])},
     "topics": {"test": _scores({"v_measure": 0.4}, "v_measure", [])},
     "rr": {"test": _scores({"map_at_1000": 0.6, "mrr_at_10": 0.62}, "map_at_1000", [])},
@@ -83,21 +104,34 @@ def _evaluated(art: str, rows: list[dict], units: list[dict]) -> str:
 
 
 def test_result_files_have_mtebs_keys_names_and_values(tmp_path):
-    units = [{"unit": "sts/STS12", "seconds": 1.5}, {"unit": "retrieval/docs", "seconds": 2.0},
-             {"unit": "transfer/MR", "seconds": 9.0}, {"unit": "analysis", "seconds": 0.5}]
+    units = [
+        {"unit": "sts/STS12", "seconds": 1.5},
+        {"unit": "retrieval/docs", "seconds": 2.0},
+        {"unit": "transfer/MR", "seconds": 9.0},
+        {"unit": "analysis", "seconds": 0.5},
+    ]
     evaluated = _evaluated(str(tmp_path / "art"), ROWS, units)
     results = tmp_path / "results"
     written = mteb_results.write(str(results), evaluated)
     where = results / "org__enc_(seed_1)" / ("f" * 16)
     assert sorted(written) == sorted(str(where / f"{t}.json") for t in EXPECTED_SCORES)
-    assert sorted(p.name for p in where.iterdir()) == sorted([f"{t}.json" for t in EXPECTED_SCORES] +
-                                                             ["model_meta.json"])
+    assert sorted(p.name for p in where.iterdir()) == sorted(
+        [f"{t}.json" for t in EXPECTED_SCORES] + ["model_meta.json"]
+    )
     created = read_manifest(evaluated)["created"]
     for task, scores in EXPECTED_SCORES.items():
         with open(where / f"{task}.json") as f:
             got = json.load(f)
-        assert list(got) == ["dataset_revision", "task_name", "mteb_version", "scores", "evaluation_time",
-                             "kg_co2_emissions", "date", "evaluation_phases"]
+        assert list(got) == [
+            "dataset_revision",
+            "task_name",
+            "mteb_version",
+            "scores",
+            "evaluation_time",
+            "kg_co2_emissions",
+            "date",
+            "evaluation_phases",
+        ]
         assert got["task_name"] == task and got["dataset_revision"] == "abcd" * 4
         assert got["mteb_version"] is None and got["kg_co2_emissions"] is None and got["evaluation_phases"] is None
         assert got["scores"] == scores
@@ -105,8 +139,13 @@ def test_result_files_have_mtebs_keys_names_and_values(tmp_path):
     seconds = {t: json.load(open(where / f"{t}.json"))["evaluation_time"] for t in EXPECTED_SCORES}
     assert seconds == {**{t: None for t in EXPECTED_SCORES}, "STS12": 1.5, "docs": 2.0}
     meta = json.load(open(where / "model_meta.json"))
-    assert (meta["name"], meta["revision"], meta["n_parameters"], meta["embed_dim"], meta["max_tokens"]) == \
-        ("org/enc (seed 1)", "f" * 16, 1234, 8, 64)
+    assert (meta["name"], meta["revision"], meta["n_parameters"], meta["embed_dim"], meta["max_tokens"]) == (
+        "org/enc (seed 1)",
+        "f" * 16,
+        1234,
+        8,
+        64,
+    )
     assert not [p for p in where.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
@@ -128,8 +167,17 @@ def test_an_unwritable_results_dir_is_a_one_line_error_before_any_work(tmp_path,
     from flows.cli import main
 
     (tmp_path / "file").write_text("")
-    code = main(["evaluate", "--model", str(tmp_path), "--artifacts", str(tmp_path / "art"),
-                 "--results-dir", f"{tmp_path}/file/r: 1"])
+    code = main(
+        [
+            "evaluate",
+            "--model",
+            str(tmp_path),
+            "--artifacts",
+            str(tmp_path / "art"),
+            "--results-dir",
+            f"{tmp_path}/file/r: 1",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"cpipe: error: evaluate.results_dir {tmp_path}/file/r: 1: cannot write there"), err
@@ -154,14 +202,18 @@ def test_a_nan_score_is_written_to_mtebs_files_as_null_with_a_warning(tmp_path, 
 def mteb_get_score(result: dict) -> float:
     """mteb 2.x's TaskResult.get_score() with its defaults: the mean main score over every split in the file and
     every subset whose languages it lists (all of them, unfiltered)."""
-    return sum(s["main_score"] for split in result["scores"].values() for s in split) / \
-        sum(len(split) for split in result["scores"].values())
+    return sum(s["main_score"] for split in result["scores"].values() for s in split) / sum(
+        len(split) for split in result["scores"].values()
+    )
 
 
 def test_mtebs_score_of_a_task_with_a_dev_split_is_its_test_score():
-    rows = [row("STSB", "spearman", "cosine", 0.5321, 1379), row("STSB", "pearson", "cosine", 0.52, 1379),
-            row("STSB", "spearman", "cosine", 0.6139, 1500, split="dev"),
-            row("STSB", "pearson", "cosine", 0.6, 1500, split="dev")]
+    rows = [
+        row("STSB", "spearman", "cosine", 0.5321, 1379),
+        row("STSB", "pearson", "cosine", 0.52, 1379),
+        row("STSB", "spearman", "cosine", 0.6139, 1500, split="dev"),
+        row("STSB", "pearson", "cosine", 0.6, 1500, split="dev"),
+    ]
     [result] = mteb_results.task_results(rows).values()
     assert list(result["scores"]) == ["test"]
     assert mteb_get_score(result) == 0.5321

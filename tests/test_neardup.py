@@ -38,7 +38,9 @@ def test_minhash_matches_python_integers():
     rng = np.random.default_rng(0)
     edge = [0, 1, MERSENNE - 1, MERSENNE, MERSENNE + 1, 2**32 - 1, 2**32, 2**61, 2**64 - 1]
     hashes = np.array(edge + [int(v) for v in rng.integers(0, 2**64 - 1, size=2000, dtype=np.uint64)], dtype=np.uint64)
-    a = np.array([1, MERSENNE - 1, 2**32 + 1] + list(rng.integers(1, MERSENNE, size=20, dtype=np.uint64)), dtype=np.uint64)
+    a = np.array(
+        [1, MERSENNE - 1, 2**32 + 1] + list(rng.integers(1, MERSENNE, size=20, dtype=np.uint64)), dtype=np.uint64
+    )
     b = np.array([0, MERSENNE - 1, 12345] + list(rng.integers(0, MERSENNE, size=20, dtype=np.uint64)), dtype=np.uint64)
     expected = [min((int(ak) * int(x) + int(bk)) % MERSENNE for x in hashes) for ak, bk in zip(a, b)]
     assert minhash(hashes, a, b).tolist() == expected

@@ -32,8 +32,9 @@ def nli_rows(seed: int, n: int) -> list[tuple[str, str, str]]:
 
 def write_sick_file(path, rows) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(SICK_HEADER + "\n" + "".join(f"{i}\t{a}\t{b}\t{1 + i % 5}\t{label}\n"
-                                                  for i, (a, b, label) in enumerate(rows)))
+    path.write_text(
+        SICK_HEADER + "\n" + "".join(f"{i}\t{a}\t{b}\t{1 + i % 5}\t{label}\n" for i, (a, b, label) in enumerate(rows))
+    )
     return str(path)
 
 
@@ -55,6 +56,7 @@ def simcse_sup_files(nli: list[str], eval_data) -> dict:
 
 # --- item 1: NLI files by their content, not their names ---
 
+
 def test_a_renamed_test_split_is_refused_as_nli_training_data_naming_the_file_and_share(eval_with_sick, tmp_path):
     data, test = eval_with_sick
     renamed = write_sick_file(tmp_path / "my_nli_train.txt", test)
@@ -72,8 +74,11 @@ def test_a_test_split_hidden_in_a_large_file_is_refused_too(eval_with_sick, tmp_
     data, test = eval_with_sick
     big = tmp_path / "snli_plus.jsonl"
     rows = nli_rows(4, 3000) + test  # the test split is 2% of the file, but all of the test split
-    big.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "gold_label": label.lower()}) + "\n"
-                           for a, b, label in rows))
+    big.write_text(
+        "".join(
+            json.dumps({"sentence1": a, "sentence2": b, "gold_label": label.lower()}) + "\n" for a, b, label in rows
+        )
+    )
     with pytest.raises(InputError, match="60 of its 3060 pairs .100% of the smaller"):
         simcse_sup_files([str(big)], data)
 

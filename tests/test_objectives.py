@@ -42,8 +42,9 @@ def test_every_registered_objective_declares_the_contract():
 
 def pairs_config(objective: str, augmentation: str | None = None, **settings) -> dict:
     """The augment stage's config for a run of `objective` under these augment settings."""
-    return augment.config(Config(augment=AugmentConfig(**settings)),
-                          TrainConfig(objective=objective, augmentation=augmentation))
+    return augment.config(
+        Config(augment=AugmentConfig(**settings)), TrainConfig(objective=objective, augmentation=augmentation)
+    )
 
 
 def test_each_objective_is_fingerprinted_on_its_own_settings_only():
@@ -77,8 +78,12 @@ def test_simcse_pairs_a_sentence_with_itself_every_epoch(documents):
     orders = [[r["pair_id"].split("-", 1)[1] for r in rows if r["epoch"] == e] for e in range(3)]
     assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[2])
     # TSDAE's pairs of the same seed are made from the same sentences, and from the same documents.
-    tsdae = run_stage(augment.STAGE, pairs_config("tsdae", epochs=1, min_chars=10, max_sentences=12),
-                      {"documents": docs, "tokenizer": tok}, art)
+    tsdae = run_stage(
+        augment.STAGE,
+        pairs_config("tsdae", epochs=1, min_chars=10, max_sentences=12),
+        {"documents": docs, "tokenizer": tok},
+        art,
+    )
     assert {r["positive_text"][0] for r in read_table(tsdae).to_pylist()} == drawn
     assert read_manifest(tsdae)["drawn"] == manifest["drawn"]
 
@@ -206,8 +211,9 @@ def test_clear_substitution_uses_wordnet_where_it_is_installed(tmp_path):
     (docs / "a.txt").write_text("The big dog runs quickly to the old car. A happy child sees the large house. " * 5)
     art = str(tmp_path / "art")
     path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 1, "max_length": 64},
-                    {"corpus": path}, art)
+    tok = run_stage(
+        tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 1, "max_length": 64}, {"corpus": path}, art
+    )
     rows, out = clear_rows((path, tok, art), "subs", epochs=1)
     assert read_manifest(out)["synonym_source"] == WORDNET
     assert any(r["anchor_text"] != r["original_text"] for r in rows)
@@ -221,8 +227,9 @@ def test_declutr_collapses_whitespace_and_drops_short_documents(tmp_path):
     (docs / "short.txt").write_text("Kabar lobar mifen.")
     art = str(tmp_path / "art")
     path = run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(docs)]))), {}, art)
-    tok = run_stage(tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                    {"corpus": path}, art)
+    tok = run_stage(
+        tokenizer.STAGE, {"base": None, "vocab_size": 300, "min_frequency": 2, "max_length": 64}, {"corpus": path}, art
+    )
     spans = {"min_length": 4, "max_length": 16, "epochs": 2}
     texts = {}
     for collapse in (True, False):
@@ -237,16 +244,37 @@ def test_declutr_collapses_whitespace_and_drops_short_documents(tmp_path):
 def test_a_base_models_tokenizer_gains_the_deletion_token_and_init_grows_its_embeddings(tmp_path, documents):
     base = tmp_path / "base"
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(read_table(documents[0]).column("text").to_pylist(), vocab_size=300,
-                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", pad_token="<pad>",
-                                  eos_token="</s>", unk_token="<unk>", mask_token="<mask>")
+    bpe.train_from_iterator(
+        read_table(documents[0]).column("text").to_pylist(),
+        vocab_size=300,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+    )
     tok.save_pretrained(base)
-    RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=40)).save_pretrained(base)
+    RobertaForMaskedLM(
+        RobertaConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=40,
+        )
+    ).save_pretrained(base)
     art = str(tmp_path / "art")
-    grown = run_stage(tokenizer.STAGE, {"base": str(base), "vocab_size": 300, "min_frequency": 2, "max_length": 64},
-                      {"corpus": documents[0]}, art)
+    grown = run_stage(
+        tokenizer.STAGE,
+        {"base": str(base), "vocab_size": 300, "min_frequency": 2, "max_length": 64},
+        {"corpus": documents[0]},
+        art,
+    )
     new = load_tokenizer(grown)
     assert len(new) == len(tok) + 1 and new.convert_tokens_to_ids("<del>") == len(tok)
     model = load_mlm(f"{run_stage(init.STAGE, ModelConfig(base=str(base)).model_dump(), {'tokenizer': grown}, art)}/hf")

@@ -51,10 +51,14 @@ def test_each_xz_member_is_a_part_readable_on_its_own(release):
 def test_corrupt_xz_member_is_counted_named_and_skipped(tmp_path):
     good = {"0000001-a.txt": b"first good document", "0000002-b.txt": b"second good document"}
     later = {"0000003-c.txt": b"document after the bad member"}
-    path = write_subset(tmp_path / "urlsf_subset03.tar", {
-        "urlsf_subset03-1_data.xz": xz_tar(good),
-        "urlsf_subset03-2_data.xz": b"\xfd7zXZ\x00" + bytes(range(256)) * 10,  # xz magic, then garbage
-        "urlsf_subset03-3_data.xz": xz_tar(later)})
+    path = write_subset(
+        tmp_path / "urlsf_subset03.tar",
+        {
+            "urlsf_subset03-1_data.xz": xz_tar(good),
+            "urlsf_subset03-2_data.xz": b"\xfd7zXZ\x00" + bytes(range(256)) * 10,  # xz magic, then garbage
+            "urlsf_subset03-3_data.xz": xz_tar(later),
+        },
+    )
     src = OpenWebTextSource(str(path))
     texts = [d.text for d in src.documents()]
     assert texts == ["first good document", "second good document", "document after the bad member"]
@@ -63,8 +67,14 @@ def test_corrupt_xz_member_is_counted_named_and_skipped(tmp_path):
 
 
 def test_non_utf8_document_is_counted_and_skipped(tmp_path):
-    path = write_subset(tmp_path / "urlsf_subset04.tar", {"urlsf_subset04-1_data.xz": xz_tar({
-        "0000001-a.txt": "caf\u00e9 in latin-1".encode("latin-1"), "0000002-b.txt": b"fine"})})
+    path = write_subset(
+        tmp_path / "urlsf_subset04.tar",
+        {
+            "urlsf_subset04-1_data.xz": xz_tar(
+                {"0000001-a.txt": "caf\u00e9 in latin-1".encode("latin-1"), "0000002-b.txt": b"fine"}
+            )
+        },
+    )
     src = OpenWebTextSource(str(path))
     assert [d.text for d in src.documents()] == ["fine"]
     assert src.counts == {"not_utf8": 1} and "0000001-a.txt" in src.skipped[0]
@@ -98,8 +108,9 @@ def test_snapshot_follows_the_tarballs(release):
 
 def test_is_openwebtext_by_name():
     assert is_openwebtext("/data/owt/urlsf_subset00.tar")
-    assert is_openwebtext("https://huggingface.co/datasets/Skylion007/openwebtext/resolve/main/"
-                          "subsets/urlsf_subset20.tar?download=true")
+    assert is_openwebtext(
+        "https://huggingface.co/datasets/Skylion007/openwebtext/resolve/main/subsets/urlsf_subset20.tar?download=true"
+    )
     assert not is_openwebtext("/data/owt/urlsf_subset00-1_data.xz")
     assert not is_openwebtext("/data/owt/urlsf_subset00.tar.gz")
     assert not is_openwebtext("/data/corpus/openwebtext/train.jsonl")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 
@@ -25,8 +24,17 @@ def test_a_sigkilled_cpipe_takes_a_run_scoring_models_side_by_side_on_ray_with_i
     data = write_sts(tmp_path / "sts", n_pairs=200_000)  # minutes of scoring: far more than the run's grace
     shutil.rmtree(data / "STSBenchmark")
     art, err = tmp_path / "a", tmp_path / "err"
-    command = [CPIPE, "evaluate", *(a for m in models for a in ("--model", m)), "--eval-data", str(data),
-               "--artifacts", str(art), "--set", "evaluate.workers=2"]
+    command = [
+        CPIPE,
+        "evaluate",
+        *(a for m in models for a in ("--model", m)),
+        "--eval-data",
+        str(data),
+        "--artifacts",
+        str(art),
+        "--set",
+        "evaluate.workers=2",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # a temporary server: the run's own
     with open(err, "w") as stderr:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stderr, stderr=stderr, start_new_session=True)

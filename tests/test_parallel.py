@@ -21,7 +21,9 @@ def test_results_come_back_in_order(backend):
 @pytest.mark.ray
 def test_ray_backend_matches_serial(local_ray):
     # Ray workers import the function by module name: use one they can import (not this test file).
-    assert list(ordered_map(math.factorial, range(40), backend="ray", workers=2)) == [math.factorial(x) for x in range(40)]
+    assert list(ordered_map(math.factorial, range(40), backend="ray", workers=2)) == [
+        math.factorial(x) for x in range(40)
+    ]
 
 
 def test_unknown_backend():

@@ -31,13 +31,23 @@ def copy(finished, tmp_path) -> tuple[Path, dict[str, str]]:
     """The finished run's artifacts, copied for a test that damages them; label -> path in the copy."""
     art, built = finished
     shutil.copytree(art, tmp_path / "artifacts")
-    return tmp_path / "artifacts", {label: path.replace(str(art), str(tmp_path / "artifacts"))
-                                    for label, path in built.items()}
+    return tmp_path / "artifacts", {
+        label: path.replace(str(art), str(tmp_path / "artifacts")) for label, path in built.items()
+    }
 
 
 def arguments(art: Path, tiny_config, tiny_corpus, tiny_sts, *more: str) -> list[str]:
-    return ["--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts), "--artifacts",
-            str(art), *more]
+    return [
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(art),
+        *more,
+    ]
 
 
 def planned(capsys, *args: str) -> dict[str, dict]:
@@ -55,11 +65,13 @@ def test_after_a_finished_run_every_stage_is_reused(finished, capsys, tiny_confi
     assert all(s["fingerprint"] == Path(s["path"]).name for s in steps.values())
 
 
-def test_a_changed_setting_rebuilds_its_stage_and_everything_after_naming_the_key(finished, capsys, tiny_config,
-                                                                                 tiny_corpus, tiny_sts):
+def test_a_changed_setting_rebuilds_its_stage_and_everything_after_naming_the_key(
+    finished, capsys, tiny_config, tiny_corpus, tiny_sts
+):
     art, built = finished
-    steps = planned(capsys, *arguments(art, tiny_config, tiny_corpus, tiny_sts, "--until", UNTIL,
-                                       "--set", "filter.min_tokens=150"))
+    steps = planned(
+        capsys, *arguments(art, tiny_config, tiny_corpus, tiny_sts, "--until", UNTIL, "--set", "filter.min_tokens=150")
+    )
     assert steps["corpus"]["action"] == steps["tokenizer"]["action"] == steps["init"]["action"] == "reused"
     rebuilt = {label for label, s in steps.items() if s["action"] == "rebuilt"}
     assert rebuilt == {"filter", "decontaminate", *(label for label in built if label.startswith("augment/"))}
@@ -69,8 +81,9 @@ def test_a_changed_setting_rebuilds_its_stage_and_everything_after_naming_the_ke
     assert "config changed: min_tokens 200 -> 150" in f["why"]
     d = steps["decontaminate"]
     assert d["config_changes"] == {} and d["previous"] == built["decontaminate"]
-    assert d["input_changes"] == {"documents": {"stage": "filter", "before": Path(built["filter"]).name,
-                                                "now": f["fingerprint"]}}
+    assert d["input_changes"] == {
+        "documents": {"stage": "filter", "before": Path(built["filter"]).name, "now": f["fingerprint"]}
+    }
     assert d["why"].startswith("input changed: documents (filter ")
     for label in rebuilt - {"filter", "decontaminate"}:  # the pairs read the documents decontaminate keeps
         assert steps[label]["input_changes"]["documents"]["stage"] == "decontaminate", steps[label]
@@ -93,7 +106,8 @@ def test_a_damaged_an_unfinished_and_a_removed_dataset(copy, capsys, tiny_config
 
 
 def test_an_empty_directory_builds_everything_and_the_rows_of_models_not_trained_are_unknown(
-        tmp_path, capsys, tiny_config, tiny_corpus, tiny_sts):
+    tmp_path, capsys, tiny_config, tiny_corpus, tiny_sts
+):
     art = tmp_path / "none" / "artifacts"
     steps = planned(capsys, *arguments(art, tiny_config, tiny_corpus, tiny_sts))
     known = {label: s for label, s in steps.items() if s["action"] != "unknown"}
@@ -122,13 +136,22 @@ def tree(root: Path) -> dict[str, tuple]:
 
 
 def test_dry_run_prints_the_plan_in_plain_columns_and_leaves_the_artifacts_as_they_were(
-        copy, capsys, tiny_config, tiny_corpus, tiny_sts):
+    copy, capsys, tiny_config, tiny_corpus, tiny_sts
+):
     art, built = copy
     (Path(built["tokenizer"]) / "_SUCCESS").unlink()  # a dataset a run would rebuild, and so write
     before = tree(art)
     capsys.readouterr()
-    assert main(["run", "--dry-run", *arguments(art, tiny_config, tiny_corpus, tiny_sts, "--until", UNTIL,
-                                                "--set", "filter.min_tokens=150")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--dry-run",
+                *arguments(art, tiny_config, tiny_corpus, tiny_sts, "--until", UNTIL, "--set", "filter.min_tokens=150"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert tree(art) == before
     header, *lines = out.splitlines()
@@ -142,12 +165,13 @@ def test_dry_run_prints_the_plan_in_plain_columns_and_leaves_the_artifacts_as_th
     # aligned: each column starts where its header does, and no path is cut
     starts = [lines[0].index(name) for name in ("action", "fingerprint", "path")]
     for line in lines[1:]:
-        assert all(line[s - 2:s] == "  " and line[s] != " " for s in starts), line
+        assert all(line[s - 2 : s] == "  " and line[s] != " " for s in starts), line
     assert not any("…" in line for line in lines)
 
 
-def test_the_same_settings_under_another_fingerprint_read_as_a_new_stage_version(copy, capsys, tiny_config,
-                                                                                tiny_corpus, tiny_sts):
+def test_the_same_settings_under_another_fingerprint_read_as_a_new_stage_version(
+    copy, capsys, tiny_config, tiny_corpus, tiny_sts
+):
     art, built = copy
     moved = Path(built["filter"]).with_name("0123456789abcdef")  # as a bump of the stage's version leaves it
     Path(built["filter"]).rename(moved)

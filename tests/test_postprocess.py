@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.baselines.postprocess import (FLOW_CONFIG, Flow, PostProcessed, Whitening, fit_flow, fit_whitening,
-                                  load)
+from pipeline.baselines.postprocess import FLOW_CONFIG, Flow, PostProcessed, Whitening, fit_flow, fit_whitening, load
 from pipeline.baselines.vectors import RandomEncoder
 from pipeline.errors import InputError
 
@@ -80,8 +79,7 @@ def test_whitening_is_the_formula_on_a_hand_built_example():
     np.testing.assert_allclose(w.mu, [1, 1])
     np.testing.assert_allclose(np.abs(w.kernel), np.diag([np.sqrt(3 / 8), np.sqrt(3 / 2)]), atol=1e-12)
     np.testing.assert_allclose(np.abs(w(np.array([[3.0, 2.0]]))), [[2 * np.sqrt(3 / 8), np.sqrt(3 / 2)]], rtol=1e-6)
-    np.testing.assert_allclose(np.abs(Whitening.fit(x, k=1)(x)), [[np.sqrt(1.5)], [np.sqrt(1.5)], [0], [0]],
-                               atol=1e-6)
+    np.testing.assert_allclose(np.abs(Whitening.fit(x, k=1)(x)), [[np.sqrt(1.5)], [np.sqrt(1.5)], [0], [0]], atol=1e-6)
 
 
 def test_whitening_refuses_what_it_cannot_whiten():

@@ -28,9 +28,20 @@ from tests import reference
 
 HUB = "https://huggingface.co"
 # WikiText's Parquet rows: one line of the .raw release each, ending in "\n"; blank lines are "".
-WIKITEXT_ROWS = ["", " = Alpha = \n", "", " Alpha opens , with a comma . \n", " = = Early life = = \n",
-                 " Alpha 's second line . \n", "", " = Beta = \n", "", " Beta is short . \n", " = Gamma = \n",
-                 " Gamma 's only line . \n"]
+WIKITEXT_ROWS = [
+    "",
+    " = Alpha = \n",
+    "",
+    " Alpha opens , with a comma . \n",
+    " = = Early life = = \n",
+    " Alpha 's second line . \n",
+    "",
+    " = Beta = \n",
+    "",
+    " Beta is short . \n",
+    " = Gamma = \n",
+    " Gamma 's only line . \n",
+]
 # What those rows are as articles: title, then the body's lines stripped, sub-headings kept as text.
 WIKITEXT_ARTICLES = {
     "Alpha": "Alpha opens , with a comma .\n= = Early life = =\nAlpha 's second line .",
@@ -84,14 +95,19 @@ def local_urls(urls: list[str], base: str) -> list[str]:
 
 def test_the_default_profile_names_public_urls_and_the_options_replace_them(tmp_path):
     cfg = load_config(DEFAULT_PROFILE)
-    assert [u.rsplit("/", 1)[-1] for u in cfg.corpus.sources] == ["validation-00000-of-00001.parquet",
-                                                                 "test-00000-of-00001.parquet"]
-    assert all(u.startswith(f"{HUB}/datasets/Salesforce/wikitext/resolve/") and "/wikitext-103-raw-v1/" in u
-               for u in cfg.corpus.sources)
+    assert [u.rsplit("/", 1)[-1] for u in cfg.corpus.sources] == [
+        "validation-00000-of-00001.parquet",
+        "test-00000-of-00001.parquet",
+    ]
+    assert all(
+        u.startswith(f"{HUB}/datasets/Salesforce/wikitext/resolve/") and "/wikitext-103-raw-v1/" in u
+        for u in cfg.corpus.sources
+    )
     # MTEB's SICK-R (all 9,927 SICK pairs) is named for what it is, not for SentEval's SICK-R test split.
     datasets = {"sickr-mteb": "sickr-sts"}
-    assert sorted(cfg.evaluate.data) == sorted([*(f"{t}-sts" for t in ("sts12", "sts13", "sts14", "sts15", "sts16",
-                                                                        "stsbenchmark")), "sickr-mteb"])
+    assert sorted(cfg.evaluate.data) == sorted(
+        [*(f"{t}-sts" for t in ("sts12", "sts13", "sts14", "sts15", "sts16", "stsbenchmark")), "sickr-mteb"]
+    )
     for task, url in cfg.evaluate.data.items():
         dataset = datasets.get(task, task)
         assert url.startswith(f"{HUB}/datasets/mteb/{dataset}/resolve/") and url.endswith("/test.jsonl.gz")
@@ -111,8 +127,11 @@ def test_the_default_profile_downloads_its_data_once_and_reads_it(file_server, t
     sources = local_urls(default.corpus.sources, base)
     eval_data = dict(zip(default.evaluate.data, local_urls(list(default.evaluate.data.values()), base)))
     downloads = tmp_path / "downloads"
-    overrides = [f"corpus.sources={json.dumps(sources)}", f"evaluate.data={json.dumps(eval_data)}",
-                 f"corpus.download_dir={downloads}"]
+    overrides = [
+        f"corpus.sources={json.dumps(sources)}",
+        f"evaluate.data={json.dumps(eval_data)}",
+        f"corpus.download_dir={downloads}",
+    ]
 
     for _ in range(2):
         cfg = resolve(artifacts=str(tmp_path / "artifacts"), overrides=overrides)
@@ -140,11 +159,17 @@ def test_an_sts_pair_file_is_scored_as_its_own_task_by_cosine_spearman(tmp_path,
         subsets, _ = find_sts(given)
         assert [(s.task, s.split) for s in subsets] == [("pairs", "test")]
         rows = score_sts(encode, subsets)
-        expected = reference.spearman([reference.cosine(letters(a), letters(b)) for a, b, _ in PAIRS],
-                                      [g for _, _, g in PAIRS])
+        expected = reference.spearman(
+            [reference.cosine(letters(a), letters(b)) for a, b, _ in PAIRS], [g for _, _, g in PAIRS]
+        )
         [row] = [r for r in rows if r["metric"] == "spearman"]
-        assert (row["task"], row["subset"], row["split"], row["protocol"], row["n"]) == \
-            ("pairs", "all", "test", "cosine", len(PAIRS))
+        assert (row["task"], row["subset"], row["split"], row["protocol"], row["n"]) == (
+            "pairs",
+            "all",
+            "test",
+            "cosine",
+            len(PAIRS),
+        )
         assert row["value"] == pytest.approx(expected, abs=1e-9)
 
 
@@ -160,13 +185,19 @@ def test_pair_files_sit_beside_senteval_tasks_and_other_tables_are_left_alone(tm
     assert "STS12" not in absent
 
 
-@pytest.mark.parametrize("name, content, where", [
-    ("bad.csv", 'sentence1,sentence2,score\na,b,1\nc,d,high\n', ":3: score 'high' is not a number"),
-    ("bad.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\n", ":3: sentence2 is None, not a sentence"),
-    ("bad.jsonl", '{"sentence1": "a", "sentence2": "b", "score": 1}\n{"sentence1": "c", "score": 2}\n',
-     ":2: sentence2 is None, not a sentence"),
-    ("bad.parquet", None, ": row 2: score None is not a number"),
-])
+@pytest.mark.parametrize(
+    "name, content, where",
+    [
+        ("bad.csv", "sentence1,sentence2,score\na,b,1\nc,d,high\n", ":3: score 'high' is not a number"),
+        ("bad.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\n", ":3: sentence2 is None, not a sentence"),
+        (
+            "bad.jsonl",
+            '{"sentence1": "a", "sentence2": "b", "score": 1}\n{"sentence1": "c", "score": 2}\n',
+            ":2: sentence2 is None, not a sentence",
+        ),
+        ("bad.parquet", None, ": row 2: score None is not a number"),
+    ],
+)
 def test_a_malformed_row_names_the_file_and_row(tmp_path, name, content, where):
     path = tmp_path / name
     if content is None:
@@ -189,12 +220,23 @@ def test_pair_tasks_are_leaderboard_columns_with_their_average(tmp_path):
     rows = []
     for model, values in (("a", (0.5, 0.7)), ("b", (0.6, 0.8))):
         for task, value in zip(("sts12-sts", "stsbenchmark-sts"), values):
-            rows.append({"model": model, "task": task, "subset": "all", "split": "test", "metric": "spearman",
-                         "protocol": "cosine", "value": value, "n": 6})
+            rows.append(
+                {
+                    "model": model,
+                    "task": task,
+                    "subset": "all",
+                    "split": "test",
+                    "metric": "spearman",
+                    "protocol": "cosine",
+                    "value": value,
+                    "n": 6,
+                }
+            )
     table = leaderboard(pd.DataFrame(rows))
     assert table["model"].tolist() == ["b", "a"]  # ranked by the pair files' average
-    assert table.set_index("model").loc["a", ["sts12-sts cosine", "stsbenchmark-sts cosine",
-                                              "avg STS pair files"]].tolist() == [50.0, 70.0, 60.0]
+    assert table.set_index("model").loc[
+        "a", ["sts12-sts cosine", "stsbenchmark-sts cosine", "avg STS pair files"]
+    ].tolist() == [50.0, 70.0, 60.0]
     assert "STS pair files (sts12-sts cosine, stsbenchmark-sts cosine)" in to_markdown(table, [], "t")
     assert load_config(None, ["evaluate.rank_by=sts12-sts cosine"]).evaluate.rank_by == "sts12-sts cosine"
 
@@ -218,6 +260,9 @@ def test_offline_the_run_fails_in_one_line_naming_the_url_and_the_way_out(offlin
     assert "pass local copies: make run CORPUS=PATH EVAL_DATA=DIR" in err
 
     cfg = default.model_copy(update={"corpus": default.corpus.model_copy(update={"download_dir": str(tmp_path)})})
-    with pytest.raises(InputError, match=rf"^{default.corpus.sources[0]}: cannot reach huggingface\.co .*"
-                                         r"pass local copies: make run CORPUS=PATH EVAL_DATA=DIR"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{default.corpus.sources[0]}: cannot reach huggingface\.co .*"
+        r"pass local copies: make run CORPUS=PATH EVAL_DATA=DIR",
+    ):
         run_stage(corpus.STAGE, corpus.config(cfg), {}, str(tmp_path / "artifacts"))

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.config import Config
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.config import Config
 from pipeline.model.locate import ST_DIR
 from pipeline.stage import run_stage
 from tests.conftest import ROOT
@@ -52,15 +52,21 @@ class _Hub(BaseHTTPRequestHandler):
             return self._reply(200, {})
         if "/preupload/" in path:
             files = json.loads(body)["files"]
-            return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                               for f in files]})
+            return self._reply(
+                200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+            )
         if "/commit/" in path:
             for line in body.splitlines():
                 item = json.loads(line)
                 if item["key"] == "file":
                     hub["files"][item["value"]["path"]] = base64.b64decode(item["value"]["content"])
-            return self._reply(200, {"commitUrl": f"{hub['url']}/{path.split('/')[3]}/{path.split('/')[4]}/commit/"
-                                     + "a" * 40, "commitOid": "a" * 40})
+            return self._reply(
+                200,
+                {
+                    "commitUrl": f"{hub['url']}/{path.split('/')[3]}/{path.split('/')[4]}/commit/" + "a" * 40,
+                    "commitOid": "a" * 40,
+                },
+            )
         self._reply(404, {"error": f"not stood in for: {path}"})
 
     def do_GET(self) -> None:
@@ -98,8 +104,14 @@ def _push(hub: dict, *args: str, token: str | None = TOKEN, home: Path) -> subpr
     env.update(HF_ENDPOINT=hub["url"], HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1", NO_PROXY="127.0.0.1")
     if token:
         env["HF_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "flows.cpipe", "push", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cpipe", "push", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _front_matter(card: str) -> dict:
@@ -113,8 +125,15 @@ def _written(root: Path) -> list[Path]:
 
 @pytest.mark.slow  # a cpipe process
 def test_push_uploads_the_model_and_a_card_the_hub_reads(hub, scored, tmp_path):
-    proc = _push(hub, scored["model"], "someone/tiny-encoder", "--private", "--artifacts", scored["artifacts"],
-                 home=tmp_path / "hf")
+    proc = _push(
+        hub,
+        scored["model"],
+        "someone/tiny-encoder",
+        "--private",
+        "--artifacts",
+        scored["artifacts"],
+        home=tmp_path / "hf",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert hub["created"]["name"] == "tiny-encoder" and hub["created"]["organization"] == "someone"
     assert hub["created"].get("visibility") == "private" or hub["created"].get("private") is True, hub["created"]
@@ -125,8 +144,9 @@ def test_push_uploads_the_model_and_a_card_the_hub_reads(hub, scored, tmp_path):
     meta = _front_matter(hub["files"]["README.md"].decode())
     assert meta["license"] == "apache-2.0" and meta["language"] == ["en"]
     assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "sentence-similarity"
-    assert {"sentence-transformers", "sentence-similarity", "feature-extraction", "contrastive-pipeline"} \
-        <= set(meta["tags"])
+    assert {"sentence-transformers", "sentence-similarity", "feature-extraction", "contrastive-pipeline"} <= set(
+        meta["tags"]
+    )
     # the model-index holds the evaluate stage's test scores of this model, x 100 as the leaderboard shows them
     from storage import list_datasets, read_table
 
@@ -136,15 +156,20 @@ def test_push_uploads_the_model_and_a_card_the_hub_reads(hub, scored, tmp_path):
     assert len(want) >= 2
     results = meta["model-index"][0]["results"]
     got = {(r["dataset"]["name"], m["type"]): m["value"] for r in results for m in r["metrics"]}
-    assert got == {(t, f"{p}_{m}"): round(v * 100, 2) for t, p, m, v in
-                   zip(want["task"], want["protocol"], want["metric"], want["value"])}
+    assert got == {
+        (t, f"{p}_{m}"): round(v * 100, 2)
+        for t, p, m, v in zip(want["task"], want["protocol"], want["metric"], want["value"])
+    }
     assert meta["model-index"][0]["name"] == "tiny-encoder"
     # the token went to the Hub in a header, and nowhere else
     assert any(auth == f"Bearer {TOKEN}" for *_, auth in hub["requests"])
     assert TOKEN not in proc.stdout + proc.stderr
     assert all(TOKEN.encode() not in content for content in hub["files"].values())
-    assert all(TOKEN.encode() not in p.read_bytes() for root in (model.parent, Path(scored["artifacts"]))
-               for p in _written(root))
+    assert all(
+        TOKEN.encode() not in p.read_bytes()
+        for root in (model.parent, Path(scored["artifacts"]))
+        for p in _written(root)
+    )
     assert (model / "README.md").read_bytes() == scored["card"]  # the model's own card is left as it was
 
 
@@ -173,18 +198,26 @@ def test_a_hub_error_is_one_line_without_the_token(hub, scored, tmp_path):
 
 
 @pytest.mark.slow  # a Python process
-@pytest.mark.parametrize("args, message", [
-    (["push", "{model}", "no good id"], "cpipe: error: no good id: not a Hub repository id (owner/name)"),
-    (["push", "{tmp}", "someone/tiny"], "cpipe: error: {tmp}: no sentence-transformers model here"),
-    (["export", "{tmp}/none", "--onnx", "{tmp}/o"], "cpipe: error: {tmp}/none: no such directory"),
-    (["export", "{model}"], "cpipe export: error: the following arguments are required: --onnx"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["push", "{model}", "no good id"], "cpipe: error: no good id: not a Hub repository id (owner/name)"),
+        (["push", "{tmp}", "someone/tiny"], "cpipe: error: {tmp}: no sentence-transformers model here"),
+        (["export", "{tmp}/none", "--onnx", "{tmp}/o"], "cpipe: error: {tmp}/none: no such directory"),
+        (["export", "{model}"], "cpipe export: error: the following arguments are required: --onnx"),
+    ],
+)
 def test_push_and_export_usage_errors_come_before_any_heavy_import(scored, tmp_path, args, message):
     from tests.test_usage_errors import PROBE
 
     fill = {"tmp": tmp_path, "model": scored["model"]}
-    proc = subprocess.run([sys.executable, "-c", PROBE, *(a.format(**fill) for a in args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *(a.format(**fill) for a in args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
     assert proc.stderr.startswith(message.format(**fill)), proc.stderr
     assert proc.stdout.strip() == "[]", f"imported before the error: {proc.stdout}"

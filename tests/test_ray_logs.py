@@ -51,13 +51,17 @@ print(kept)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("error, shown, kept", [
-    ('ray.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")', False, "DEBUG"),
-    ('ray.exceptions.RayActorError()', True, "WARNING"),
-])
+@pytest.mark.parametrize(
+    "error, shown, kept",
+    [
+        ('ray.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")', False, "DEBUG"),
+        ("ray.exceptions.RayActorError()", True, "WARNING"),
+    ],
+)
 def test_a_resource_request_that_timed_out_is_kept_from_the_terminal_and_a_failure_is_not(error, shown, kept):
-    proc = subprocess.run([sys.executable, "-c", CONTROLLER.format(error=error)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", CONTROLLER.format(error=error)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("Failed to send resource request" in proc.stderr) is shown, proc.stderr[-3000:]
     assert ("Traceback" in proc.stderr) is shown, proc.stderr[-3000:]

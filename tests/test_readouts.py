@@ -16,7 +16,8 @@ from scipy.stats import spearmanr
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.config import Config
-from pipeline.evaluate import encoders, stage as evaluate
+from pipeline.evaluate import encoders
+from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.readouts import READOUT
@@ -37,8 +38,19 @@ COLUMN = "pairs cosine"  # the STS pair file pairs.tsv's column
 def _model(out: Path, seed: int, pooling: str) -> str:
     """A tiny RoBERTa in the init stage's export layout, its weights drawn from `seed`, declaring `pooling`."""
     tokenizer = tiny_tokenizer()
-    model = build_model({"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                         "dropout": 0.0, "max_position_embeddings": MAX_LENGTH + 2, "seed": seed}, tokenizer)
+    model = build_model(
+        {
+            "base": None,
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "dropout": 0.0,
+            "max_position_embeddings": MAX_LENGTH + 2,
+            "seed": seed,
+        },
+        tokenizer,
+    )
     export(model, tokenizer, str(out), pooling=pooling)
     return str(out)
 
@@ -75,12 +87,14 @@ def scored(tmp_path_factory):
     root = tmp_path_factory.mktemp("readouts")
     sts = _sts(root / "pairs.tsv")
     models = {"ref": _model(root / "ref", 0, "mean"), "mine": _model(root / "mine", 1, "cls")}
-    cfg = Config(evaluate=EvaluateConfig(data=str(root / "pairs.tsv"), batch_size=16, transfer=False, analysis=False,
-                                         compare_to="ref"))
+    cfg = Config(
+        evaluate=EvaluateConfig(
+            data=str(root / "pairs.tsv"), batch_size=16, transfer=False, analysis=False, compare_to="ref"
+        )
+    )
     rows = evaluate.instances(cfg, {f"model/{k}": v for k, v in models.items()})
     art = str(root / "art")
-    paths = {row.name: run_stage(evaluate.STAGE, evaluate.config(cfg, row), row.inputs, art)
-             for row in rows.values()}
+    paths = {row.name: run_stage(evaluate.STAGE, evaluate.config(cfg, row), row.inputs, art) for row in rows.values()}
     built = run_stage(board.STAGE, board.config(cfg), {f"scores-{k}": v for k, v in paths.items()}, art)
     return {"sts": sts, "models": models, "rows": rows, "paths": paths, "built": built}
 
@@ -99,8 +113,11 @@ def test_the_reference_is_scored_again_under_the_compared_rows_pooling(scored):
 def test_a_cls_row_is_compared_with_the_reference_read_by_cls(scored):
     table = pd.read_parquet(f"{scored['built']}/leaderboard.parquet").set_index("model")
     sts, models = scored["sts"], scored["models"]
-    mine, ref_cls, ref_mean = (_spearman(models["mine"], sts, "cls"), _spearman(models["ref"], sts, "cls"),
-                               _spearman(models["ref"], sts, "mean"))
+    mine, ref_cls, ref_mean = (
+        _spearman(models["mine"], sts, "cls"),
+        _spearman(models["ref"], sts, "cls"),
+        _spearman(models["ref"], sts, "mean"),
+    )
     assert table[READOUT].to_dict() == {"mine": "cls", "ref": "mean", "ref [cls]": "cls"}
     assert table.loc["mine", COLUMN] == pytest.approx(mine, abs=NOISE)
     assert table.loc["mine", f"{COLUMN} diff"] == pytest.approx(mine - ref_cls, abs=2 * NOISE)
@@ -120,8 +137,10 @@ def test_a_reference_of_fixed_readout_gives_no_difference_under_another(scored):
     table = leaderboard(scores, items=items, compare_to="mine").set_index("model")
     assert pd.isna(table.loc["ref", f"{COLUMN} diff"])
     assert table.loc["ref [cls]", f"{COLUMN} diff"] == pytest.approx(
-        table.loc["ref [cls]", COLUMN] - table.loc["mine", COLUMN], abs=0.011)
+        table.loc["ref [cls]", COLUMN] - table.loc["mine", COLUMN], abs=0.011
+    )
     from pipeline.leaderboard.table import to_markdown
+
     md = to_markdown(table.reset_index(), [], "t", compare_to="mine")
     assert "No differences for ref: their pooling is not the reference mine's (cls + head)" in md
 

@@ -34,8 +34,15 @@ DRAWN = {  # each objective's pairs manifest record (pipeline.augment.pairs.reco
 }
 
 
-def _dataset(art: Path, stage: str, fp: str, config: dict, inputs: dict, rows: list[dict] | None = None,
-             extra: dict | None = None) -> str:
+def _dataset(
+    art: Path,
+    stage: str,
+    fp: str,
+    config: dict,
+    inputs: dict,
+    rows: list[dict] | None = None,
+    extra: dict | None = None,
+) -> str:
     schema = pa.Table.from_pylist(rows).schema if rows else None
     with DatasetWriter(str(art), stage, fp, config=config, inputs=inputs, schema=schema) as out:
         if rows:
@@ -45,8 +52,18 @@ def _dataset(art: Path, stage: str, fp: str, config: dict, inputs: dict, rows: l
 
 
 def _scores(model: str, kind: str, stsb: float, recipe: str | None) -> list[dict]:
-    common = {"model": model, "kind": kind, "subset": "all", "split": "test", "metric": "spearman", "n": 100,
-              "task": "STSB", "model_fingerprint": model, "data_hash": "d", "recipe": recipe}
+    common = {
+        "model": model,
+        "kind": kind,
+        "subset": "all",
+        "split": "test",
+        "metric": "spearman",
+        "n": 100,
+        "task": "STSB",
+        "model_fingerprint": model,
+        "data_hash": "d",
+        "recipe": recipe,
+    }
     return [{**common, "protocol": "cosine", "value": stsb}, {**common, "protocol": "senteval", "value": stsb}]
 
 
@@ -65,31 +82,61 @@ def built(tmp_path_factory) -> tuple[Path, dict[str, str], str]:
     trains, inputs = {}, {}
     for i, (objective, record) in enumerate(DRAWN.items()):
         pairs_fp, train_fp = f"{i}" * 16, f"{i}t".ljust(16, "t")
-        _dataset(art, "augment", pairs_fp, {"objective": objective}, {}, rows=[{"anchor_ids": [1, 2]}] * PAIRS,
-                 extra={"drawn": record} if record else {})
+        _dataset(
+            art,
+            "augment",
+            pairs_fp,
+            {"objective": objective},
+            {},
+            rows=[{"anchor_ids": [1, 2]}] * PAIRS,
+            extra={"drawn": record} if record else {},
+        )
         run = _run(objective, eval_every=2, select_by=HELDOUT_LOSS) if objective == "simcse" else _run(objective)
         extra = {"steps": STEPS, "final_loss": 1.5}
         if objective == "simcse":
-            extra.update({"best_step": 4, "select_by": HELDOUT_LOSS,
-                          "selected_by": selection.label(HELDOUT_LOSS, 1.25)})
+            extra.update(
+                {"best_step": 4, "select_by": HELDOUT_LOSS, "selected_by": selection.label(HELDOUT_LOSS, 1.25)}
+            )
         if objective == "declutr":  # its card says max_steps, as every card written before it said what ran
-            extra["card"] = {**train_info(run.model_dump(), {"pairs": dataset_path(str(art), "augment", pairs_fp),
-                                                             "init": init}, extra, RobertaConfig()),
-                             "recipe": run.recipe()}
-        trains[objective] = _dataset(art, "train", train_fp, {"train": run.model_dump()},
-                                     {"pairs": pairs_fp, "init": "i" * 16}, extra=extra)
+            extra["card"] = {
+                **train_info(
+                    run.model_dump(),
+                    {"pairs": dataset_path(str(art), "augment", pairs_fp), "init": init},
+                    extra,
+                    RobertaConfig(),
+                ),
+                "recipe": run.recipe(),
+            }
+        trains[objective] = _dataset(
+            art, "train", train_fp, {"train": run.model_dump()}, {"pairs": pairs_fp, "init": "i" * 16}, extra=extra
+        )
         about = trained_about(run, "corpus", selected(read_manifest(trains[objective])))
         rows = _scores(objective, "trained", 0.5 + i / 10, about["recipe"])
-        inputs[f"scores-{objective}"] = _dataset(art, "evaluate", f"{i}e".ljust(16, "e"),
-                                                 {"model": objective, "spec": {"kind": "trained"}},
-                                                 {"model": train_fp}, rows=rows)
-    inputs["scores-untrained"] = _dataset(art, "evaluate", "u" * 16,
-                                          {"model": "untrained", "spec": {"kind": "untrained"}},
-                                          {"model": "i" * 16}, rows=_scores("untrained", "untrained", 0.2, None))
+        inputs[f"scores-{objective}"] = _dataset(
+            art,
+            "evaluate",
+            f"{i}e".ljust(16, "e"),
+            {"model": objective, "spec": {"kind": "trained"}},
+            {"model": train_fp},
+            rows=rows,
+        )
+    inputs["scores-untrained"] = _dataset(
+        art,
+        "evaluate",
+        "u" * 16,
+        {"model": "untrained", "spec": {"kind": "untrained"}},
+        {"model": "i" * 16},
+        rows=_scores("untrained", "untrained", 0.2, None),
+    )
     # declutr post-processed (evaluate.baselines.postprocess): its recipe is the post-processing's
-    inputs["scores-whitened"] = _dataset(art, "evaluate", "w" * 16, {"model": "declutr+whitening", "spec": {
-        "kind": "trained", "postprocess": {"kind": "whitening"}}}, {"model": "2t".ljust(16, "t")},
-        rows=_scores("declutr+whitening", "trained", 0.45, "whitening"))
+    inputs["scores-whitened"] = _dataset(
+        art,
+        "evaluate",
+        "w" * 16,
+        {"model": "declutr+whitening", "spec": {"kind": "trained", "postprocess": {"kind": "whitening"}}},
+        {"model": "2t".ljust(16, "t")},
+        rows=_scores("declutr+whitening", "trained", 0.45, "whitening"),
+    )
     return art, trains, run_stage(ranking.STAGE, {"rank_by": None}, inputs, str(art))
 
 
@@ -144,8 +191,12 @@ def test_a_post_processed_row_keeps_its_recipe_and_is_trained_on_its_models_docu
 def test_a_new_card_states_what_ran(built):
     art, _, _ = built
     pairs = dataset_path(str(art), "augment", "0" * 16)
-    info = train_info(_run("simcse").model_dump(), {"pairs": pairs, "init": dataset_path(str(art), "init", "i" * 16)},
-                      {"steps": STEPS}, RobertaConfig())
+    info = train_info(
+        _run("simcse").model_dump(),
+        {"pairs": pairs, "init": dataset_path(str(art), "init", "i" * 16)},
+        {"steps": STEPS},
+        RobertaConfig(),
+    )
     assert f"| recipe | batch 4, {RAN} from 30 sentences of 3 documents, lr" in render(info)
 
 
@@ -154,8 +205,10 @@ def _seeded(digests: dict[str, list[str]]) -> pd.DataFrame:
     rows = []
     for row, keys in digests.items():
         for seed, key in zip((1, 2), keys):
-            rows += [{**r, TRAINED_ON: f"{seed}00 sentences of 9 documents", DOCUMENTS: key}
-                     for r in _scores(f"{row} (seed {seed})", "trained", 0.5 + seed / 100, "r")]
+            rows += [
+                {**r, TRAINED_ON: f"{seed}00 sentences of 9 documents", DOCUMENTS: key}
+                for r in _scores(f"{row} (seed {seed})", "trained", 0.5 + seed / 100, "r")
+            ]
     return pd.DataFrame(rows)
 
 

@@ -70,16 +70,19 @@ def test_a_redirect_to_another_host_gets_no_credential_and_the_download_goes_on(
     assert other.seen == [("/doc.txt", None)]
 
 
-@pytest.mark.parametrize("url, redirect, keeps", [
-    ("http://h.example/a", "http://H.example/b", True),
-    ("http://h.example/a", "http://h.example:80/b", True),  # the default port, written out
-    ("http://h.example/a", "https://h.example/b", True),  # an upgrade on the default ports
-    ("http://h.example:8080/a", "http://h.example:8080/b", True),
-    ("https://h.example/a", "http://h.example/b", False),  # a downgrade would send it in clear
-    ("http://h.example:8080/a", "https://h.example/b", False),
-    ("http://h.example/a", "http://h.example:8080/b", False),
-    ("http://h.example/a", "http://other.example/a", False),
-    ("http://127.0.0.1:1234/a", "http://127.0.0.1:1235/a", False),
-])
+@pytest.mark.parametrize(
+    "url, redirect, keeps",
+    [
+        ("http://h.example/a", "http://H.example/b", True),
+        ("http://h.example/a", "http://h.example:80/b", True),  # the default port, written out
+        ("http://h.example/a", "https://h.example/b", True),  # an upgrade on the default ports
+        ("http://h.example:8080/a", "http://h.example:8080/b", True),
+        ("https://h.example/a", "http://h.example/b", False),  # a downgrade would send it in clear
+        ("http://h.example:8080/a", "https://h.example/b", False),
+        ("http://h.example/a", "http://h.example:8080/b", False),
+        ("http://h.example/a", "http://other.example/a", False),
+        ("http://127.0.0.1:1234/a", "http://127.0.0.1:1235/a", False),
+    ],
+)
 def test_credentials_follow_a_redirect_only_within_their_origin(url, redirect, keeps):
     assert same_origin(url, redirect) is keeps

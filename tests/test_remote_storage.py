@@ -70,7 +70,11 @@ def test_a_failed_remote_writer_leaves_nothing_and_a_finished_one_is_complete(s3
         local = out.local_dir
     assert not os.path.exists(local)  # the local side of a remote dataset is temporary
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.find(f"{BUCKET}/unit/x/fine")) == [
-        "_SUCCESS", "_manifest.json", "config.json", "part-00000.parquet"]
+        "_SUCCESS",
+        "_manifest.json",
+        "config.json",
+        "part-00000.parquet",
+    ]
     assert read_table(f"s3://{BUCKET}/unit/x/fine").column("a").to_pylist() == [1, 2]
     with local_copy(f"s3://{BUCKET}/unit/x/fine") as copy:
         assert json.loads(Path(copy, "hf", "config.json").read_text()) == {}
@@ -98,12 +102,29 @@ def test_the_pipeline_keeps_everything_in_the_bucket(s3, tiny_config, tiny_corpu
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
     # A Prefect home of its own, whose local result storage no other test's run can have written to.
     prefect_home = tmp_path / "prefect"
-    env = {**os.environ, **s3_env, "TMPDIR": str(tmp), "HOME": str(home), "RAY_TMPDIR": ray_tmp,
-           "PREFECT_HOME": str(prefect_home)}
+    env = {
+        **os.environ,
+        **s3_env,
+        "TMPDIR": str(tmp),
+        "HOME": str(home),
+        "RAY_TMPDIR": ray_tmp,
+        "PREFECT_HOME": str(prefect_home),
+    }
     artifacts = f"s3://{BUCKET}/runs"
     # One run is enough to see where every stage writes (test_e2e's full run has the others).
-    args = ["run", "--config", str(tiny_config), "--corpus", str(tiny_corpus), "--eval-data", str(tiny_sts),
-            "--artifacts", artifacts, "--set", "runs={declutr: {}}"]
+    args = [
+        "run",
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        str(tiny_corpus),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        artifacts,
+        "--set",
+        "runs={declutr: {}}",
+    ]
     first = _run(args, env, cwd)
 
     stages = {d["stage"] for d in list_datasets(artifacts)}

@@ -8,8 +8,11 @@ from pipeline.train import resume
 
 
 def snapshot(run_dir, latest_step: int | None) -> None:
-    latest = None if latest_step is None else {"checkpoint_dir_name": "checkpoint_x",
-                                               "metrics": {"step": latest_step, "loss": 1.0}}
+    latest = (
+        None
+        if latest_step is None
+        else {"checkpoint_dir_name": "checkpoint_x", "metrics": {"step": latest_step, "loss": 1.0}}
+    )
     (run_dir / resume.SNAPSHOT).write_text(json.dumps({"checkpoint_results": [], "latest_checkpoint_result": latest}))
 
 

@@ -25,8 +25,11 @@ from tests.test_wikipedia import write_dump
 
 pytestmark = pytest.mark.ray
 
-BACKENDS = {"serial": {"backend": "serial"}, "processes": {"backend": "processes", "workers": 2},
-            "ray": {"backend": "ray", "workers": 2}}
+BACKENDS = {
+    "serial": {"backend": "serial"},
+    "processes": {"backend": "processes", "workers": 2},
+    "ray": {"backend": "ray", "workers": 2},
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +57,14 @@ def test_ray_backend_spreads_work_over_both_nodes(cluster):
 
 
 def speak() -> None:
-    print("[2026-11-26 01:32:49,371 E 30882 30919] core_worker.cc:2465: Actor with class name: "
-          "'PreemptionWatcher' and ID: '0ca0b88cf3a376b53dd1bbde01000000' has constructor arguments in the object "
-          "store and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the actor "
-          "restart will fail. See https://github.com/ray-project/ray/issues/53727 for more details.",
-          file=sys.stderr, flush=True)
+    print(
+        "[2026-11-26 01:32:49,371 E 30882 30919] core_worker.cc:2465: Actor with class name: "
+        "'PreemptionWatcher' and ID: '0ca0b88cf3a376b53dd1bbde01000000' has constructor arguments in the object "
+        "store and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the actor "
+        "restart will fail. See https://github.com/ray-project/ray/issues/53727 for more details.",
+        file=sys.stderr,
+        flush=True,
+    )
     print("a worker's own line", file=sys.stderr, flush=True)
 
 
@@ -76,8 +82,9 @@ def test_rays_known_noise_stays_off_the_terminal_and_the_workers_own_output_reac
     assert "PreemptionWatcher" not in err and "core_worker.cc" not in err
 
 
-def test_corpus_and_filter_write_the_same_documents_on_every_backend(cluster, release, paras, tmp_path,
-                                                                     monkeypatch, lid_model):
+def test_corpus_and_filter_write_the_same_documents_on_every_backend(
+    cluster, release, paras, tmp_path, monkeypatch, lid_model
+):
     owt, _ = release
     dump = write_dump(tmp_path / "enwiki-20240501-pages-articles-multistream.xml.bz2", paras, streams=2)
     monkeypatch.setattr(WikipediaDumpSource, "PAGES_PER_PART", 1)  # several parts even from a tiny dump
@@ -89,11 +96,24 @@ def test_corpus_and_filter_write_the_same_documents_on_every_backend(cluster, re
     for name, runtime in BACKENDS.items():
         art = str(tmp_path / name)  # the runtime is not in the fingerprint: separate artifacts force real runs
         docs = run_stage(corpus.STAGE, corpus.config(Config(corpus=sources, parallel=runtime)), {}, art)
-        tok = results["tok"] if name != "serial" else run_stage(
-            tokenizer.STAGE, {"base": None, "vocab_size": 500, "min_frequency": 2, "max_length": 64}, {"corpus": docs}, art)
+        tok = (
+            results["tok"]
+            if name != "serial"
+            else run_stage(
+                tokenizer.STAGE,
+                {"base": None, "vocab_size": 500, "min_frequency": 2, "max_length": 64},
+                {"corpus": docs},
+                art,
+            )
+        )
         results.setdefault("tok", tok)
         kept = run_stage(filter.STAGE, {**filter_config, "runtime": runtime}, {"corpus": docs, "tokenizer": tok}, art)
-        results[name] = (read_table(docs), read_manifest(docs)["counts"], read_table(kept), read_manifest(kept)["counts"])
+        results[name] = (
+            read_table(docs),
+            read_manifest(docs)["counts"],
+            read_table(kept),
+            read_manifest(kept)["counts"],
+        )
 
     serial_docs, serial_counts, serial_kept, serial_drops = results["serial"]
     assert serial_docs.num_rows > 30 and len(set(serial_docs.column("source").to_pylist())) > 3

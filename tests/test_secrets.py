@@ -22,8 +22,11 @@ def test_conceal_masks_user_info_and_reveal_gives_it_back(monkeypatch):
     assert concealed == "--set corpus.sources=[https://***@host.example/a.txt, /local/b.txt]"
     assert reveal("https://***@host.example/a.txt") == f"https://bob:{SECRET}@host.example/a.txt"
     assert conceal(concealed) == concealed
-    assert split_credentials(f"https://bob:{SECRET}@host.example:8443/a.txt") == \
-        ("https://host.example:8443/a.txt", "bob", SECRET)
+    assert split_credentials(f"https://bob:{SECRET}@host.example:8443/a.txt") == (
+        "https://host.example:8443/a.txt",
+        "bob",
+        SECRET,
+    )
 
 
 @pytest.mark.e2e
@@ -49,8 +52,19 @@ def test_a_planted_secret_reaches_the_server_and_nothing_else(tmp_path, tiny_con
     artifacts, downloads = tmp_path / "artifacts", tmp_path / "downloads"
     with http_server(Protected) as srv:
         url = f"http://alice:{SECRET}@127.0.0.1:{srv.server_port}/corpus.txt"
-        args = ["run", "--config", str(tiny_config), "--corpus", url, "--artifacts", str(artifacts), "--until",
-                "corpus", "--set", f"corpus.download_dir={downloads}"]
+        args = [
+            "run",
+            "--config",
+            str(tiny_config),
+            "--corpus",
+            url,
+            "--artifacts",
+            str(artifacts),
+            "--until",
+            "corpus",
+            "--set",
+            f"corpus.download_dir={downloads}",
+        ]
         result = cpipe(*args)
         assert result.returncode == 0, result.stderr[-3000:]
         again = cpipe(*args[:4], url.replace(SECRET, "another-password"), *args[5:])

@@ -12,25 +12,42 @@ from pipeline.augment.segment import segment_id, segments, sentences
 from tests.conftest import SHARED
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Dr. Smith met Mrs. Jones at St. Paul's. They talked.", ["Dr. Smith met Mrs. Jones at St. Paul's.", "They talked."]),
-    ("Some fruits, e.g. apples, are red. Others, i.e. the rest, are not.",
-     ["Some fruits, e.g. apples, are red.", "Others, i.e. the rest, are not."]),
-    ("Pi is 3.14 roughly. It costs $2.50 today.", ["Pi is 3.14 roughly.", "It costs $2.50 today."]),
-    ("J. R. R. Tolkien wrote it. H. americanus is a lobster.", ["J. R. R. Tolkien wrote it.", "H. americanus is a lobster."]),
-    ("The U.S. Senate met at 5 p.m. on Friday. It adjourned.",
-     ["The U.S. Senate met at 5 p.m. on Friday.", "It adjourned."]),
-    ('He said "Stop." Then he left. "Why?" she asked. (It was late.) Nobody knew!',
-     ['He said "Stop."', "Then he left.", '"Why?" she asked.', "(It was late.)", "Nobody knew!"]),
-    ("Is it? Yes! Really... Maybe.", ["Is it?", "Yes!", "Really...", "Maybe."]),
-    ("See No. 5 and Fig. 3 in Vol. 2 of the report.", ["See No. 5 and Fig. 3 in Vol. 2 of the report."]),
-    ("Title line\n\nFirst paragraph. Second sentence.\nNext paragraph without a stop\n",
-     ["Title line", "First paragraph.", "Second sentence.", "Next paragraph without a stop"]),
-    ("no punctuation at all just words", ["no punctuation at all just words"]),
-    ("Wikitext spacing , like this . Next one .", ["Wikitext spacing , like this .", "Next one ."]),
-    ("", []),
-    (" \n\t \n", []),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "Dr. Smith met Mrs. Jones at St. Paul's. They talked.",
+            ["Dr. Smith met Mrs. Jones at St. Paul's.", "They talked."],
+        ),
+        (
+            "Some fruits, e.g. apples, are red. Others, i.e. the rest, are not.",
+            ["Some fruits, e.g. apples, are red.", "Others, i.e. the rest, are not."],
+        ),
+        ("Pi is 3.14 roughly. It costs $2.50 today.", ["Pi is 3.14 roughly.", "It costs $2.50 today."]),
+        (
+            "J. R. R. Tolkien wrote it. H. americanus is a lobster.",
+            ["J. R. R. Tolkien wrote it.", "H. americanus is a lobster."],
+        ),
+        (
+            "The U.S. Senate met at 5 p.m. on Friday. It adjourned.",
+            ["The U.S. Senate met at 5 p.m. on Friday.", "It adjourned."],
+        ),
+        (
+            'He said "Stop." Then he left. "Why?" she asked. (It was late.) Nobody knew!',
+            ['He said "Stop."', "Then he left.", '"Why?" she asked.', "(It was late.)", "Nobody knew!"],
+        ),
+        ("Is it? Yes! Really... Maybe.", ["Is it?", "Yes!", "Really...", "Maybe."]),
+        ("See No. 5 and Fig. 3 in Vol. 2 of the report.", ["See No. 5 and Fig. 3 in Vol. 2 of the report."]),
+        (
+            "Title line\n\nFirst paragraph. Second sentence.\nNext paragraph without a stop\n",
+            ["Title line", "First paragraph.", "Second sentence.", "Next paragraph without a stop"],
+        ),
+        ("no punctuation at all just words", ["no punctuation at all just words"]),
+        ("Wikitext spacing , like this . Next one .", ["Wikitext spacing , like this .", "Next one ."]),
+        ("", []),
+        (" \n\t \n", []),
+    ],
+)
 def test_hard_cases(text, expected):
     assert sentences(text) == expected
 
@@ -49,8 +66,33 @@ def check_offsets(text: str) -> list[tuple[int, int]]:
 def made_up_documents(n: int = 40, seed: int = 0) -> list[str]:
     """Sentences full of abbreviations, numbers and quotes, glued with assorted whitespace."""
     rng = np.random.default_rng(seed)
-    parts = ["Dr.", "Smith", "e.g.", "3.14", "J.", "R.", "Tolkien", '"Yes!"', "(maybe.)", "U.S.", "and", "the",
-             "Washington", "No.", "5", "went", "home", "it", "...", "?", "etc.", "Mr.", "x", "é", "—"]
+    parts = [
+        "Dr.",
+        "Smith",
+        "e.g.",
+        "3.14",
+        "J.",
+        "R.",
+        "Tolkien",
+        '"Yes!"',
+        "(maybe.)",
+        "U.S.",
+        "and",
+        "the",
+        "Washington",
+        "No.",
+        "5",
+        "went",
+        "home",
+        "it",
+        "...",
+        "?",
+        "etc.",
+        "Mr.",
+        "x",
+        "é",
+        "—",
+    ]
     spaces = [" ", " ", " ", "  ", "\t", "\n", "\n\n", "\u00a0", " \r\n", "\u2009"]
     docs = []
     for _ in range(n):
@@ -68,8 +110,24 @@ def real_or_made_documents() -> list[str]:
     if SHARED and (sotu := Path(SHARED) / "corpus" / "sotu").is_dir():
         return [p.read_text(encoding="utf-8") for p in sorted(sotu.glob("*.txt"))[::10]]
     rng = np.random.default_rng(1)
-    sentence = lambda: " ".join(rng.choice(["we", "the", "nation", "Congress", "Mr. Adams", "grew", "by", "3.5",  # noqa: E731
-                                             "percent", "in", "the U.S. economy"], size=int(rng.integers(4, 30))))
+    sentence = lambda: " ".join(
+        rng.choice(
+            [
+                "we",
+                "the",
+                "nation",
+                "Congress",
+                "Mr. Adams",
+                "grew",
+                "by",
+                "3.5",  # noqa: E731
+                "percent",
+                "in",
+                "the U.S. economy",
+            ],
+            size=int(rng.integers(4, 30)),
+        )
+    )
     return [" ".join(sentence().capitalize() + "." for _ in range(200)) for _ in range(5)]
 
 

@@ -43,8 +43,10 @@ def test_sts_per_subset_mean_and_concatenated_spearman_match_a_loop():
         gold[1] = gold[0]  # a tie in the gold scores
         subsets.append(StsSubset("STS14", name, "test", s1, s2, gold))
     table = _embeddings(x for s in subsets for x in (*s.sent1, *s.sent2))
-    rows = {(r["subset"], r["metric"], r["protocol"]): r["value"]
-            for r in score_sts(lambda xs: np.stack([table[x] for x in xs]), subsets)}
+    rows = {
+        (r["subset"], r["metric"], r["protocol"]): r["value"]
+        for r in score_sts(lambda xs: np.stack([table[x] for x in xs]), subsets)
+    }
 
     per_subset, all_sims, all_gold = [], [], []
     for s in subsets:
@@ -77,8 +79,10 @@ def _tai_targets(scores) -> list[list[float]]:
 
 def _senteval_regressor(train, dev, test, seed=1111):
     """RelatednessPytorch as SentEval describes it; returns (best dev Pearson, expected test scores)."""
-    features = {k: torch.tensor(np.array([np.concatenate([np.abs(u - v), u * v]) for u, v, _ in split]))
-                for k, split in (("train", train), ("dev", dev), ("test", test))}
+    features = {
+        k: torch.tensor(np.array([np.concatenate([np.abs(u - v), u * v]) for u, v, _ in split]))
+        for k, split in (("train", train), ("dev", dev), ("test", test))
+    }
     np_rng = np.random.RandomState(seed)  # SentEval: np.random.seed(seed), then np.random.permutation per epoch
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(2 * DIM, 5), torch.nn.Softmax(dim=-1))
@@ -97,7 +101,7 @@ def _senteval_regressor(train, dev, test, seed=1111):
         for _ in range(50):
             permutation = np_rng.permutation(len(x))
             for i in range(0, len(x), 64):
-                idx = torch.from_numpy(permutation[i:i + 64]).long()
+                idx = torch.from_numpy(permutation[i : i + 64]).long()
                 loss = loss_fn(model(x[idx]), targets[idx])
                 optimizer.zero_grad()
                 loss.backward()
@@ -132,13 +136,17 @@ def test_relatedness_regressor_matches_senteval_described_loop(task, low):
         raw = f @ direction + rng.normal(scale=0.5, size=len(s1))
         gold = np.round(low + (5 - low) * (raw - raw.min()) / np.ptp(raw), 2)
         data.append(StsSubset(task, split, split, s1, s2, gold))
-    rows = {(r["split"], r["metric"], r["protocol"]): (r["value"], r["n"])
-            for r in score_sts(lambda xs: np.stack([table[x] for x in xs]), data, seed=1111)}
+    rows = {
+        (r["split"], r["metric"], r["protocol"]): (r["value"], r["n"])
+        for r in score_sts(lambda xs: np.stack([table[x] for x in xs]), data, seed=1111)
+    }
 
     # SentEval sorts each split by (words in A, words in B, score) before training, and trains in that order.
     splits = {}
     for s in data:
-        triples = sorted(zip(s.sent1, s.sent2, s.gold.tolist()), key=lambda z: (len(z[0].split()), len(z[1].split()), z[2]))
+        triples = sorted(
+            zip(s.sent1, s.sent2, s.gold.tolist()), key=lambda z: (len(z[0].split()), len(z[1].split()), z[2])
+        )
         splits[s.split] = [(table[a], table[b], g) for a, b, g in triples]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a thousand tiny steps: threads only slow them down
@@ -162,7 +170,12 @@ def test_tai_targets_by_hand():
     from pipeline.evaluate.relatedness import encode_labels
 
     got = encode_labels(np.array([1.0, 2.3, 4.75, 5.0, 0.4]))
-    expected = [[1, 0, 0, 0, 0], [0, 0.7, 0.3, 0, 0], [0, 0, 0, 0.25, 0.75], [0, 0, 0, 0, 1],
-                [0.4, 0, 0, 0, 0]]  # below 1: SentEval's encoding puts y on score 1 and nothing else
+    expected = [
+        [1, 0, 0, 0, 0],
+        [0, 0.7, 0.3, 0, 0],
+        [0, 0, 0, 0.25, 0.75],
+        [0, 0, 0, 0, 1],
+        [0.4, 0, 0, 0, 0],
+    ]  # below 1: SentEval's encoding puts y on score 1 and nothing else
     np.testing.assert_allclose(got, expected, atol=1e-6)
     np.testing.assert_allclose(got, _tai_targets([1.0, 2.3, 4.75, 5.0, 0.4]), atol=1e-6)

@@ -38,8 +38,9 @@ def start_serve(home: Path, log: Path, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_URL", "PREFECT_API_AUTH"))}
     env["PREFECT_HOME"] = str(home)
     with open(log, "w") as out, open(log.with_suffix(".err"), "w") as err:
-        return subprocess.Popen([CPIPE, "serve", *args], cwd=ROOT, env=env, stdout=out, stderr=err,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [CPIPE, "serve", *args], cwd=ROOT, env=env, stdout=out, stderr=err, start_new_session=True
+        )
 
 
 def serving(serve: subprocess.Popen, log: Path) -> bool:
@@ -87,8 +88,13 @@ def test_the_server_serve_starts_answers_only_its_users_auth_string_and_sigterm_
         assert request("POST", f"{api}/flow_runs/filter", auth, {})[1] == []
 
         # The user's own client, with the file's settings, is answered.
-        listed = subprocess.run([PREFECT, "deployment", "ls"], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "PREFECT_HOME": str(home), "COLUMNS": "250", **settings})
+        listed = subprocess.run(
+            [PREFECT, "deployment", "ls"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PREFECT_HOME": str(home), "COLUMNS": "250", **settings},
+        )
         assert listed.returncode == 0 and "full-pipeline/serve" in listed.stdout, listed.stdout + listed.stderr
 
         os.killpg(serve.pid, signal.SIGTERM)  # the whole group, as systemd's or a terminal's stop does

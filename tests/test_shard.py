@@ -7,14 +7,16 @@ import pyarrow as pa
 from pipeline.train.shard import rank_batches
 from storage import DatasetWriter, iter_batches
 
-SCHEMA = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32()))),
-                    ("row", pa.int64())])
+SCHEMA = pa.schema(
+    [("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32()))), ("row", pa.int64())]
+)
 
 
 def write_pairs(root, rows: int, rows_per_shard: int, artifacts: str | None = None) -> str:
     """A pairs dataset holding rows 0, 1, 2, ... in order, in shards of `rows_per_shard`."""
-    with DatasetWriter(artifacts or str(root), "augment", "fp", config={}, inputs={}, schema=SCHEMA,
-                       rows_per_shard=rows_per_shard) as out:
+    with DatasetWriter(
+        artifacts or str(root), "augment", "fp", config={}, inputs={}, schema=SCHEMA, rows_per_shard=rows_per_shard
+    ) as out:
         out.write([{"anchor_ids": [r, r], "positive_ids": [[r]], "row": r} for r in range(rows)])
     return out.path
 

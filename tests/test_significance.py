@@ -31,8 +31,9 @@ def _binomial_bounds(p: float, trials: int, confidence: float = 0.999) -> tuple[
     return int(stats.binom.ppf(tail, trials, p)), int(stats.binom.isf(tail, trials, p))
 
 
-def _simulated(rng: np.random.Generator, means: dict[str, float], seeds: dict[str, list[int] | None],
-               fixed_effect: bool = True):
+def _simulated(
+    rng: np.random.Generator, means: dict[str, float], seeds: dict[str, list[int] | None], fixed_effect: bool = True
+):
     """One leaderboard's score rows and test items: per task, row and seed, each query's value is the row's mean +
     its seed's effect (one part shared by every row's seed s, as a run's seed s shares the untrained seed s's
     weights) + the query's effect (shared by all rows) + the row's own query effect + noise. A row of one model
@@ -51,10 +52,14 @@ def _simulated(rng: np.random.Generator, means: dict[str, float], seeds: dict[st
                 model = row if seed is None else f"{row} (seed {seed})"
                 effect = fixed if seed is None else shared[seed] + rng.normal(0, SIGMA["seed"])
                 values = mean + effect + query + row_query + rng.normal(0, SIGMA["noise"], QUERIES)
-                items.setdefault(model, []).append(pd.DataFrame({"task": task, "protocol": "retrieval",
-                                                                 "stratum": "all", "prediction": values, "gold": 0}))
-                scores += [{**r, "model": model} for r in kinds.rows("retrieval", task, {"nDCG@10": values.mean()},
-                                                                      QUERIES)]
+                items.setdefault(model, []).append(
+                    pd.DataFrame(
+                        {"task": task, "protocol": "retrieval", "stratum": "all", "prediction": values, "gold": 0}
+                    )
+                )
+                scores += [
+                    {**r, "model": model} for r in kinds.rows("retrieval", task, {"nDCG@10": values.mean()}, QUERIES)
+                ]
     return pd.DataFrame(scores), {m: pd.concat(f, ignore_index=True) for m, f in items.items()}, truth
 
 
@@ -108,7 +113,9 @@ def test_a_large_true_difference_is_marked_its_way():
     table, comparison, _ = _table(np.random.default_rng(7), {"ref": 0.5, "paired": 0.8, "welch": 0.2, "single": 0.8})
     for row, sign in (("paired", 1), ("welch", -1), ("single", 1)):
         for task in TASKS:
-            assert table.loc[row, f"{task} nDCG@10 significant"] and table.loc[row, f"{task} nDCG@10 p adjusted"] <= 0.05
+            assert (
+                table.loc[row, f"{task} nDCG@10 significant"] and table.loc[row, f"{task} nDCG@10 p adjusted"] <= 0.05
+            )
             assert sign * table.loc[row, f"{task} nDCG@10 diff lo" if sign > 0 else f"{task} nDCG@10 diff hi"] > 0
     assert comparison.significant == comparison.comparisons == 12
     markdown = to_markdown(table.reset_index(), [], title="T", compare_to="ref")
@@ -122,20 +129,37 @@ def _declutr_like() -> tuple[pd.DataFrame, dict[str, pd.DataFrame], np.ndarray]:
     rng = np.random.default_rng(5)
     gold, shared = rng.normal(size=1379), rng.normal(size=1379)
     noise = {"declutr": (0.95, 0.75, 0.55), "untrained": (0.5, 0.5, 0.5)}
-    predicted = {f"{row} (seed {s})": gold + 1.2 * shared + sigma * rng.normal(size=len(gold))
-                 for row, sigmas in noise.items() for s, sigma in enumerate(sigmas)}
-    rows = [{"model": m, "task": "STSB", "subset": "all", "split": "test", "metric": "spearman",
-             "protocol": "senteval", "value": stats.spearmanr(p, gold).statistic, "n": len(gold)}
-            for m, p in predicted.items()]
-    items = {m: pd.DataFrame({"task": "STSB", "protocol": "senteval", "stratum": "all", "prediction": p, "gold": gold})
-             for m, p in predicted.items()}
+    predicted = {
+        f"{row} (seed {s})": gold + 1.2 * shared + sigma * rng.normal(size=len(gold))
+        for row, sigmas in noise.items()
+        for s, sigma in enumerate(sigmas)
+    }
+    rows = [
+        {
+            "model": m,
+            "task": "STSB",
+            "subset": "all",
+            "split": "test",
+            "metric": "spearman",
+            "protocol": "senteval",
+            "value": stats.spearmanr(p, gold).statistic,
+            "n": len(gold),
+        }
+        for m, p in predicted.items()
+    ]
+    items = {
+        m: pd.DataFrame({"task": "STSB", "protocol": "senteval", "stratum": "all", "prediction": p, "gold": gold})
+        for m, p in predicted.items()
+    }
     return pd.DataFrame(rows), items, gold
 
 
 def test_a_row_whose_seed_interval_holds_the_reference_is_not_marked():
     scores, items, gold = _declutr_like()
-    per_seed = {row: 100 * scores.loc[scores["model"].str.startswith(row), "value"].to_numpy()
-                for row in ("declutr", "untrained")}
+    per_seed = {
+        row: 100 * scores.loc[scores["model"].str.startswith(row), "value"].to_numpy()
+        for row in ("declutr", "untrained")
+    }
     lo, hi = stats.t.interval(0.95, 2, per_seed["declutr"].mean(), stats.sem(per_seed["declutr"]))
     assert lo < per_seed["untrained"].mean() < hi  # the seeds cannot tell them apart
     # ... while the items alone, each seed's Spearman on the same resample averaged, tell them apart: the old mark.
@@ -143,8 +167,13 @@ def test_a_row_whose_seed_interval_holds_the_reference_is_not_marked():
     pooled = []
     for idx in rng.integers(0, len(gold), size=(200, len(gold))):
         each = {m: stats.spearmanr(items[m]["prediction"].to_numpy()[idx], gold[idx]).statistic for m in models}
-        pooled.append(100 * (np.mean([each[m] for m in models if m.startswith("declutr")])
-                             - np.mean([each[m] for m in models if m.startswith("untrained")])))
+        pooled.append(
+            100
+            * (
+                np.mean([each[m] for m in models if m.startswith("declutr")])
+                - np.mean([each[m] for m in models if m.startswith("untrained")])
+            )
+        )
     assert np.percentile(pooled, 97.5) < 0
     table = add_intervals(leaderboard(scores), items, compare_to="untrained", b=B)[0]
     row = table.set_index("model").loc["declutr"]

@@ -89,8 +89,11 @@ def test_anchors_lie_l_max_apart_and_no_positive_overlaps_another_anchor_on_1000
                 if j == i:
                     continue
                 # tokens strictly between the two anchors, whichever comes first
-                gap = other.start - (anchor.start + anchor.length) if other.start > anchor.start \
+                gap = (
+                    other.start - (anchor.start + anchor.length)
+                    if other.start > anchor.start
                     else anchor.start - (other.start + other.length)
+                )
                 assert gap >= L_MAX, (n_tokens, doc)
                 gaps.append(gap)
                 for p in positives:  # no token index in both: one ends before the other starts

@@ -37,8 +37,10 @@ def write_stsb(root: Path, n_pairs: int = 300, seed: int = 2) -> Path:
         # Each replaced word differs from the one it replaces, so the two sentences always differ.
         other = (ids[keep:] + rng.integers(1, len(WORDS), size=len(ids) - keep)) % len(WORDS)
         words = [WORDS[j] for j in ids]
-        lines.append(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{5 * keep / len(words):.3f}\t"
-                     f"{' '.join(words)}\t{' '.join(words[:keep] + [WORDS[j] for j in other])}")
+        lines.append(
+            f"main-captions\tMSRvid\t2012test\t{i:04d}\t{5 * keep / len(words):.3f}\t"
+            f"{' '.join(words)}\t{' '.join(words[:keep] + [WORDS[j] for j in other])}"
+        )
     (root / "STSBenchmark").mkdir(parents=True)
     (root / "STSBenchmark" / "sts-test.csv").write_text("\n".join(lines) + "\n")
     return root
@@ -61,15 +63,25 @@ def plain_st_dir(tmp_path: Path) -> Path:
     torch.manual_seed(0)
     # At BERT's usual init (0.02) a 1-layer [CLS] state hardly depends on the sentence: every cosine is
     # 1 - 1e-6 and the ranking is float32 noise. A wide init spreads them.
-    bert = AutoModel.from_config(BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=MAX_LENGTH, type_vocab_size=1, pad_token_id=tokenizer.pad_token_id,
-        initializer_range=0.5))
+    bert = AutoModel.from_config(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=MAX_LENGTH,
+            type_vocab_size=1,
+            pad_token_id=tokenizer.pad_token_id,
+            initializer_range=0.5,
+        )
+    )
     bert.save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")
     word = models.Transformer(str(tmp_path / "bert"), max_seq_length=MAX_LENGTH)
-    st = SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension(), pooling_mode="cls")],
-                             device="cpu")
+    st = SentenceTransformer(
+        modules=[word, models.Pooling(word.get_embedding_dimension(), pooling_mode="cls")], device="cpu"
+    )
     st.save(str(tmp_path / "st"))
     return tmp_path / "st"
 
@@ -86,11 +98,18 @@ def test_our_sts_b_spearman_matches_sentence_transformers(build, pooling, stsb_t
     a, b = ours.encode(stsb_test.sent1), ours.encode(stsb_test.sent2)
     cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cosines.std() > 1e-3
-    (spearman,) = [r["value"] for r in rows if r["split"] == "test" and r["protocol"] == "cosine"
-                   and r["metric"] == "spearman"]
-    evaluator = EmbeddingSimilarityEvaluator(stsb_test.sent1, stsb_test.sent2, stsb_test.gold.tolist(),
-                                             batch_size=64, main_similarity="cosine", name="sts-test",
-                                             write_csv=False)
+    (spearman,) = [
+        r["value"] for r in rows if r["split"] == "test" and r["protocol"] == "cosine" and r["metric"] == "spearman"
+    ]
+    evaluator = EmbeddingSimilarityEvaluator(
+        stsb_test.sent1,
+        stsb_test.sent2,
+        stsb_test.gold.tolist(),
+        batch_size=64,
+        main_similarity="cosine",
+        name="sts-test",
+        write_csv=False,
+    )
     theirs = evaluator(st)[evaluator.primary_metric]
     assert evaluator.primary_metric == "sts-test_spearman_cosine"
     assert spearman == pytest.approx(theirs, abs=1e-4)

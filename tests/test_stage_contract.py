@@ -54,10 +54,16 @@ def test_a_stage_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
     """A toy stage after the filter, declared in a module of its own and named in the registry, is built by the
     data flow's build() from the filter's documents, like any other stage."""
     toy = types.ModuleType("toy_stage")
-    toy.STAGE = Stage(name="words", version="1", flow="data", section="filter", run=_words,
-                      config=lambda cfg, key=None: {"min_tokens": cfg.filter.min_tokens},
-                      inputs=lambda cfg, done, key=None: {"documents": done["filter"]},
-                      schema=pa.schema([("doc_id", pa.string()), ("words", pa.int64())]))
+    toy.STAGE = Stage(
+        name="words",
+        version="1",
+        flow="data",
+        section="filter",
+        run=_words,
+        config=lambda cfg, key=None: {"min_tokens": cfg.filter.min_tokens},
+        inputs=lambda cfg, done, key=None: {"documents": done["filter"]},
+        schema=pa.schema([("doc_id", pa.string()), ("words", pa.int64())]),
+    )
     monkeypatch.setitem(sys.modules, "toy_stage", toy)
     modules = dict(registry.MODULES)
     at = list(modules).index("filter") + 1
@@ -66,8 +72,12 @@ def test_a_stage_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "NAMES", tuple(modules))
 
     art = str(tmp_path / "artifacts")
-    cfg = Config(artifacts=art, corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))]),
-                 tokenizer={"vocab_size": 300}, filter={"min_tokens": 10})
+    cfg = Config(
+        artifacts=art,
+        corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))]),
+        tokenizer={"vocab_size": 300},
+        filter={"min_tokens": 10},
+    )
     done: dict[str, str] = {}
     direct = lambda stage, config, inputs, label: run_stage(stage, config, inputs, art)  # noqa: E731
     assert flow.build(cfg, registry.stages(last="words"), done, until="words", run_one=direct)

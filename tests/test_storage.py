@@ -13,8 +13,9 @@ SCHEMA = pa.schema([("doc_id", pa.string()), ("n", pa.int32())])
 
 
 def write(root, fp="abc", rows=5, rows_per_shard=2):
-    with DatasetWriter(str(root), "demo", fp, config={"k": 1}, inputs={"x": "fp0"}, schema=SCHEMA,
-                       rows_per_shard=rows_per_shard) as out:
+    with DatasetWriter(
+        str(root), "demo", fp, config={"k": 1}, inputs={"x": "fp0"}, schema=SCHEMA, rows_per_shard=rows_per_shard
+    ) as out:
         out.write([{"doc_id": str(i), "n": i} for i in range(rows)])
         out.count("dropped_for_test", 3)
     return out.path
@@ -23,11 +24,18 @@ def write(root, fp="abc", rows=5, rows_per_shard=2):
 def test_fingerprint_is_stable_and_sensitive():
     base = fingerprint("filter", "1", {"min_tokens": 2048}, {"corpus": "a"})
     assert base == fingerprint("filter", "1", {"min_tokens": 2048}, {"corpus": "a"})
-    assert len({base,
+    assert (
+        len(
+            {
+                base,
                 fingerprint("filter", "2", {"min_tokens": 2048}, {"corpus": "a"}),
                 fingerprint("filter", "1", {"min_tokens": 1024}, {"corpus": "a"}),
                 fingerprint("filter", "1", {"min_tokens": 2048}, {"corpus": "b"}),
-                fingerprint("augment", "1", {"min_tokens": 2048}, {"corpus": "a"})}) == 5
+                fingerprint("augment", "1", {"min_tokens": 2048}, {"corpus": "a"}),
+            }
+        )
+        == 5
+    )
 
 
 def test_finished_dataset_has_shards_manifest_and_success(tmp_path):
@@ -88,11 +96,16 @@ def test_manifest_is_written_before_success(tmp_path, monkeypatch):
 
 
 def test_shards_rotate_by_size_and_keep_every_row(tmp_path):
-    with DatasetWriter(str(tmp_path), "demo", "big", config={}, inputs={}, schema=SCHEMA,
-                       shard_bytes=64 * 1024) as out:
+    with DatasetWriter(str(tmp_path), "demo", "big", config={}, inputs={}, schema=SCHEMA, shard_bytes=64 * 1024) as out:
         for start in range(0, 100_000, 1000):
-            out.write(pa.table({"doc_id": [f"document-{i:08d}" for i in range(start, start + 1000)],
-                                "n": pa.array(range(start, start + 1000), pa.int32())}))
+            out.write(
+                pa.table(
+                    {
+                        "doc_id": [f"document-{i:08d}" for i in range(start, start + 1000)],
+                        "n": pa.array(range(start, start + 1000), pa.int32()),
+                    }
+                )
+            )
     table = read_table(out.path)
     assert read_manifest(out.path)["shards"] > 3
     assert table.column("n").to_pylist() == list(range(100_000))
@@ -109,12 +122,13 @@ def test_ray_trains_run_files_are_replaced_whole_never_rewritten_in_place(tmp_pa
     writing.write(b'{"step": 4')
     writing.flush()
     assert snapshot.read_text() == '{"step": 20}'
-    writing.write(b'0}')
+    writing.write(b"0}")
     writing.close()
     assert snapshot.read_text() == '{"step": 40}'
     assert [p.name for p in tmp_path.iterdir()] == [snapshot.name]
     # The permissions a new file gets from the umask, not a temporary file's 0600.
     assert snapshot.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
 
 def _umask() -> int:
     mask = os.umask(0)

@@ -28,8 +28,16 @@ STS12_B = [
 STSB_TEST = [
     ("main-captions", "MSRvid", "2012test", "0001", "5.000", "a man is playing a guitar .", "a man plays guitar ."),
     ("main-news", "headlines", "2015", "0002", "1.200", 'he said "no" loudly .', "she left early ."),
-    ("main-forums", "deft-forum", "2014", "0003", "2.500", "the plane took off .", "an airplane is taking off .",
-     "an-extra-column"),
+    (
+        "main-forums",
+        "deft-forum",
+        "2014",
+        "0003",
+        "2.500",
+        "the plane took off .",
+        "an airplane is taking off .",
+        "an-extra-column",
+    ),
     ("main-captions", "images", "2015", "0004", "0.000", "a red bus .", "two dogs swim ."),
 ]
 STSB_DEV = [
@@ -76,8 +84,12 @@ def _by_key(rows):
 def test_find_sts_reads_senteval_layout(sts_dir):
     subsets, absent = find_sts(sts_dir)
     assert [(s.task, s.name, s.split, len(s.gold)) for s in subsets] == [
-        ("STS12", "A", "test", 3), ("STS12", "B", "test", 3),
-        ("STSB", "sts-test", "test", 4), ("STSB", "sts-dev", "dev", 3), ("STSB", "sts-train", "train", 1)]
+        ("STS12", "A", "test", 3),
+        ("STS12", "B", "test", 3),
+        ("STSB", "sts-test", "test", 4),
+        ("STSB", "sts-dev", "dev", 3),
+        ("STSB", "sts-train", "train", 1),
+    ]
     assert absent == ["STS13", "STS14", "STS15", "STS16", "SICKR"]
     a = subsets[0]
     assert "this pair has no gold score ." not in a.sent1
@@ -118,7 +130,8 @@ def test_score_sts_matches_direct_scipy(sts_dir):
         assert row["value"] == pytest.approx(per_subset[s.name])
         assert row["n"] == 3
         assert got[("STS12", s.name, "test", "pearson", "subset")]["value"] == pytest.approx(
-            stats.pearsonr(cos(s), s.gold).statistic)
+            stats.pearsonr(cos(s), s.gold).statistic
+        )
 
     senteval = got[("STS12", "all", "test", "spearman", "senteval")]
     assert senteval["value"] == pytest.approx(np.mean(list(per_subset.values())))
@@ -131,7 +144,8 @@ def test_score_sts_matches_direct_scipy(sts_dir):
     # The fixture is built so that the two protocols disagree; a mix-up would show.
     assert senteval["value"] != pytest.approx(simcse["value"])
     assert got[("STS12", "all", "test", "pearson", "simcse")]["value"] == pytest.approx(
-        stats.pearsonr(all_sims, all_gold).statistic)
+        stats.pearsonr(all_sims, all_gold).statistic
+    )
 
     test = subsets[2]
     row = got[("STSB", "all", "test", "spearman", "cosine")]
@@ -140,8 +154,7 @@ def test_score_sts_matches_direct_scipy(sts_dir):
     assert not any(r["split"] == "train" for r in rows)  # train is only fitted on
     assert {k[4] for k in got if k[0] == "STSB"} == {"cosine", "senteval"}
 
-    assert {tuple(sorted(r)) for r in rows} == {
-        ("metric", "n", "protocol", "split", "subset", "task", "value")}
+    assert {tuple(sorted(r)) for r in rows} == {("metric", "n", "protocol", "split", "subset", "task", "value")}
     assert all(type(r["value"]) is float and -1 <= r["value"] <= 1 for r in rows)
 
 
@@ -261,19 +274,25 @@ SICK_TEST = [
     ("3", "A woman slices an onion", "A woman is not cutting an onion", "3.4", "CONTRADICTION"),
     ("4", "Kids play football", "Children are playing soccer", "4.4", "ENTAILMENT"),
 ]
-SICK_TRIAL = [("5", "A cat eats", "A man drives a car", "1.0", "NEUTRAL"),
-              ("6", "A boy sings", "A child is singing", "4.2", "ENTAILMENT"),
-              ("7", "A bird flies", "A plane lands", "2.1", "NEUTRAL")]
+SICK_TRIAL = [
+    ("5", "A cat eats", "A man drives a car", "1.0", "NEUTRAL"),
+    ("6", "A boy sings", "A child is singing", "4.2", "ENTAILMENT"),
+    ("7", "A bird flies", "A plane lands", "2.1", "NEUTRAL"),
+]
 SICK_TRAIN = [("8", "train only one", "train only two", "3.0", "NEUTRAL")]
 
 
 def write_sick(directory: Path, test=SICK_TEST, trial=SICK_TRIAL, train=SICK_TRAIN, newline="\n") -> Path:
     """The three SICK files as distributed (the test file has CRLF line ends there)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, rows, nl in (("SICK_test_annotated.txt", test, "\r\n"), ("SICK_trial.txt", trial, newline),
-                           ("SICK_train.txt", train, newline)):
-        (directory / name).write_bytes("".join(line + nl for line in [SICK_HEADER] + ["\t".join(r) for r in rows])
-                                       .encode())
+    for name, rows, nl in (
+        ("SICK_test_annotated.txt", test, "\r\n"),
+        ("SICK_trial.txt", trial, newline),
+        ("SICK_train.txt", train, newline),
+    ):
+        (directory / name).write_bytes(
+            "".join(line + nl for line in [SICK_HEADER] + ["\t".join(r) for r in rows]).encode()
+        )
     return directory
 
 
@@ -282,8 +301,11 @@ def test_sick_r_is_found_below_the_data_dir_and_scored(sts_dir):
     subsets, absent = find_sts(sts_dir)
     assert "SICKR" not in absent
     sick = [s for s in subsets if s.task == "SICKR"]
-    assert [(s.name, s.split, len(s.gold)) for s in sick] == [("SICK_test_annotated", "test", 4),
-                                                                ("SICK_trial", "dev", 3), ("SICK_train", "train", 1)]
+    assert [(s.name, s.split, len(s.gold)) for s in sick] == [
+        ("SICK_test_annotated", "test", 4),
+        ("SICK_trial", "dev", 3),
+        ("SICK_train", "train", 1),
+    ]
     test = sick[0]
     assert test.sent1[0] == "A man is playing a guitar" and test.sent2[3] == "Children are playing soccer"
     assert test.gold.tolist() == [4.9, 1.1, 3.4, 4.4]  # CRLF line ends leave no "\r" in scores or sentences
@@ -292,9 +314,11 @@ def test_sick_r_is_found_below_the_data_dir_and_scored(sts_dir):
     a, b = bag_of_chars(test.sent1), bag_of_chars(test.sent2)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert got[("SICKR", "all", "test", "spearman", "cosine")]["value"] == pytest.approx(
-        stats.spearmanr(cos, test.gold).statistic)
+        stats.spearmanr(cos, test.gold).statistic
+    )
     assert got[("SICKR", "all", "test", "pearson", "cosine")]["value"] == pytest.approx(
-        stats.pearsonr(cos, test.gold).statistic)
+        stats.pearsonr(cos, test.gold).statistic
+    )
     assert got[("SICKR", "all", "test", "spearman", "cosine")]["n"] == 4
     assert got[("SICKR", "all", "dev", "spearman", "cosine")]["n"] == 3
     assert ("SICKR", "all", "test", "spearman", "senteval") in got
@@ -316,11 +340,14 @@ def test_two_copies_of_sick_are_an_error_naming_both(tmp_path):
     assert str(tmp_path / "backup" / "sick2014" / "SICK_test_annotated.txt") in str(err.value)
 
 
-@pytest.mark.parametrize("rows, header, where, message", [
-    (SICK_TEST[:1] + [("2", "only one sentence")], SICK_HEADER, 3, "expected 5 tab-separated columns"),
-    (SICK_TEST[:2] + [("3", "a", "b", "high", "NEUTRAL")], SICK_HEADER, 4, "'high' is not a number"),
-    (SICK_TEST, "id\ta\tb\tscore\tlabel", 1, "expected the header pair_ID"),
-])
+@pytest.mark.parametrize(
+    "rows, header, where, message",
+    [
+        (SICK_TEST[:1] + [("2", "only one sentence")], SICK_HEADER, 3, "expected 5 tab-separated columns"),
+        (SICK_TEST[:2] + [("3", "a", "b", "high", "NEUTRAL")], SICK_HEADER, 4, "'high' is not a number"),
+        (SICK_TEST, "id\ta\tb\tscore\tlabel", 1, "expected the header pair_ID"),
+    ],
+)
 def test_malformed_sick_names_file_and_line(tmp_path, rows, header, where, message):
     directory = write_sick(tmp_path / "sick2014", test=rows)
     path = directory / "SICK_test_annotated.txt"
@@ -337,18 +364,24 @@ def test_sts13_to_16_in_senteval_layout(tmp_path):
     _write_sts(tmp_path / "STS13-en-test", "FNWN", [("a b", "a c", "2.0"), ("c d", "e f", "1.0"), ("x", "y", "0.5")])
     _write_sts(tmp_path / "STS13-en-test", "headlines", [("h a", "h a", "3.0"), ("h c", "x y", "4.0")])
     _write_sts(tmp_path / "STS14-en-test", "images", [("i a", "i a", "1.5"), ("i c", "x y", "2.5")])
-    _write_sts(tmp_path / "STS15-en-test", "answers-forums", [("f a", "f b", ""), ("f c", "f c", "3.5"),
-                                                              ("f e", "x y", "0.0")])
+    _write_sts(
+        tmp_path / "STS15-en-test", "answers-forums", [("f a", "f b", ""), ("f c", "f c", "3.5"), ("f e", "x y", "0.0")]
+    )
     task = tmp_path / "STS16-en-test"
     task.mkdir()
     (task / "STS.input.answer-answer.txt").write_text(
-        "q a\tq a\tsrc1\tsrc2\nq c\tq d\tsrc1\tsrc2\nq e\tx y\tsrc1\tsrc2\nq g\tq h\tsrc1\tsrc2\n")
+        "q a\tq a\tsrc1\tsrc2\nq c\tq d\tsrc1\tsrc2\nq e\tx y\tsrc1\tsrc2\nq g\tq h\tsrc1\tsrc2\n"
+    )
     (task / "STS.gs.answer-answer.txt").write_text("4\n\n1\n \n")
     subsets, absent = find_sts(tmp_path)
     assert absent == ["STS12", "STSB", "SICKR"]
     assert [(s.task, s.name, len(s.gold)) for s in subsets] == [
-        ("STS13", "FNWN", 3), ("STS13", "headlines", 2), ("STS14", "images", 2),
-        ("STS15", "answers-forums", 2), ("STS16", "answer-answer", 2)]
+        ("STS13", "FNWN", 3),
+        ("STS13", "headlines", 2),
+        ("STS14", "images", 2),
+        ("STS15", "answers-forums", 2),
+        ("STS16", "answer-answer", 2),
+    ]
     sts16 = subsets[-1]
     assert sts16.sent1 == ["q a", "q e"] and sts16.sent2 == ["q a", "x y"] and sts16.gold.tolist() == [4.0, 1.0]
     assert subsets[3].sent1 == ["f c", "f e"]
@@ -383,5 +416,7 @@ def test_real_sick_r():
     # Sentences with many shared characters are more related: even bags of characters correlate.
     assert got[("SICKR", "all", "test", "spearman", "cosine")]["value"] > 0.2
     # The supervised regressor learns which character differences matter: better than cosine.
-    assert got[("SICKR", "all", "test", "spearman", "senteval")]["value"] > got[
-        ("SICKR", "all", "test", "spearman", "cosine")]["value"]
+    assert (
+        got[("SICKR", "all", "test", "spearman", "senteval")]["value"]
+        > got[("SICKR", "all", "test", "spearman", "cosine")]["value"]
+    )

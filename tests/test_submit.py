@@ -63,8 +63,18 @@ class Protected(BaseHTTPRequestHandler):
 
 
 def run_args(url: str, tmp_path, tiny_config) -> list[str]:
-    return ["--config", str(tiny_config), "--corpus", url, "--artifacts", str(tmp_path / "a"), "--until", "corpus",
-            "--set", f"corpus.download_dir={tmp_path / 'downloads'}"]
+    return [
+        "--config",
+        str(tiny_config),
+        "--corpus",
+        url,
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--until",
+        "corpus",
+        "--set",
+        f"corpus.download_dir={tmp_path / 'downloads'}",
+    ]
 
 
 def test_the_entrypoint_holds_no_credential_and_the_env_vars_hold_it(tmp_path, tiny_config):
@@ -85,8 +95,17 @@ def job_resolves(job: dict, tmp_path, monkeypatch) -> bytes:
     for name, value in job["runtime_env"]["env_vars"].items():
         monkeypatch.setenv(name, value)
     args = build_parser().parse_args(shlex.split(job["entrypoint"])[3:])
-    cfg = configured(**_concealed(dict(config=args.config, corpus=args.corpus, artifacts=args.artifacts,
-                                       until=args.until, overrides=_overrides(args))))
+    cfg = configured(
+        **_concealed(
+            dict(
+                config=args.config,
+                corpus=args.corpus,
+                artifacts=args.artifacts,
+                until=args.until,
+                overrides=_overrides(args),
+            )
+        )
+    )
     [source] = cfg.corpus.sources
     assert SECRET not in source
     return fetch(source, cfg.corpus.download_dir, retries=0, timeout=5.0, progress=False).read_bytes()
@@ -97,8 +116,14 @@ def test_submit_prints_and_sends_no_password_and_the_job_still_downloads(tmp_pat
     with http_server(Dashboard) as dashboard, http_server(Protected) as corpus:
         dashboard.jobs, corpus.corpus = [], b"one document\n" * 50
         url = f"http://alice:{SECRET}@127.0.0.1:{corpus.server_port}/corpus.txt"
-        result = cpipe("submit", "--address", f"http://127.0.0.1:{dashboard.server_port}", "--no-install",
-                       "--no-wait", *run_args(url, tmp_path, tiny_config))
+        result = cpipe(
+            "submit",
+            "--address",
+            f"http://127.0.0.1:{dashboard.server_port}",
+            "--no-install",
+            "--no-wait",
+            *run_args(url, tmp_path, tiny_config),
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         assert "submitted job raysubmit_test" in result.stdout and "***@127.0.0.1" in result.stdout
         assert SECRET not in result.stdout + result.stderr

@@ -20,14 +20,16 @@ from tests.conftest import CPIPE, ROOT, TINY_CONFIG, free_port, ray_cluster
 
 SOURCES = ("flows", "pipeline", "storage", "tasks", "configs")
 # Planted in the copy, each as a user's working tree has them: none may reach the cluster.
-PLANTED = {".venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so": 4 << 20,
-           "artifacts/train/0123abcd/part-00000.parquet": 4 << 20,
-           "downloads/openwebtext/urlsf_subset00.tar": 4 << 20,
-           "pipeline/__pycache__/config.cpython-311.pyc": 4096,
-           "build/lib/flows/cli.py": 100,
-           "contrastive_pipeline.egg-info/PKG-INFO": 100,
-           ".git/objects/pack/pack-0.pack": 4096,
-           ".pytest_cache/v/cache/lastfailed": 10}
+PLANTED = {
+    ".venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so": 4 << 20,
+    "artifacts/train/0123abcd/part-00000.parquet": 4 << 20,
+    "downloads/openwebtext/urlsf_subset00.tar": 4 << 20,
+    "pipeline/__pycache__/config.cpython-311.pyc": 4096,
+    "build/lib/flows/cli.py": 100,
+    "contrastive_pipeline.egg-info/PKG-INFO": 100,
+    ".git/objects/pack/pack-0.pack": 4096,
+    ".pytest_cache/v/cache/lastfailed": 10,
+}
 
 # Run in the job's working directory with the runtime_env the cpipe job had: the files there, and whether an actor
 # with a runtime_env of its own (as Ray Train's controller is made) runs the job's worker setup hook, which keeps
@@ -104,8 +106,20 @@ def test_the_job_gets_the_projects_sources_only_and_succeeds(cluster, project, t
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(cluster["dashboard"])
-    result = submit(project, "--address", cluster["dashboard"], "--no-wait", "--config", "configs/probe.yaml",
-                    "--corpus", str(tiny_corpus), "--artifacts", str(tmp_path / "a"), "--until", "corpus")
+    result = submit(
+        project,
+        "--address",
+        cluster["dashboard"],
+        "--no-wait",
+        "--config",
+        "configs/probe.yaml",
+        "--corpus",
+        str(tiny_corpus),
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--until",
+        "corpus",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     job = re.search(r"submitted job (\S+)", result.stdout).group(1)
     assert finished(client, job) == JobStatus.SUCCEEDED, client.get_job_logs(job)[-3000:]
@@ -120,8 +134,12 @@ def test_the_job_gets_the_projects_sources_only_and_succeeds(cluster, project, t
     files = shipped["files"]
     assert {"pyproject.toml", "flows/cli.py", "pipeline/ray_session.py", "configs/probe.yaml"} <= set(files)
     assert not set(PLANTED) & set(files)
-    assert not any(part in {".venv", "artifacts", "downloads", "build", ".git", "__pycache__", ".pytest_cache"}
-                   or part.endswith(".egg-info") for f in files for part in Path(f).parts), sorted(files)
+    assert not any(
+        part in {".venv", "artifacts", "downloads", "build", ".git", "__pycache__", ".pytest_cache"}
+        or part.endswith(".egg-info")
+        for f in files
+        for part in Path(f).parts
+    ), sorted(files)
     assert sum(files.values()) < 4 << 20, sum(files.values())  # no planted file would fit
     assert shipped["quieted"]  # Train's controller runs the job's setup hook
 
@@ -133,8 +151,19 @@ def test_install_has_ray_build_the_environment_from_the_projects_requirements(cl
     client = JobSubmissionClient(cluster["dashboard"])
     pyproject = project / "pyproject.toml"  # the shipped project's requirements, not the installed one's
     pyproject.write_text(pyproject.read_text().replace('"pandas>=2"', '"pandas>=2.1"'))
-    result = submit(project, "--address", cluster["dashboard"], "--install", "--no-wait",
-                    "--artifacts", str(tmp_path / "a"), "--until", "corpus", "--corpus", "/x")
+    result = submit(
+        project,
+        "--address",
+        cluster["dashboard"],
+        "--install",
+        "--no-wait",
+        "--artifacts",
+        str(tmp_path / "a"),
+        "--until",
+        "corpus",
+        "--corpus",
+        "/x",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     job = re.search(r"submitted job (\S+)", result.stdout).group(1)
     try:

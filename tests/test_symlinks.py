@@ -94,13 +94,26 @@ def test_a_symlink_loop_is_walked_once(tmp_path):
 
 
 def test_without_links_the_search_finds_what_rglob_found_in_its_order(tmp_path):
-    for rel in ("b.txt", "a/z.jsonl", "a/.hidden.txt", ".dot/c.txt", "a/b/c/d.parquet", "a/b/c.txt", "B/e.raw",
-                "a-b/f.txt", "a.b/g.txt", "x.TXT", "a/b/urlsf_subset01.tar", "urlsf_subset00.tar"):
+    for rel in (
+        "b.txt",
+        "a/z.jsonl",
+        "a/.hidden.txt",
+        ".dot/c.txt",
+        "a/b/c/d.parquet",
+        "a/b/c.txt",
+        "B/e.raw",
+        "a-b/f.txt",
+        "a.b/g.txt",
+        "x.TXT",
+        "a/b/urlsf_subset01.tar",
+        "urlsf_subset00.tar",
+    ):
         write(tmp_path / rel)
     for pattern in ("*", "*.txt", "c.txt", "urlsf_subset*.tar", "*.parquet", "c", "nothing"):
         assert sorted(rglob(tmp_path, pattern)) == sorted(tmp_path.rglob(pattern)), pattern
-    assert LocalSource(str(tmp_path)).files() == \
-        sorted(p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    assert LocalSource(str(tmp_path)).files() == sorted(
+        p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in SUFFIXES
+    )
     # The baseline snapshot's old listing, so no dataset's fingerprint moves.
     old = sorted(os.path.join(d, f) for d, _, names in os.walk(str(tmp_path) + "/") for f in names)
     assert snapshot(str(tmp_path) + "/") == listing(old, str(tmp_path) + "/")
@@ -124,8 +137,10 @@ def test_a_link_that_points_nowhere_is_an_error_naming_it_not_a_missing_task_or_
         with pytest.raises(InputError, match=broken):
             read()
     # A name the search does not ask for is not its business: the tasks in a directory beside it are read.
-    write(eval_dir / "SICK" / "SICK_test_annotated.txt",
-          "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n1\ta\tb\t3.5\tNEUTRAL\n")
+    write(
+        eval_dir / "SICK" / "SICK_test_annotated.txt",
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n1\ta\tb\t3.5\tNEUTRAL\n",
+    )
     (eval_dir / "STSBenchmark").unlink()
     (eval_dir / "notes.txt").symlink_to(tmp_path / "gone.txt")
     subsets, _ = find_sts(eval_dir)
@@ -141,12 +156,17 @@ def test_a_symlink_loop_is_an_error_naming_the_loop_not_a_missing_path(tmp_path)
     (corpus / "c.txt").symlink_to("b.txt")
     b = re.escape(str(corpus / "b.txt"))
     loop = rf"^{b} is a symlink loop: {b} -> .*c\.txt -> .*b\.txt$"
-    for read in (lambda: LocalSource(str(corpus)).files(), lambda: snapshot(str(corpus)),
-                 lambda: snapshot(str(corpus / "b.txt"))):
+    for read in (
+        lambda: LocalSource(str(corpus)).files(),
+        lambda: snapshot(str(corpus)),
+        lambda: snapshot(str(corpus / "b.txt")),
+    ):
         with pytest.raises(InputError, match=loop):
             read()
     (tmp_path / "eval").symlink_to("eval")  # a path given on the command line: Path.resolve's RuntimeError before
-    for given in (dict(corpus=str(tmp_path / "eval")),
-                  dict(corpus=str(corpus / "a.txt"), eval_data=str(tmp_path / "eval"))):
+    for given in (
+        dict(corpus=str(tmp_path / "eval")),
+        dict(corpus=str(corpus / "a.txt"), eval_data=str(tmp_path / "eval")),
+    ):
         with pytest.raises(InputError, match=rf"{re.escape(str(tmp_path / 'eval'))} is a symlink loop: "):
             configured(**given, artifacts=str(tmp_path / "art"))

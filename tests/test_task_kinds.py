@@ -28,17 +28,19 @@ from storage import read_table
 from tests.conftest import WORDS
 from tests.helpers import write_jsonl
 
-
 # Data in the real layouts.
 
-def write_beir(root: Path, passages: list[tuple[str, str, str]], queries: list[tuple[str, str]],
-               qrels: list[tuple[str, str, int]]) -> Path:
+
+def write_beir(
+    root: Path, passages: list[tuple[str, str, str]], queries: list[tuple[str, str]], qrels: list[tuple[str, str, int]]
+) -> Path:
     """BEIR's layout: the corpus gzipped (as BEIR ships some), passages as (_id, title, text)."""
     (root / "qrels").mkdir(parents=True)
     write_jsonl(root / "corpus.jsonl.gz", [{"_id": i, "title": t, "text": x} for i, t, x in passages])
     write_jsonl(root / "queries.jsonl", [{"_id": i, "text": x} for i, x in queries])
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
-                                             + "".join(f"{q}\t{c}\t{s}\n" for q, c, s in qrels))
+    (root / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{c}\t{s}\n" for q, c, s in qrels)
+    )
     return root
 
 
@@ -69,8 +71,12 @@ def pairclass_set(path: Path, seed: int = 0, n: int = 60) -> Path:
     b = [x if y and i % 2 else s for i, (x, s, y) in enumerate(zip(a, b, labels))]
     rows = pd.DataFrame({"sentence1": a + [a[0]], "sentence2": b + [b[0]], "label": [*labels, 1 - labels[0]]})
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(path, sep="\t" if ".tsv" in path.name else ",", index=False,
-                compression="gzip" if path.suffix == ".gz" else None)
+    rows.to_csv(
+        path,
+        sep="\t" if ".tsv" in path.name else ",",
+        index=False,
+        compression="gzip" if path.suffix == ".gz" else None,
+    )
     return path
 
 
@@ -92,6 +98,7 @@ def cosine(a, b) -> float:
 
 
 # Retrieval.
+
 
 def expected_retrieval(root: Path, vectors: dict[str, np.ndarray]) -> dict[str, float]:
     """The metrics by their definitions (InformationRetrievalEvaluator's), one query and one rank at a time."""
@@ -150,12 +157,15 @@ def test_retrieval_breaks_ties_by_passage_id_across_chunks(tmp_path, monkeypatch
     assert got["MRR@10"] == pytest.approx(1 / 10)
 
 
-@pytest.mark.parametrize("where, content, message", [
-    ("queries.jsonl", '{"_id": "q0", "text": "a"}\n{"_id": "q1"}\n', "queries.jsonl:2: text is None"),
-    ("queries.jsonl", '{"_id": "q0", "text": "a"}\nnot json\n', "queries.jsonl:2: not valid JSON"),
-    ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq0\td0\thigh\n", "test.tsv:2: score 'high' is not a number"),
-    ("qrels/test.tsv", "qid\tdid\tscore\nq0\td0\t1\n", "test.tsv:1: expected the header"),
-])
+@pytest.mark.parametrize(
+    "where, content, message",
+    [
+        ("queries.jsonl", '{"_id": "q0", "text": "a"}\n{"_id": "q1"}\n', "queries.jsonl:2: text is None"),
+        ("queries.jsonl", '{"_id": "q0", "text": "a"}\nnot json\n', "queries.jsonl:2: not valid JSON"),
+        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq0\td0\thigh\n", "test.tsv:2: score 'high' is not a number"),
+        ("qrels/test.tsv", "qid\tdid\tscore\nq0\td0\t1\n", "test.tsv:1: expected the header"),
+    ],
+)
 def test_a_bad_retrieval_file_is_one_line_naming_file_and_line(tmp_path, where, content, message):
     root = write_beir(tmp_path / "t", [("d0", "", "kabar")], [("q0", "lodos")], [("q0", "d0", 1)])
     (root / where).write_text(content)
@@ -172,6 +182,7 @@ def test_a_retrieval_folder_without_qrels_is_an_error(tmp_path):
 
 
 # Pair classification.
+
 
 def expected_pairclass(scores: list[float], labels: list[int]) -> dict[str, float]:
     """AP as the area under the step precision-recall curve (sklearn's and the evaluator's definition), and the
@@ -205,11 +216,14 @@ def test_pair_classification_scores_by_the_metrics_definitions(tmp_path, name):
     assert {(r["protocol"], r["n"]) for r in rows} == {("pairclass", len(table))}
 
 
-@pytest.mark.parametrize("content, message", [
-    ("sentence1,sentence2,label\na,b,1\nc,d,2\n", r"dupes.pairclass.csv:3: label is '2', not 0 or 1"),
-    ("sentence1,sentence2\na,b\n", r"dupes.pairclass.csv:1: no column\(s\) label"),
-    ("sentence1,sentence2,label\na,b,1\nc,d,1\n", r"dupes.pairclass.csv: needs pairs of both labels"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("sentence1,sentence2,label\na,b,1\nc,d,2\n", r"dupes.pairclass.csv:3: label is '2', not 0 or 1"),
+        ("sentence1,sentence2\na,b\n", r"dupes.pairclass.csv:1: no column\(s\) label"),
+        ("sentence1,sentence2,label\na,b,1\nc,d,1\n", r"dupes.pairclass.csv: needs pairs of both labels"),
+    ],
+)
 def test_a_bad_pair_classification_file_is_one_line_naming_file_and_line(tmp_path, content, message):
     (tmp_path / "dupes.pairclass.csv").write_text(content)
     with pytest.raises(InputError, match=message):
@@ -218,6 +232,7 @@ def test_a_bad_pair_classification_file_is_one_line_naming_file_and_line(tmp_pat
 
 # Against sentence-transformers' evaluators, on a tiny model of ours (its sentence-transformers/ export), which
 # both sides load: ours through pipeline.model.exported.Encoder, as the evaluate stage does.
+
 
 @pytest.fixture(scope="module")
 def st_pair(st_and_encoder):
@@ -236,13 +251,29 @@ def test_retrieval_equals_sentence_transformers_information_retrieval_evaluator(
     ours = {r["metric"]: r["value"] for r in retrieval.score(task, embed, seed=0)}
     d = task.data
     evaluator = InformationRetrievalEvaluator(
-        dict(zip(d.query_ids, d.queries)), dict(zip(d.passage_ids, d.passages)), d.relevant, batch_size=32,
-        score_functions={"cosine": cos_sim}, name="t", mrr_at_k=[10], ndcg_at_k=[10], map_at_k=[100],
-        precision_recall_at_k=[100], accuracy_at_k=[10], corpus_chunk_size=128)
+        dict(zip(d.query_ids, d.queries)),
+        dict(zip(d.passage_ids, d.passages)),
+        d.relevant,
+        batch_size=32,
+        score_functions={"cosine": cos_sim},
+        name="t",
+        mrr_at_k=[10],
+        ndcg_at_k=[10],
+        map_at_k=[100],
+        precision_recall_at_k=[100],
+        accuracy_at_k=[10],
+        corpus_chunk_size=128,
+    )
     theirs = evaluator(st)
-    assert ours == pytest.approx({"nDCG@10": theirs["t_cosine_ndcg@10"], "MRR@10": theirs["t_cosine_mrr@10"],
-                                  "Recall@100": theirs["t_cosine_recall@100"],
-                                  "MAP@100": theirs["t_cosine_map@100"]}, abs=1e-4)
+    assert ours == pytest.approx(
+        {
+            "nDCG@10": theirs["t_cosine_ndcg@10"],
+            "MRR@10": theirs["t_cosine_mrr@10"],
+            "Recall@100": theirs["t_cosine_recall@100"],
+            "MAP@100": theirs["t_cosine_map@100"],
+        },
+        abs=1e-4,
+    )
     assert 0.02 < ours["nDCG@10"] < 0.98  # a ranking that can be got wrong
 
 
@@ -254,15 +285,22 @@ def test_pair_classification_equals_sentence_transformers_binary_classification_
     (task,) = pairclass.find(tmp_path)
     ours = {r["metric"]: r["value"] for r in pairclass.score(task, embed, seed=0)}
     table = pd.read_csv(path)
-    evaluator = BinaryClassificationEvaluator(table["sentence1"].tolist(), table["sentence2"].tolist(),
-                                              table["label"].tolist(), name="t", batch_size=32,
-                                              similarity_fn_names=["cosine"])
+    evaluator = BinaryClassificationEvaluator(
+        table["sentence1"].tolist(),
+        table["sentence2"].tolist(),
+        table["label"].tolist(),
+        name="t",
+        batch_size=32,
+        similarity_fn_names=["cosine"],
+    )
     theirs = evaluator(st)
-    assert ours == pytest.approx({"AP": theirs["t_cosine_ap"], "accuracy": theirs["t_cosine_accuracy"],
-                                  "F1": theirs["t_cosine_f1"]}, abs=1e-4)
+    assert ours == pytest.approx(
+        {"AP": theirs["t_cosine_ap"], "accuracy": theirs["t_cosine_accuracy"], "F1": theirs["t_cosine_f1"]}, abs=1e-4
+    )
 
 
 # The evaluate stage and the leaderboard.
+
 
 def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_their_files(evaluate_setup, tmp_path):
     data = tmp_path / "mine"
@@ -271,13 +309,14 @@ def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_thei
     cfg = Config(evaluate=EvaluateConfig(data=str(data), batch_size=16))
     evaluate.check(cfg)  # no STS task there, and none needed
     assert [(t.kind, t.name) for t in kinds.find_all(data)] == [("retrieval", "mini-beir"), ("pairclass", "dupes")]
-    config = evaluate.config(cfg, evaluate.Row("tiny", {"kind": "untrained"}, {"model": evaluate_setup["model"]},
-                                                {"objective": "test"}))
+    config = evaluate.config(
+        cfg, evaluate.Row("tiny", {"kind": "untrained"}, {"model": evaluate_setup["model"]}, {"objective": "test"})
+    )
     out = run_stage(evaluate.STAGE, config, {"model": evaluate_setup["model"]}, str(tmp_path / "art"))
     scores = read_table(out).to_pandas()
     assert set(zip(scores["task"], scores["metric"])) == {
-        ("mini-beir", m) for m in ("nDCG@10", "MRR@10", "Recall@100", "MAP@100")} | {
-        ("dupes", m) for m in ("AP", "accuracy", "F1")}
+        ("mini-beir", m) for m in ("nDCG@10", "MRR@10", "Recall@100", "MAP@100")
+    } | {("dupes", m) for m in ("AP", "accuracy", "F1")}
     assert scores["value"].between(0, 1).all() and (scores["dimension"] == 32).all()
     kept = test_items.read(out)  # each query's nDCG@10 and each pair's cosine, for the leaderboard's intervals
     assert set(zip(kept["task"], kept["protocol"])) == {("mini-beir", "retrieval"), ("dupes", "pairclass")}
@@ -298,8 +337,9 @@ def kind_scores() -> pd.DataFrame:
     for model, values in {"a": (0.5, 0.3, 0.9), "b": (0.4, 0.6, 0.8), "c": (0.7, None, 0.6)}.items():
         for task, value in zip(("scifact", "nfcorpus"), values[:2]):
             if value is not None:
-                rows += [{**r, "model": model} for r in kinds.rows("retrieval", task, {"nDCG@10": value,
-                                                                                      "MRR@10": 0.1}, 5)]
+                rows += [
+                    {**r, "model": model} for r in kinds.rows("retrieval", task, {"nDCG@10": value, "MRR@10": 0.1}, 5)
+                ]
         rows += [{**r, "model": model} for r in kinds.rows("pairclass", "dupes", {"AP": values[2], "F1": 0.2}, 9)]
     return pd.DataFrame(rows)
 
@@ -335,12 +375,13 @@ def test_every_kind_is_found_beside_sts_pair_files_which_leave_the_kinds_files_a
     retrieval_set(tmp_path / "mini-beir")
     pairclass_set(tmp_path / "dupes.pairclass.tsv")
     write_jsonl(tmp_path / "topics.clustering.jsonl", [{"sentences": sentences(rng, 6), "labels": [0, 0, 1, 1, 2, 2]}])
-    write_jsonl(tmp_path / "faq.reranking.jsonl.gz", [{"query": "kabar", "positive": ["kabar lodos"],
-                                                      "negative": ["mifen", "nuhom"]}])
+    write_jsonl(
+        tmp_path / "faq.reranking.jsonl.gz",
+        [{"query": "kabar", "positive": ["kabar lodos"], "negative": ["mifen", "nuhom"]}],
+    )
     write_jsonl(tmp_path / "mine.jsonl", [{"sentence1": "kabar", "sentence2": "lodos", "score": s} for s in (1, 2)])
     found = [(t.kind, t.name) for t in kinds.find_all(tmp_path)]
-    assert found == [("retrieval", "mini-beir"), ("clustering", "topics"), ("pairclass", "dupes"),
-                     ("reranking", "faq")]
+    assert found == [("retrieval", "mini-beir"), ("clustering", "topics"), ("pairclass", "dupes"), ("reranking", "faq")]
     assert [s.task for s in evaluate.find_sts(tmp_path)[0]] == ["mine"]
 
 
@@ -353,8 +394,11 @@ def test_retrieval_columns_and_their_average_get_bootstrap_intervals_from_the_pe
             values = rng.uniform(size=30)
             at = (scores["model"] == m) & (scores["task"] == task) & (scores["metric"] == "nDCG@10")
             scores.loc[at, "value"] = values.mean()  # the score as its items make it
-            frames.append(pd.DataFrame({"task": task, "protocol": "retrieval", "stratum": "all",
-                                        "prediction": values, "gold": 0.0}))
+            frames.append(
+                pd.DataFrame(
+                    {"task": task, "protocol": "retrieval", "stratum": "all", "prediction": values, "gold": 0.0}
+                )
+            )
         items[m] = pd.concat(frames)
     table = leaderboard(scores, items=items).set_index("model")
     for m in ("a", "b", "c"):
@@ -376,16 +420,41 @@ def test_pair_classification_and_clustering_intervals_are_sklearn_on_each_resamp
     runs = {s: [rng.integers(0, 3 if s == "set 0" else 2, len(g)) for _ in range(3)] for s, g in labels.items()}
     gold_pairs = [1, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0, 1]
     cosines = np.round(rng.uniform(-1, 1, len(gold_pairs)), 1)  # ties: one threshold each
-    items = pd.concat([pd.DataFrame({"task": "dupes", "protocol": "pairclass", "stratum": "all",
-                                     "prediction": cosines, "gold": gold_pairs})] + [
-        pd.DataFrame({"task": "topics", "protocol": "clustering", "stratum": f"{s} run {r}",
-                      "prediction": a, "gold": labels[s]}) for s in labels for r, a in enumerate(runs[s])])
-    point = {"AP": average_precision_score(gold_pairs, cosines),
-             "v_measure": np.mean([np.mean([v_measure_score(labels[s], a) for a in runs[s]]) for s in labels])}
-    scores = pd.DataFrame([{**r, "model": "m"} for r in kinds.rows("pairclass", "dupes", {"AP": point["AP"]}, 12)
-                           + kinds.rows("clustering", "topics", {"v_measure": point["v_measure"]}, 17)])
-    draws = {task: [rng.integers(0, n, size=(b, n)) for n in sizes]
-             for task, sizes in {"dupes": [12], "topics": [10] * 3 + [7] * 3}.items()}
+    items = pd.concat(
+        [
+            pd.DataFrame(
+                {"task": "dupes", "protocol": "pairclass", "stratum": "all", "prediction": cosines, "gold": gold_pairs}
+            )
+        ]
+        + [
+            pd.DataFrame(
+                {
+                    "task": "topics",
+                    "protocol": "clustering",
+                    "stratum": f"{s} run {r}",
+                    "prediction": a,
+                    "gold": labels[s],
+                }
+            )
+            for s in labels
+            for r, a in enumerate(runs[s])
+        ]
+    )
+    point = {
+        "AP": average_precision_score(gold_pairs, cosines),
+        "v_measure": np.mean([np.mean([v_measure_score(labels[s], a) for a in runs[s]]) for s in labels]),
+    }
+    scores = pd.DataFrame(
+        [
+            {**r, "model": "m"}
+            for r in kinds.rows("pairclass", "dupes", {"AP": point["AP"]}, 12)
+            + kinds.rows("clustering", "topics", {"v_measure": point["v_measure"]}, 17)
+        ]
+    )
+    draws = {
+        task: [rng.integers(0, n, size=(b, n)) for n in sizes]
+        for task, sizes in {"dupes": [12], "topics": [10] * 3 + [7] * 3}.items()
+    }
 
     def seam(task, sizes, n):
         yield draws[task]
@@ -393,8 +462,15 @@ def test_pair_classification_and_clustering_intervals_are_sklearn_on_each_resamp
     table = add_intervals(leaderboard(scores), {"m": items}, b=b, draw=seam)[0].set_index("model")
     ap = [average_precision_score(np.array(gold_pairs)[i], cosines[i]) for i in draws["dupes"][0]]
     first_run = {"set 0": draws["topics"][0], "set 1": draws["topics"][3]}
-    vm = [np.mean([np.mean([v_measure_score(np.array(labels[s])[first_run[s][k]], a[first_run[s][k]])
-                            for a in runs[s]]) for s in labels]) for k in range(b)]
+    vm = [
+        np.mean(
+            [
+                np.mean([v_measure_score(np.array(labels[s])[first_run[s][k]], a[first_run[s][k]]) for a in runs[s]])
+                for s in labels
+            ]
+        )
+        for k in range(b)
+    ]
     for column, values in {"dupes AP": ap, "topics v_measure": vm}.items():
         lo, hi = np.percentile(100 * np.array(values), [2.5, 97.5])
         assert table.loc["m", f"{column} lo"] == pytest.approx(lo, abs=0.0051)  # the table rounds to 2 decimals

@@ -26,9 +26,20 @@ from tests.helpers import tiny_model
 
 STEPS = 6
 # Train's per-step rows as the loop writes them: dev scores at some steps only, MLM absent (a contrastive-only run).
-CURVES = [{"step": s, "loss": 3.0 - 0.25 * s, "contrastive_loss": 3.0 - 0.25 * s, "mlm_loss": None,
-           "lr": 1e-3 * s / STEPS, "grad_norm": 1.0 + s / 10, "data_seconds": 0.01, "seconds": 2.0 * s,
-           "dev_spearman": 0.1 * s if s % 3 == 0 else None} for s in range(1, STEPS + 1)]
+CURVES = [
+    {
+        "step": s,
+        "loss": 3.0 - 0.25 * s,
+        "contrastive_loss": 3.0 - 0.25 * s,
+        "mlm_loss": None,
+        "lr": 1e-3 * s / STEPS,
+        "grad_norm": 1.0 + s / 10,
+        "data_seconds": 0.01,
+        "seconds": 2.0 * s,
+        "dev_spearman": 0.1 * s if s % 3 == 0 else None,
+    }
+    for s in range(1, STEPS + 1)
+]
 # Leaderboard rows: a run over two seeds, a run of one seed (its own row) and a baseline; STS-B cosine per model.
 MODELS = {"declutr (seed 0)": ("m0", 0, 0.80), "declutr (seed 1)": ("m1", 1, 0.70), "simcse": ("m2", 42, 0.60)}
 
@@ -45,8 +56,17 @@ def _dataset(art: Path, stage, fp, config, inputs, rows=None, extra=None, build=
 
 
 def _scores(model: str, kind: str, stsb: float) -> list[dict]:
-    common = {"model": model, "kind": kind, "subset": "all", "split": "test", "metric": "spearman", "n": 100,
-              "task": "STSB", "model_fingerprint": model, "data_hash": "d"}
+    common = {
+        "model": model,
+        "kind": kind,
+        "subset": "all",
+        "split": "test",
+        "metric": "spearman",
+        "n": 100,
+        "task": "STSB",
+        "model_fingerprint": model,
+        "data_hash": "d",
+    }
     return [{**common, "protocol": "cosine", "value": stsb}, {**common, "protocol": "senteval", "value": stsb - 0.1}]
 
 
@@ -57,8 +77,14 @@ def artifacts(tmp_path_factory) -> dict:
     stage's dataset over them."""
     art = tmp_path_factory.mktemp("tracked")
     _dataset(art, "decontaminate", "f" * 16, {}, {}, rows=[{"text": f"doc {i}"} for i in range(20)])
-    pairs = _dataset(art, "augment", "a" * 16, {}, {"documents": "f" * 16, "tokenizer": "t" * 16},
-                     rows=[{"anchor_ids": [1, 2]} for _ in range(48)])
+    pairs = _dataset(
+        art,
+        "augment",
+        "a" * 16,
+        {},
+        {"documents": "f" * 16, "tokenizer": "t" * 16},
+        rows=[{"anchor_ids": [1, 2]} for _ in range(48)],
+    )
     init = _dataset(art, "init", "i" * 16, {"base": None}, {}, extra={"parameters": 999})
     trained, scores = {}, {}
     for name, (tag, seed, stsb) in MODELS.items():
@@ -69,8 +95,9 @@ def artifacts(tmp_path_factory) -> dict:
             pq.write_table(pa.Table.from_pylist(CURVES), f"{out.local_dir}/metrics.parquet")
             write_curves(CURVES, out.local_dir)
             out.extra.update({"steps": STEPS, "final_loss": CURVES[-1]["loss"], "train_seconds": 12.0})
-            out.extra["card"] = train_info(cfg, {"pairs": pairs, "init": init}, out.extra,
-                                           AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}"))
+            out.extra["card"] = train_info(
+                cfg, {"pairs": pairs, "init": init}, out.extra, AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}")
+            )
             write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
         fp = tag * 8
@@ -80,8 +107,14 @@ def artifacts(tmp_path_factory) -> dict:
     inputs = {}
     for name, (model_fp, kind, stsb) in scores.items():
         rows, fp = _scores(name, kind, stsb), f"s{len(inputs)}".ljust(16, "0")
-        _dataset(art, "evaluate", fp, {"model": name, "spec": {"kind": kind}},
-                 {"model": model_fp} if model_fp else {}, rows=rows)
+        _dataset(
+            art,
+            "evaluate",
+            fp,
+            {"model": name, "spec": {"kind": kind}},
+            {"model": model_fp} if model_fp else {},
+            rows=rows,
+        )
         inputs[f"scores-{name}"] = dataset_path(str(art), "evaluate", fp)
     leaderboard = run_stage(ranking.STAGE, {"rank_by": None}, inputs, str(art))
     return {"trained": trained, "leaderboard": leaderboard}
@@ -109,7 +142,8 @@ def test_runs_hold_the_recipe_curves_scores_card_and_table_and_a_second_report_a
     assert params["input.pairs"] == "a" * 16 and params["parameters"] == "999"
     # The recipe as the leaderboard states what ran: its 6 steps of batch 4 read 24 of the 48 pairs.
     assert params["recipe"] == TrainConfig(batch_size=4, max_steps=STEPS, seed=1).recipe().replace(
-        f", {STEPS} steps,", f", {STEPS} steps on 24 of 48 pairs,")
+        f", {STEPS} steps,", f", {STEPS} steps on 24 of 48 pairs,"
+    )
     assert run.data.tags["cpipe.train_fingerprint"] == "m1" * 8
     for key, column in (("loss/total", "loss"), ("optim/lr", "lr"), ("optim/grad_norm", "grad_norm")):
         history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
@@ -157,10 +191,16 @@ def test_a_leaderboard_reported_first_reports_its_trainings_too(artifacts, tmp_p
     assert runs["simcse (seed 42)"].data.metrics["leaderboard/STSB cosine"] == pytest.approx(60.0)
 
 
-@pytest.mark.parametrize("uri, said", [
-    ("mlruns", "is a path"), ("ftp://host/x", "no tracking store for ftp"), ("sqlite://", "names no database file"),
-    ("https://user:secret@host", "holds credentials"), ("http://", "names no host"),
-])
+@pytest.mark.parametrize(
+    "uri, said",
+    [
+        ("mlruns", "is a path"),
+        ("ftp://host/x", "no tracking store for ftp"),
+        ("sqlite://", "names no database file"),
+        ("https://user:secret@host", "holds credentials"),
+        ("http://", "names no host"),
+    ],
+)
 def test_a_bad_uri_is_one_config_error_naming_the_key(tmp_path, uri, said):
     with pytest.raises(ConfigError) as e:
         load_config(overrides=[f"tracking.mlflow.uri={uri}"])

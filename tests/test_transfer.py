@@ -10,8 +10,14 @@ from pipeline.errors import InputError
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.evaluate.logreg import Settings
 from pipeline.evaluate.transfer import averages, score_transfer
-from pipeline.evaluate.transfer_data import (TRANSFER_TASKS, Examples, TransferDataError, TransferTask, find_transfer,
-                                             transfer_data_hash)
+from pipeline.evaluate.transfer_data import (
+    TRANSFER_TASKS,
+    Examples,
+    TransferDataError,
+    TransferTask,
+    find_transfer,
+    transfer_data_hash,
+)
 from tests.test_sts import SICK_TEST, SICK_TRIAL, write_sick
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
@@ -102,13 +108,16 @@ def test_senteval_layout_for_sst2_and_mrpc(tmp_path):
     assert mrpc.splits["train"].pair == ["x z"] and mrpc.splits["test"].labels.tolist() == [0]
 
 
-@pytest.mark.parametrize("relpath, data, where, message", [
-    ("TREC/TREC_10.label", "LOC:city Where ?\nPLACE:city Where else ?\n", 2, "label 'PLACE' is not one of ABBR"),
-    ("TREC/TREC_10.label", "no colon here\n", 1, "is not one of"),
-    ("SST2/stsa.binary.dev", "1 good\n2 very good\n", 2, "label '2' is not one of 0, 1"),
-    ("msrp/msr-para-test.tsv", MRPC_HEADER + "1\t5\t6\tonly one sentence\r\n", 2, "expected 5 tab-separated"),
-    ("msrp/msr-para-test.tsv", "1\t5\t6\ta\tb\r\n", 1, "expected the header Quality"),
-])
+@pytest.mark.parametrize(
+    "relpath, data, where, message",
+    [
+        ("TREC/TREC_10.label", "LOC:city Where ?\nPLACE:city Where else ?\n", 2, "label 'PLACE' is not one of ABBR"),
+        ("TREC/TREC_10.label", "no colon here\n", 1, "is not one of"),
+        ("SST2/stsa.binary.dev", "1 good\n2 very good\n", 2, "label '2' is not one of 0, 1"),
+        ("msrp/msr-para-test.tsv", MRPC_HEADER + "1\t5\t6\tonly one sentence\r\n", 2, "expected 5 tab-separated"),
+        ("msrp/msr-para-test.tsv", "1\t5\t6\ta\tb\r\n", 1, "expected the header Quality"),
+    ],
+)
 def test_malformed_files_name_file_and_line(transfer_dir, relpath, data, where, message):
     path = next(transfer_dir.rglob(Path(relpath).name))
     write(path, data)
@@ -167,9 +176,11 @@ def by_key(rows):
 @pytest.mark.parametrize("separable", [True, False])
 def test_every_scheme_separates_what_is_separable_and_nothing_else(separable, protocol):
     tasks, vectors = [], {}
-    for task, table in (synthetic("MR", {"all": 120}, separable, seed=1),
-                        synthetic("TREC", {"train": 120, "test": 300}, separable, seed=2, classes=3),
-                        synthetic("SST2", {"train": 120, "dev": 60, "test": 300}, separable, seed=3)):
+    for task, table in (
+        synthetic("MR", {"all": 120}, separable, seed=1),
+        synthetic("TREC", {"train": 120, "test": 300}, separable, seed=2, classes=3),
+        synthetic("SST2", {"train": 120, "dev": 60, "test": 300}, separable, seed=3),
+    ):
         tasks.append(task)
         vectors.update(table)
     rows = by_key(score_transfer(table_encoder(vectors), tasks, k=5, protocol=protocol, settings=QUICK))
@@ -240,23 +251,40 @@ def test_encode_sees_each_distinct_sentence_once():
         calls.append(list(sentences))
         return np.array([[ord(s[0]), 1.0] for s in sentences])
 
-    task = TransferTask("SICKE", Path("."), ("a", "b"), {
-        s: Examples(text, text[::-1], np.arange(20) % 2) for s in ("train", "dev", "test")})
+    task = TransferTask(
+        "SICKE",
+        Path("."),
+        ("a", "b"),
+        {s: Examples(text, text[::-1], np.arange(20) % 2) for s in ("train", "dev", "test")},
+    )
     score_transfer(encode, [task], settings=QUICK)
     assert calls == [["x", "y", "z"]]
 
 
 def test_averages_count_mrpc_as_mean_of_accuracy_and_f1():
     def row(task, split, metric, value):
-        return {"task": task, "subset": "all", "split": split, "metric": metric, "protocol": "senteval",
-                "value": value, "n": 10}
+        return {
+            "task": task,
+            "subset": "all",
+            "split": split,
+            "metric": metric,
+            "protocol": "senteval",
+            "value": value,
+            "n": 10,
+        }
 
-    rows = [row("MR", "test", "accuracy", 0.8), row("MR", "dev", "accuracy", 0.7),
-            row("MRPC", "test", "accuracy", 0.7), row("MRPC", "test", "f1", 0.8),
-            row("MRPC", "test", "accuracy_f1_mean", 0.75), row("MRPC", "dev", "accuracy", 0.6),
-            row("SICKE", "test", "accuracy", 0.5),
-            # Not a transfer task, and not this protocol: both ignored.
-            row("STSB", "test", "accuracy", 0.0), {**row("CR", "test", "accuracy", 0.0), "protocol": "other"}]
+    rows = [
+        row("MR", "test", "accuracy", 0.8),
+        row("MR", "dev", "accuracy", 0.7),
+        row("MRPC", "test", "accuracy", 0.7),
+        row("MRPC", "test", "f1", 0.8),
+        row("MRPC", "test", "accuracy_f1_mean", 0.75),
+        row("MRPC", "dev", "accuracy", 0.6),
+        row("SICKE", "test", "accuracy", 0.5),
+        # Not a transfer task, and not this protocol: both ignored.
+        row("STSB", "test", "accuracy", 0.0),
+        {**row("CR", "test", "accuracy", 0.0), "protocol": "other"},
+    ]
     got = {r["split"]: r for r in averages(rows)}
     assert got["test"]["value"] == pytest.approx((0.8 + 0.75 + 0.5) / 3) and got["test"]["n"] == 3
     assert got["dev"]["value"] == pytest.approx((0.7 + 0.6) / 2) and got["dev"]["n"] == 2
@@ -266,6 +294,7 @@ def test_averages_count_mrpc_as_mean_of_accuracy_and_f1():
 
 # --- the shared data ------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not SHARED, reason="CPIPE_SHARED_DATA is not set (path to the team's shared data directory)")
 def test_real_transfer_data():
     tasks, absent = find_transfer(Path(SHARED) / "eval")
@@ -273,22 +302,32 @@ def test_real_transfer_data():
     sizes = {t.name: {s: len(ex.text) for s, ex in t.splits.items()} for t in tasks}
     # SentEval's counts: Latin-1, splitlines() (which also breaks at 0x85), blank lines kept.
     assert sizes == {
-        "MR": {"all": 10685}, "CR": {"all": 3775}, "SUBJ": {"all": 10021}, "MPQA": {"all": 10606},
-        "SST2": {"train": 6920, "dev": 872, "test": 1821}, "TREC": {"train": 5452, "test": 500},
-        "MRPC": {"train": 4076, "test": 1725}, "SICKE": {"train": 4500, "dev": 500, "test": 4927}}
+        "MR": {"all": 10685},
+        "CR": {"all": 3775},
+        "SUBJ": {"all": 10021},
+        "MPQA": {"all": 10606},
+        "SST2": {"train": 6920, "dev": 872, "test": 1821},
+        "TREC": {"train": 5452, "test": 500},
+        "MRPC": {"train": 4076, "test": 1725},
+        "SICKE": {"train": 4500, "dev": 500, "test": 4927},
+    }
     by_name = {t.name: t for t in tasks}
     assert by_name["MR"].splits["all"].labels.sum() == 5344 and by_name["CR"].splits["all"].text.count("") == 4
     assert by_name["MRPC"].splits["train"].labels.sum() == 2753 and by_name["MRPC"].splits["test"].labels.sum() == 1147
     assert all(s == " ".join(s.split()) for t in tasks for ex in t.splits.values() for s in ex.text)
     for t in tasks:  # sorted as SentEval sorts, by words then label
         for ex in t.splits.values():
-            keys = [(len(s.split()), *((len(p.split()),) if ex.pair else ()), int(y))
-                    for s, p, y in zip(ex.text, ex.pair or ex.text, ex.labels)]
+            keys = [
+                (len(s.split()), *((len(p.split()),) if ex.pair else ()), int(y))
+                for s, p, y in zip(ex.text, ex.pair or ex.text, ex.labels)
+            ]
             assert keys == sorted(keys), t.name
 
     enc = RandomEncoder(dim=32, seed=0)
-    rows = by_key(score_transfer(enc.encode, [by_name["MRPC"]], protocol="sklearn")
-                  + score_transfer(enc.encode, [by_name["SICKE"]]))
+    rows = by_key(
+        score_transfer(enc.encode, [by_name["MRPC"]], protocol="sklearn")
+        + score_transfer(enc.encode, [by_name["SICKE"]])
+    )
     # Majority classes: 66.5% of MRPC test pairs are paraphrases, 56.7% of SICK test pairs neutral.
     assert 0.6 < rows[("MRPC", "test", "accuracy")]["value"] < 0.8
     assert 0.75 < rows[("MRPC", "test", "f1")]["value"] < 0.85

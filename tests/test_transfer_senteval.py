@@ -22,7 +22,9 @@ from pipeline.evaluate.transfer_data import Examples, TransferTask
 
 SEED = 1111
 REGS = [1e-5, 1e-4, 1e-3, 1e-2]
-FAST = Settings(max_epoch=16, tenacity=1)  # SentEval's but for the epoch cap and tenacity: a quick reference loop that still stops early
+FAST = Settings(
+    max_epoch=16, tenacity=1
+)  # SentEval's but for the epoch cap and tenacity: a quick reference loop that still stops early
 
 
 def reference_fit(x, y, train, dev, reg, nclasses, settings=FAST, seed=SEED):
@@ -43,7 +45,7 @@ def reference_fit(x, y, train, dev, reg, nclasses, settings=FAST, seed=SEED):
         for _ in range(settings.epoch_size):
             permutation = rng.permutation(len(train))
             for i in range(0, len(train), settings.batch_size):
-                idx = torch.from_numpy(permutation[i:i + settings.batch_size])
+                idx = torch.from_numpy(permutation[i : i + settings.batch_size])
                 loss = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
                 optimizer.zero_grad()
                 loss.backward()
@@ -132,8 +134,7 @@ def test_kfold_is_sentevals():
     dev, model = reference_kfold(matrix(vectors, train), train.labels, 6, k=3)
     rows = scored(task, vectors, k=3)
     assert rows[("dev", "accuracy")] == pytest.approx(dev, abs=1e-9)
-    assert rows[("test", "accuracy")] == pytest.approx(accuracy_of(model, matrix(vectors, test), test.labels),
-                                                       abs=1e-9)
+    assert rows[("test", "accuracy")] == pytest.approx(accuracy_of(model, matrix(vectors, test), test.labels), abs=1e-9)
 
 
 def test_split_is_sentevals():
@@ -146,5 +147,6 @@ def test_split_is_sentevals():
     best = pick([f[0] for f in fits])
     rows = scored(task, vectors, k=3)
     assert rows[("dev", "accuracy")] == pytest.approx(fits[best][0], abs=1e-9)
-    assert rows[("test", "accuracy")] == pytest.approx(accuracy_of(fits[best][1], matrix(vectors, test), test.labels),
-                                                       abs=1e-9)
+    assert rows[("test", "accuracy")] == pytest.approx(
+        accuracy_of(fits[best][1], matrix(vectors, test), test.labels), abs=1e-9
+    )

@@ -130,8 +130,10 @@ def test_fairseq_backend_names_the_hf_alternative():
         pass
     else:
         pytest.skip("fairseq imports here")
-    for fairseq_name, hf_name in [("transformer.wmt19.en-de", "facebook/wmt19-en-de"),
-                                  ("transformer.wmt19.ru-en.single_model", "facebook/wmt19-ru-en")]:
+    for fairseq_name, hf_name in [
+        ("transformer.wmt19.en-de", "facebook/wmt19-en-de"),
+        ("transformer.wmt19.ru-en.single_model", "facebook/wmt19-ru-en"),
+    ]:
         with pytest.raises(InputError) as err:
             check_backend("fairseq", fairseq_name)
         message = str(err.value)

@@ -54,16 +54,22 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # Hand-built items: STS12 in two subsets (ties in the gold scores and the predictions), MR in two folds, MRPC.
-GOLD = {"STS12": {"MSRpar": [0.0, 1.0, 1.0, 2.5, 3.0, 4.0, 4.0, 5.0], "OnWN": [0.5, 2.0, 2.0, 3.5, 4.5, 5.0]},
-        "MR": {"fold 0": [0, 1, 1, 0, 1, 0, 1], "fold 1": [1, 0, 0, 1, 1, 0]},
-        "MRPC": {"all": [1, 1, 0, 1, 0, 1, 1, 0, 1, 0]}}
+GOLD = {
+    "STS12": {"MSRpar": [0.0, 1.0, 1.0, 2.5, 3.0, 4.0, 4.0, 5.0], "OnWN": [0.5, 2.0, 2.0, 3.5, 4.5, 5.0]},
+    "MR": {"fold 0": [0, 1, 1, 0, 1, 0, 1], "fold 1": [1, 0, 0, 1, 1, 0]},
+    "MRPC": {"all": [1, 1, 0, 1, 0, 1, 1, 0, 1, 0]},
+}
 PREDICTED = {
-    "ref": {"STS12": {"MSRpar": [0.1, 0.3, 0.2, 0.2, 0.6, 0.5, 0.9, 0.7], "OnWN": [0.2, 0.2, 0.4, 0.3, 0.8, 0.9]},
-            "MR": {"fold 0": [0, 0, 1, 0, 1, 1, 1], "fold 1": [1, 1, 0, 0, 1, 0]},
-            "MRPC": {"all": [1, 0, 0, 1, 1, 1, 0, 0, 1, 1]}},
-    "better": {"STS12": {"MSRpar": [0.0, 0.2, 0.3, 0.4, 0.6, 0.8, 0.8, 0.9], "OnWN": [0.1, 0.3, 0.3, 0.5, 0.7, 0.9]},
-               "MR": {"fold 0": [0, 1, 1, 0, 1, 0, 0], "fold 1": [1, 0, 0, 1, 1, 1]},
-               "MRPC": {"all": [1, 1, 0, 1, 0, 1, 1, 1, 1, 0]}},
+    "ref": {
+        "STS12": {"MSRpar": [0.1, 0.3, 0.2, 0.2, 0.6, 0.5, 0.9, 0.7], "OnWN": [0.2, 0.2, 0.4, 0.3, 0.8, 0.9]},
+        "MR": {"fold 0": [0, 0, 1, 0, 1, 1, 1], "fold 1": [1, 1, 0, 0, 1, 0]},
+        "MRPC": {"all": [1, 0, 0, 1, 1, 1, 0, 0, 1, 1]},
+    },
+    "better": {
+        "STS12": {"MSRpar": [0.0, 0.2, 0.3, 0.4, 0.6, 0.8, 0.8, 0.9], "OnWN": [0.1, 0.3, 0.3, 0.5, 0.7, 0.9]},
+        "MR": {"fold 0": [0, 1, 1, 0, 1, 0, 0], "fold 1": [1, 0, 0, 1, 1, 1]},
+        "MRPC": {"all": [1, 1, 0, 1, 0, 1, 1, 1, 1, 0]},
+    },
 }
 PROTOCOL = {"STS12": "cosine", "MR": "senteval", "MRPC": "senteval"}
 
@@ -72,9 +78,12 @@ def hand_built() -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """Score rows as the evaluate stage writes them, from the items (scipy and scikit-learn), and the items."""
     rows, items = [], {}
     for model, tasks in PREDICTED.items():
-        records = [{"task": t, "protocol": PROTOCOL[t], "stratum": s, "prediction": p, "gold": g}
-                   for t, strata in tasks.items() for s, preds in strata.items()
-                   for p, g in zip(preds, GOLD[t][s])]
+        records = [
+            {"task": t, "protocol": PROTOCOL[t], "stratum": s, "prediction": p, "gold": g}
+            for t, strata in tasks.items()
+            for s, preds in strata.items()
+            for p, g in zip(preds, GOLD[t][s])
+        ]
         items[model] = pd.DataFrame(records)
         sts = tasks["STS12"]
         common = {"model": model, "subset": "all", "split": "test", "n": 1}
@@ -82,19 +91,34 @@ def hand_built() -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
         def row(task, metric, protocol, value):
             return {**common, "task": task, "metric": metric, "protocol": protocol, "value": float(value)}
 
-        rows += [row("STS12", "spearman", "senteval",
-                     np.mean([stats.spearmanr(sts[s], GOLD["STS12"][s]).statistic for s in sts])),
-                 row("STS12", "spearman", "simcse", stats.spearmanr(sum(sts.values(), []),
-                                                                    sum(GOLD["STS12"].values(), [])).statistic),
-                 row("MR", "accuracy", "senteval", np.mean([np.mean(np.equal(tasks["MR"][s], GOLD["MR"][s]))
-                                                            for s in GOLD["MR"]])),
-                 row("MRPC", "accuracy", "senteval", np.mean(np.equal(tasks["MRPC"]["all"], GOLD["MRPC"]["all"]))),
-                 row("MRPC", "f1", "senteval", f1_score(GOLD["MRPC"]["all"], tasks["MRPC"]["all"]))]
+        rows += [
+            row(
+                "STS12",
+                "spearman",
+                "senteval",
+                np.mean([stats.spearmanr(sts[s], GOLD["STS12"][s]).statistic for s in sts]),
+            ),
+            row(
+                "STS12",
+                "spearman",
+                "simcse",
+                stats.spearmanr(sum(sts.values(), []), sum(GOLD["STS12"].values(), [])).statistic,
+            ),
+            row(
+                "MR",
+                "accuracy",
+                "senteval",
+                np.mean([np.mean(np.equal(tasks["MR"][s], GOLD["MR"][s])) for s in GOLD["MR"]]),
+            ),
+            row("MRPC", "accuracy", "senteval", np.mean(np.equal(tasks["MRPC"]["all"], GOLD["MRPC"]["all"]))),
+            row("MRPC", "f1", "senteval", f1_score(GOLD["MRPC"]["all"], tasks["MRPC"]["all"])),
+        ]
     return pd.DataFrame(rows), items
 
 
 def loop_statistics(model: str, draws: dict[str, dict[str, list[int]]]) -> dict[str, float]:
     """One resample's scores x 100 of every column, from the resampled items, in plain Python."""
+
     def take(task, stratum):
         idx = draws[task][stratum]
         return ([PREDICTED[model][task][stratum][i] for i in idx], [GOLD[task][stratum][i] for i in idx])
@@ -105,16 +129,22 @@ def loop_statistics(model: str, draws: dict[str, dict[str, list[int]]]) -> dict[
     mr_accuracy = sum(sum(p == g for p, g in zip(*mr[s])) / len(mr[s][0]) for s in mr) / len(mr)
     mrpc_accuracy = sum(p == g for p, g in zip(mrpc_pred, mrpc_gold)) / len(mrpc_gold)
     mrpc_f1 = f1(mrpc_pred, mrpc_gold)
-    return {"STS12 senteval": 100 * sum(spearman(*sts[s]) for s in sts) / len(sts),
-            "STS12 simcse": 100 * spearman(sum((sts[s][0] for s in sts), []), sum((sts[s][1] for s in sts), [])),
-            "MR senteval": 100 * mr_accuracy, "MRPC senteval": 100 * mrpc_accuracy, "MRPC F1 senteval": 100 * mrpc_f1,
-            "avg transfer (SentEval)": 100 * (mr_accuracy + (mrpc_accuracy + mrpc_f1) / 2) / 2}
+    return {
+        "STS12 senteval": 100 * sum(spearman(*sts[s]) for s in sts) / len(sts),
+        "STS12 simcse": 100 * spearman(sum((sts[s][0] for s in sts), []), sum((sts[s][1] for s in sts), [])),
+        "MR senteval": 100 * mr_accuracy,
+        "MRPC senteval": 100 * mrpc_accuracy,
+        "MRPC F1 senteval": 100 * mrpc_f1,
+        "avg transfer (SentEval)": 100 * (mr_accuracy + (mrpc_accuracy + mrpc_f1) / 2) / 2,
+    }
 
 
 def test_vectorised_bootstrap_is_the_plain_loop_on_the_same_resamples():
     b, rnd = 300, random.Random(7)
-    draws = [{task: {s: [rnd.randrange(len(g)) for _ in g] for s, g in strata.items()} for task, strata in GOLD.items()}
-             for _ in range(b)]
+    draws = [
+        {task: {s: [rnd.randrange(len(g)) for _ in g] for s, g in strata.items()} for task, strata in GOLD.items()}
+        for _ in range(b)
+    ]
 
     def seam(task, sizes, n):
         """The same draws, as the code takes them: per stratum a (resamples, size) array, in two blocks."""
@@ -178,10 +208,21 @@ def _simulated_sts(rng: np.random.Generator, n: int, noise: dict[str, float]):
     scores, items = [], {}
     for model, sigma in noise.items():
         pred = gold + sigma * rng.normal(size=n)
-        items[model] = pd.DataFrame({"task": "STSB", "protocol": "cosine", "stratum": "all",
-                                     "prediction": pred, "gold": gold})
-        scores.append({"model": model, "task": "STSB", "subset": "all", "split": "test", "metric": "spearman",
-                       "protocol": "cosine", "value": stats.spearmanr(pred, gold).statistic, "n": n})
+        items[model] = pd.DataFrame(
+            {"task": "STSB", "protocol": "cosine", "stratum": "all", "prediction": pred, "gold": gold}
+        )
+        scores.append(
+            {
+                "model": model,
+                "task": "STSB",
+                "subset": "all",
+                "split": "test",
+                "metric": "spearman",
+                "protocol": "cosine",
+                "value": stats.spearmanr(pred, gold).statistic,
+                "n": n,
+            }
+        )
     return pd.DataFrame(scores), items
 
 
@@ -196,8 +237,10 @@ def test_paired_interval_covers_the_true_difference_about_95_percent():
     reference it excludes 0 in about 5%."""
     rng, trials, n = np.random.default_rng(2026), 250, 200
     noise = {"ref": 1.0, "better": 0.75, "twin": 1.0}
-    truth = 100 * (_population_spearman(1 / math.sqrt(1 + noise["better"] ** 2))
-                   - _population_spearman(1 / math.sqrt(1 + noise["ref"] ** 2)))
+    truth = 100 * (
+        _population_spearman(1 / math.sqrt(1 + noise["better"] ** 2))
+        - _population_spearman(1 / math.sqrt(1 + noise["ref"] ** 2))
+    )
     covered = rejected = 0
     for _ in range(trials):
         scores, items = _simulated_sts(rng, n, noise)
@@ -215,6 +258,7 @@ def test_paired_interval_covers_the_true_difference_about_95_percent():
 
 def _write_transfer(root: Path, rng: random.Random) -> None:
     """Tiny MR (cross-validated) and MRPC (train and test) in SentEval's layouts, over the test data's words."""
+
     def sentence(n: int = 6) -> str:
         return " ".join(rng.choice(WORDS) for _ in range(n))
 
@@ -242,29 +286,43 @@ def scored(evaluate_setup, tmp_path_factory):
     _write_transfer(data, random.Random(3))
     cfg = Config(evaluate=EvaluateConfig(data=str(data), batch_size=16, kfold=3, analysis=False))
     art = str(root / "artifacts")
-    rows = [evaluate.Row("untrained", {"kind": "untrained"}, {"model": evaluate_setup["model"]}, {"objective": "x"}),
-            evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {"objective": "none (random)"})]
+    rows = [
+        evaluate.Row("untrained", {"kind": "untrained"}, {"model": evaluate_setup["model"]}, {"objective": "x"}),
+        evaluate.Row("random", {"kind": "random", "dim": 16, "seed": 0}, {}, {"objective": "none (random)"}),
+    ]
     paths = {r.name: run_stage(evaluate.STAGE, evaluate.config(cfg, r), r.inputs, art) for r in rows}
     inputs = {f"scores-{name}": path for name, path in paths.items()}
-    return {"cfg": cfg, "paths": paths, "inputs": inputs, "art": art,
-            "leaderboard": run_stage(board.STAGE, board.config(cfg), inputs, art)}
+    return {
+        "cfg": cfg,
+        "paths": paths,
+        "inputs": inputs,
+        "art": art,
+        "leaderboard": run_stage(board.STAGE, board.config(cfg), inputs, art),
+    }
 
 
 def test_kept_items_give_back_every_test_score(scored):
     """The items beside each model's scores are what was scored: scipy over them gives the score rows' values."""
     for path in scored["paths"].values():
-        scores = read_table(path).to_pandas().query("split == 'test'").set_index(["task", "protocol", "metric",
-                                                                                   "subset"])["value"]
+        scores = (
+            read_table(path)
+            .to_pandas()
+            .query("split == 'test'")
+            .set_index(["task", "protocol", "metric", "subset"])["value"]
+        )
         kept = test_items.read(path)
-        assert {("STS12", "cosine"), ("STSB", "cosine"), ("MR", "senteval"), ("MRPC", "senteval")} == \
-            set(zip(kept["task"], kept["protocol"]))
-        for (task, protocol, stratum), g in kept.groupby(["task", "protocol", "stratum"]):
+        assert {("STS12", "cosine"), ("STSB", "cosine"), ("MR", "senteval"), ("MRPC", "senteval")} == set(
+            zip(kept["task"], kept["protocol"])
+        )
+        for (task, _protocol, stratum), g in kept.groupby(["task", "protocol", "stratum"]):
             if task == "STS12":
                 assert scores[task, "subset", "spearman", stratum] == pytest.approx(
-                    stats.spearmanr(g["prediction"], g["gold"]).statistic, abs=1e-12)
+                    stats.spearmanr(g["prediction"], g["gold"]).statistic, abs=1e-12
+                )
         sts = kept[kept["task"] == "STSB"]
         assert scores["STSB", "cosine", "spearman", "all"] == pytest.approx(
-            stats.spearmanr(sts["prediction"], sts["gold"]).statistic, abs=1e-12)
+            stats.spearmanr(sts["prediction"], sts["gold"]).statistic, abs=1e-12
+        )
         mr = kept[kept["task"] == "MR"]
         assert sorted(set(mr["stratum"])) == ["fold 0", "fold 1", "fold 2"] and len(mr) == 48
         folds = [np.mean(g["prediction"] == g["gold"]) for _, g in mr.groupby("stratum")]
@@ -272,19 +330,25 @@ def test_kept_items_give_back_every_test_score(scored):
         mrpc = kept[kept["task"] == "MRPC"]
         assert len(mrpc) == 24
         assert scores["MRPC", "senteval", "accuracy", "all"] == pytest.approx(
-            np.mean(mrpc["prediction"] == mrpc["gold"]), abs=1e-12)
+            np.mean(mrpc["prediction"] == mrpc["gold"]), abs=1e-12
+        )
         assert scores["MRPC", "senteval", "f1", "all"] == pytest.approx(
-            f1_score(mrpc["gold"].astype(int), mrpc["prediction"].astype(int)), abs=1e-12)
+            f1_score(mrpc["gold"].astype(int), mrpc["prediction"].astype(int)), abs=1e-12
+        )
 
 
 def test_leaderboard_of_real_outputs_has_an_interval_in_every_score_cell(scored):
     md = Path(f"{scored['leaderboard']}/leaderboard.md").read_text()
     header, _, *body = [line for line in md.splitlines() if line.startswith("|")]
     names = [c.strip() for c in header.strip("|").split("|")]
-    score_columns = [c for c in names if c.rsplit(" ", 1)[-1] in ("senteval", "simcse", "cosine", "(SimCSE 7)",
-                                                                     "(SentEval)") or c.startswith("avg")]
-    assert {"STS12 simcse", "STSB cosine", "MR senteval", "MRPC F1 senteval", "avg transfer (SentEval)"} <= \
-        set(score_columns)
+    score_columns = [
+        c
+        for c in names
+        if c.rsplit(" ", 1)[-1] in ("senteval", "simcse", "cosine", "(SimCSE 7)", "(SentEval)") or c.startswith("avg")
+    ]
+    assert {"STS12 simcse", "STSB cosine", "MR senteval", "MRPC F1 senteval", "avg transfer (SentEval)"} <= set(
+        score_columns
+    )
     for line in body:
         cells = dict(zip(names, (c.strip() for c in line.strip("|").split("|"))))
         for column in score_columns:
@@ -295,8 +359,11 @@ def test_leaderboard_of_real_outputs_has_an_interval_in_every_score_cell(scored)
     comparisons = int(table[[c for c in table.columns if c.endswith(" significant")]].notna().sum().sum())
     assert comparisons == len([c for c in score_columns if table.loc["random", c] == table.loc["random", c]])
     assert f"This table makes {comparisons} such comparisons" in md
-    assert table.loc["random", "MR senteval lo"] <= table.loc["random", "MR senteval"] <= \
-        table.loc["random", "MR senteval hi"]
+    assert (
+        table.loc["random", "MR senteval lo"]
+        <= table.loc["random", "MR senteval"]
+        <= table.loc["random", "MR senteval hi"]
+    )
 
 
 def test_compare_to_names_the_reference_row_and_an_unknown_row_is_a_one_line_error(scored):
@@ -306,8 +373,9 @@ def test_compare_to_names_the_reference_row_and_an_unknown_row_is_a_one_line_err
     items = board.load_items(list(scored["paths"].values()))
     table = leaderboard(scores, items=items, compare_to=board.reference(config, scores["model"]))
     row = table.set_index("model").loc["untrained"]
-    assert pd.notna(row["STSB cosine diff"]) and "reference row random" in to_markdown(table, [], "t",
-                                                                                         compare_to="random")
+    assert pd.notna(row["STSB cosine diff"]) and "reference row random" in to_markdown(
+        table, [], "t", compare_to="random"
+    )
     with pytest.raises(ConfigError, match="evaluate.compare_to: no row named 'nobody'") as err:
         leaderboard(scores, items=items, compare_to="nobody")
     assert "\n" not in str(err.value)
@@ -353,8 +421,9 @@ def test_the_cumulative_leaderboard_has_intervals_and_differences_of_models_publ
         _publish(art, _evaluated(art, model, scores[scores["model"] == model], items[model], f"{i}" * 16, f"e{i}"))
     table = pd.read_parquet(tmp_path / f"{board.CUMULATIVE}.parquet").set_index("model")
     resamples = {t: bootstrap.indices(t, [len(g) for g in strata.values()]) for t, strata in GOLD.items()}
-    draws = [{t: {s: list(resamples[t][k][i]) for k, s in enumerate(GOLD[t])} for t in GOLD}
-             for i in range(bootstrap.B)]
+    draws = [
+        {t: {s: list(resamples[t][k][i]) for k, s in enumerate(GOLD[t])} for t in GOLD} for i in range(bootstrap.B)
+    ]
     loop = {m: [loop_statistics(m, d) for d in draws] for m in PREDICTED}
     for column in loop["ref"][0]:
         for model in PREDICTED:
@@ -377,10 +446,15 @@ def test_a_reference_over_seeds_is_the_cumulative_tables_reference_and_a_rebuilt
     art = str(tmp_path)
 
     def run(tag: str) -> pd.DataFrame:
-        rows = [_evaluated(art, f"ref (seed {s})", scores[scores["model"] == "ref"], items["ref"], f"{tag}{s}" * 8,
-                           f"{tag}{s}") for s in (0, 1)]
-        return _publish(art, *rows, _evaluated(art, "better", scores[scores["model"] == "better"], items["better"],
-                                               "b" * 16, "b"))
+        rows = [
+            _evaluated(
+                art, f"ref (seed {s})", scores[scores["model"] == "ref"], items["ref"], f"{tag}{s}" * 8, f"{tag}{s}"
+            )
+            for s in (0, 1)
+        ]
+        return _publish(
+            art, *rows, _evaluated(art, "better", scores[scores["model"] == "better"], items["better"], "b" * 16, "b")
+        )
 
     first = run("a")
     assert {"ref", "better"} <= set(first.index) and list(first.loc["ref", "seeds"]) == [0, 1]
@@ -400,8 +474,10 @@ def test_a_rescored_model_replaces_its_kept_items_and_a_namesake_keeps_its_own(t
     table = _publish(art, _evaluated(art, "better", ref_rows, items["ref"], "1" * 16, "e2"))
     columns = [c for c in table.columns if c.endswith(" diff lo")]
     assert len(columns) == 6 and (table.loc["better", columns] == 0).all()
-    assert (table.loc["better", [c.replace("diff lo", "hi") for c in columns]].to_numpy()
-            == table.loc["ref", [c.replace("diff lo", "hi") for c in columns]].to_numpy()).all()
+    assert (
+        table.loc["better", [c.replace("diff lo", "hi") for c in columns]].to_numpy()
+        == table.loc["ref", [c.replace("diff lo", "hi") for c in columns]].to_numpy()
+    ).all()
     # Re-scored by an evaluation that kept no items: no interval, and no file left.
     table = _publish(art, _evaluated(art, "better", ref_rows, None, "1" * 16, "e3"))
     assert pd.isna(table.loc["better", "STS12 simcse lo"]) and pd.notna(table.loc["ref", "STS12 simcse lo"])
@@ -420,8 +496,11 @@ def test_rows_sharing_a_fingerprint_keep_their_own_items(tmp_path):
     scores, items = hand_built()
     art = str(tmp_path)
     ref_rows, better_rows = scores[scores["model"] == "ref"], scores[scores["model"] == "better"]
-    _publish(art, _evaluated(art, "ref", ref_rows, items["ref"], "0" * 16, "e0"),
-             _evaluated(art, "ref+whitening", better_rows, items["better"], "0" * 16, "e1"))
+    _publish(
+        art,
+        _evaluated(art, "ref", ref_rows, items["ref"], "0" * 16, "e0"),
+        _evaluated(art, "ref+whitening", better_rows, items["better"], "0" * 16, "e1"),
+    )
     run = pd.read_parquet(tmp_path / "leaderboard.parquet").set_index("model")
     table = _publish(art, _evaluated(art, "other", better_rows, items["better"], "1" * 16, "e2"))
     assert _kept_files(art) == ["d.0000000000000000.parquet", "d.1111111111111111.parquet"]
@@ -441,9 +520,21 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
         shutil.move(tiny_model(tmp_path / f"export-{name}", pooling) / "sentence-transformers", tmp_path / name)
     artifacts = tmp_path / "artifacts"
     results = tmp_path / "mteb"
-    result = cpipe("evaluate", "--model", str(tmp_path / "A"), "--model", str(tmp_path / "B"), "--eval-data",
-                   str(tiny_sts), "--artifacts", str(artifacts), "--set", "evaluate.compare_to=A",
-                   "--results-dir", str(results))
+    result = cpipe(
+        "evaluate",
+        "--model",
+        str(tmp_path / "A"),
+        "--model",
+        str(tmp_path / "B"),
+        "--eval-data",
+        str(tiny_sts),
+        "--artifacts",
+        str(artifacts),
+        "--set",
+        "evaluate.compare_to=A",
+        "--results-dir",
+        str(results),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = pd.read_csv(artifacts / "leaderboard.csv").set_index("model")
     assert table.loc["A", "STSB cosine lo"] <= table.loc["A", "STSB cosine"] <= table.loc["A", "STSB cosine hi"]
@@ -451,17 +542,20 @@ def test_cpipe_evaluate_compares_one_model_with_another(tmp_path, tiny_sts):
     # B reads by [CLS], A by mean pooling: B is compared with A read by [CLS] too (a row of its own), and as the two
     # share their weights, B's difference is none, whatever the readouts' own scores.
     assert table.loc["A [cls]", "STSB cosine"] == pytest.approx(table.loc["B", "STSB cosine"], abs=0.011)
-    assert table.loc["B", "STSB cosine diff"] == pytest.approx(table.loc["B", "STSB cosine"]
-                                                               - table.loc["A [cls]", "STSB cosine"], abs=0.011)
+    assert table.loc["B", "STSB cosine diff"] == pytest.approx(
+        table.loc["B", "STSB cosine"] - table.loc["A [cls]", "STSB cosine"], abs=0.011
+    )
     assert table.loc["B", "STSB cosine diff lo"] <= table.loc["B", "STSB cosine diff hi"]
     assert "reference row A" in (artifacts / "leaderboard.md").read_text()
     # What it prints at the end, the cumulative table, has the same intervals and marks.
-    printed = result.stdout[result.stdout.index("# Leaderboard: every run"):]
+    printed = result.stdout[result.stdout.index("# Leaderboard: every run") :]
     assert "reference row A (evaluate.compare_to)" in printed
     header, _, *body = [line for line in printed.splitlines() if line.startswith("|")]
     names = [c.strip() for c in header.strip("|").split("|")]
-    rows = {cells["model"]: cells for cells in (dict(zip(names, (c.strip() for c in line.strip("|").split("|"))))
-                                                for line in body)}
+    rows = {
+        cells["model"]: cells
+        for cells in (dict(zip(names, (c.strip() for c in line.strip("|").split("|")))) for line in body)
+    }
     for model in ("A", "B"):
         lo, hi = table.loc[model, "STSB cosine lo"], table.loc[model, "STSB cosine hi"]
         assert rows[model]["STSB cosine"].startswith(f"{table.loc[model, 'STSB cosine']:.2f} [{lo:.2f}, {hi:.2f}]")

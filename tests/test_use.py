@@ -67,9 +67,17 @@ def test_use_embeddings_are_the_models_batch_by_batch(tiny_use):
 def test_the_evaluate_stage_scores_a_use_row(tmp_path, tiny_use):
     path, _ = tiny_use
     art = str(tmp_path / "artifacts")
-    cfg = Config(artifacts=art, evaluate={
-        "data": str(write_sts(tmp_path / "eval")), "untrained": False, "transfer": False, "analysis": False,
-        "fasttext": {"enabled": False}, "baselines": {"random": False, "use": {"path": path}}})
+    cfg = Config(
+        artifacts=art,
+        evaluate={
+            "data": str(write_sts(tmp_path / "eval")),
+            "untrained": False,
+            "transfer": False,
+            "analysis": False,
+            "fasttext": {"enabled": False},
+            "baselines": {"random": False, "use": {"path": path}},
+        },
+    )
     evaluate.check(cfg)  # a usable model: no error before the work
     rows = evaluate.instances(cfg, {})
     assert list(rows) == ["evaluate/use"]
@@ -89,16 +97,23 @@ def test_without_tensorflow_the_run_stops_before_any_work_in_one_line(tmp_path, 
     monkeypatch.setitem(sys.modules, "tensorflow", None)  # what the interpreter does with a package it cannot import
     with pytest.raises(ConfigError) as e:
         evaluate.check(_config(tmp_path, tiny_use[0]))
-    assert str(e.value) == ("evaluate.baselines.use.path: TensorFlow is not installed, and the USE row needs it: "
-                            "pip install -e '.[use]'")
+    assert str(e.value) == (
+        "evaluate.baselines.use.path: TensorFlow is not installed, and the USE row needs it: pip install -e '.[use]'"
+    )
     with pytest.raises(InputError, match="TensorFlow is not installed"):
         use.UseEncoder(tiny_use[0])
 
 
-@pytest.mark.parametrize("files, problem", [
-    ({"tfhub_module.pb": "", "saved_model.pb": ""}, "a TF1 Hub-format module (USE versions 1-3), which is not loaded"),
-    ({"variables.index": ""}, "not a TensorFlow SavedModel (no saved_model.pb)"),
-])
+@pytest.mark.parametrize(
+    "files, problem",
+    [
+        (
+            {"tfhub_module.pb": "", "saved_model.pb": ""},
+            "a TF1 Hub-format module (USE versions 1-3), which is not loaded",
+        ),
+        ({"variables.index": ""}, "not a TensorFlow SavedModel (no saved_model.pb)"),
+    ],
+)
 def test_a_directory_that_is_no_loadable_use_stops_before_any_work_in_one_line(tmp_path, files, problem):
     model = tmp_path / "model"
     model.mkdir()

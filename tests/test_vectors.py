@@ -46,12 +46,15 @@ def test_words_filter_keeps_only_those(tmp_path):
     assert list(vocab) == ["cat"] and matrix.tolist() == [[1.0, 0.0, 2.0]]
 
 
-@pytest.mark.parametrize("text, lineno, message", [
-    ("the 1 2 3\ncat 1 2\n", 2, "expected a word and 3 numbers"),
-    ("the 1 2 3\ncat 1 x 3\n", 2, "not a number"),
-    ("2 3\nthe 1 2 3\ncat 1 2 nan\n", 3, "non-finite"),
-    ("the 1 2 3\n\ncat 1 2\n", 3, "expected a word and 3 numbers"),  # blank lines are skipped, not counted off
-])
+@pytest.mark.parametrize(
+    "text, lineno, message",
+    [
+        ("the 1 2 3\ncat 1 2\n", 2, "expected a word and 3 numbers"),
+        ("the 1 2 3\ncat 1 x 3\n", 2, "not a number"),
+        ("2 3\nthe 1 2 3\ncat 1 2 nan\n", 3, "non-finite"),
+        ("the 1 2 3\n\ncat 1 2\n", 3, "expected a word and 3 numbers"),  # blank lines are skipped, not counted off
+    ],
+)
 def test_malformed_rows_name_file_and_line(tmp_path, text, lineno, message):
     path = write(tmp_path, "bad.txt", text)
     with pytest.raises(VectorsError) as err:
@@ -92,10 +95,17 @@ def test_random_encoder_is_deterministic_across_processes():
     assert not np.allclose(RandomEncoder(dim=16, seed=4).encode(["a dog"]), out[2])
     assert enc.parameters == 0
     # Word vectors come from a hash of the word, not Python's per-process salted hash().
-    code = ("import sys; from pipeline.baselines.vectors import RandomEncoder; "
-            "sys.stdout.write(RandomEncoder(dim=16, seed=3).encode(['a dog'])[0].tobytes().hex())")
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "123"})
+    code = (
+        "import sys; from pipeline.baselines.vectors import RandomEncoder; "
+        "sys.stdout.write(RandomEncoder(dim=16, seed=3).encode(['a dog'])[0].tobytes().hex())"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
     assert bytes.fromhex(child.stdout) == out[2].tobytes()
 
 

@@ -58,14 +58,16 @@ def page_xml(title: str, page_id: int, wikitext: str, ns: int = 0, redirect: str
 
 def pages(paras: list[str]) -> tuple[list[str], list[str]]:
     """Pages for the first and the second bz2 stream; 'Shrimp' is only in the second."""
-    lobster = (f"{{{{Infobox animal|name=Lobster|image=[[File:Lobster.jpg]]}}}}\n__NOTOC__\n"
-               f"{paras[0]} The [[Target page XYZ|shown words]] are '''bold phrase''' and [[Plain link]]."
-               f"{{{{cite web|url=http://example.org|title=Hidden cite}}}}<ref>Hidden reference text</ref>\n"
-               f"[[File:Lobster claw.jpg|thumb|Hidden caption with [[Link in caption]]]]\n\n"
-               f"== Description ==\n{paras[1]}\n"
-               '{| class="wikitable"\n|-\n! Hidden head !! Other head\n|-\n| hidden cell [[File:Cell.png|Hidden cell image]] || other cell\n|}\n'
-               f"[[Category:Hidden category]]\n")
-    crab = f"{paras[2]}<ref name=\"a\" />\n\n=== Sub heading ===\n{paras[3]} {{{{citation needed|date=May 2024}}}}\n"
+    lobster = (
+        f"{{{{Infobox animal|name=Lobster|image=[[File:Lobster.jpg]]}}}}\n__NOTOC__\n"
+        f"{paras[0]} The [[Target page XYZ|shown words]] are '''bold phrase''' and [[Plain link]]."
+        f"{{{{cite web|url=http://example.org|title=Hidden cite}}}}<ref>Hidden reference text</ref>\n"
+        f"[[File:Lobster claw.jpg|thumb|Hidden caption with [[Link in caption]]]]\n\n"
+        f"== Description ==\n{paras[1]}\n"
+        '{| class="wikitable"\n|-\n! Hidden head !! Other head\n|-\n| hidden cell [[File:Cell.png|Hidden cell image]] || other cell\n|}\n'
+        f"[[Category:Hidden category]]\n"
+    )
+    crab = f'{paras[2]}<ref name="a" />\n\n=== Sub heading ===\n{paras[3]} {{{{citation needed|date=May 2024}}}}\n'
     first = [
         page_xml("Lobster", 10, lobster),
         page_xml("Crab", 12, crab),
@@ -108,11 +110,14 @@ def expected_articles(paras):
     }
 
 
-@pytest.mark.parametrize("name,version,streams", [
-    ("enwiki-20240501-pages-articles.xml", "0.11", 1),
-    ("enwiki-20240501-pages-articles.xml.bz2", "0.10", 1),
-    ("enwiki-20240501-pages-articles-multistream.xml.bz2", "0.11", 2),
-])
+@pytest.mark.parametrize(
+    "name,version,streams",
+    [
+        ("enwiki-20240501-pages-articles.xml", "0.11", 1),
+        ("enwiki-20240501-pages-articles.xml.bz2", "0.10", 1),
+        ("enwiki-20240501-pages-articles-multistream.xml.bz2", "0.11", 2),
+    ],
+)
 def test_dump_yields_clean_articles_and_counts_every_drop(tmp_path, paras, name, version, streams):
     path = write_dump(tmp_path / name, paras, version, streams)
     src = WikipediaDumpSource(str(path))
@@ -147,6 +152,7 @@ def test_ids_are_stable_across_runs_and_locations(tmp_path, paras):
 
 def test_memory_stays_flat_as_the_dump_grows(tmp_path):
     """Pages are dropped once read: peak memory for 6x the pages stays about the same (kept pages would grow it ~6x)."""
+
     def peak(n_pages: int) -> int:
         path = tmp_path / f"n{n_pages}-pages-articles.xml"
         body = "".join(page_xml(f"T{i}", i, f"Some '''text''' about [[thing {i}]]. " * 5) for i in range(n_pages))
@@ -181,12 +187,19 @@ def test_snapshot_changes_with_the_file(tmp_path, paras):
 
 
 def test_is_wikipedia_dump_by_name():
-    for yes in ("enwiki-20240501-pages-articles.xml.bz2", "/d/enwiki-latest-pages-articles-multistream.xml.bz2",
-                "https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles1.xml-p1p41242.bz2",
-                "simplewiki-pages-articles.xml"):
+    for yes in (
+        "enwiki-20240501-pages-articles.xml.bz2",
+        "/d/enwiki-latest-pages-articles-multistream.xml.bz2",
+        "https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles1.xml-p1p41242.bz2",
+        "simplewiki-pages-articles.xml",
+    ):
         assert is_wikipedia_dump(yes), yes
-    for no in ("enwiki-latest-pages-articles-multistream-index.txt.bz2", "enwiki-latest-abstract.xml.gz",
-               "wiki.valid.raw", "train-00000-of-00041.parquet"):
+    for no in (
+        "enwiki-latest-pages-articles-multistream-index.txt.bz2",
+        "enwiki-latest-abstract.xml.gz",
+        "wiki.valid.raw",
+        "train-00000-of-00041.parquet",
+    ):
         assert not is_wikipedia_dump(no), no
 
 
@@ -194,8 +207,10 @@ def test_parquet_streams_rows_from_files_and_row_groups(tmp_path, paras):
     root = tmp_path / "20231101.en"
     for sub in ("a", "b"):
         (root / sub).mkdir(parents=True)
-    rows = [{"id": str(i), "url": f"https://en.wikipedia.org/wiki?curid={i}", "title": f"T{i}", "text": p}
-            for i, p in enumerate(paras)]
+    rows = [
+        {"id": str(i), "url": f"https://en.wikipedia.org/wiki?curid={i}", "title": f"T{i}", "text": p}
+        for i, p in enumerate(paras)
+    ]
     pq.write_table(pa.Table.from_pylist(rows[:4]), root / "a" / "train-00000-of-00002.parquet", row_group_size=2)
     pq.write_table(pa.Table.from_pylist(rows[4:]), root / "b" / "train-00001-of-00002.parquet")
     src = WikipediaParquetSource(str(root))

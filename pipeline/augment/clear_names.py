@@ -13,5 +13,7 @@ def unknown_augmentation(name: str) -> str | None:
     ops = name.split("+")
     if len(ops) in (1, 2) and len(set(ops)) == len(ops) and set(ops) <= set(OPERATIONS):
         return None
-    return (f"unknown CLEAR augmentation {name!r}: use one of {', '.join(OPERATIONS)}, "
-            f"or two different ones joined by '+' (e.g. subs+del-span)")
+    return (
+        f"unknown CLEAR augmentation {name!r}: use one of {', '.join(OPERATIONS)}, "
+        f"or two different ones joined by '+' (e.g. subs+del-span)"
+    )

@@ -13,11 +13,10 @@ Everything draws from the caller's numpy Generator: same seed, same views.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable, Mapping, Sequence
-
 import importlib.util
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import fasttext
 import numpy as np
@@ -99,7 +98,7 @@ def _reorder(tokens, real, p: ClearParams, rng) -> list[str]:
     out = list(tokens)
     for a, b in zip(order[0::2], order[1::2]):
         sa, sb = starts[a], starts[b]
-        out[sa:sa + length], out[sb:sb + length] = tokens[sb:sb + length], tokens[sa:sa + length]
+        out[sa : sa + length], out[sb : sb + length] = tokens[sb : sb + length], tokens[sa : sa + length]
     return out
 
 
@@ -120,8 +119,10 @@ def _subs(tokens, real, p: ClearParams, rng) -> list[str]:
     """subs_share of the sentence's real tokens, drawn among those that have a synonym; when fewer have
     one, every one of them (the share of *tokens* is CLEAR's, not a share of the substitutable words)."""
     if not p.synonyms:
-        raise InputError("CLEAR augmentation 'subs' needs a non-empty synonym table "
-                         "(ClearParams.synonyms: read_synonyms, wordnet_synonyms or synonyms_from_vectors)")
+        raise InputError(
+            "CLEAR augmentation 'subs' needs a non-empty synonym table "
+            "(ClearParams.synonyms: read_synonyms, wordnet_synonyms or synonyms_from_vectors)"
+        )
     candidates = [i for i in real if p.synonyms.get(word_core(tokens[i])[1].lower())]
     out = list(tokens)
     k = min(_count(p.subs_share, len(real)), len(candidates))
@@ -144,8 +145,9 @@ def augment(tokens: list[str], name: str, rng: np.random.Generator, params: Clea
     return out
 
 
-def two_views(tokens: list[str], name: str, rng: np.random.Generator,
-              params: ClearParams = ClearParams()) -> tuple[list[str], list[str]]:
+def two_views(
+    tokens: list[str], name: str, rng: np.random.Generator, params: ClearParams = ClearParams()
+) -> tuple[list[str], list[str]]:
     """CLEAR's positive pair: two independent augmentations of the same sentence."""
     return augment(tokens, name, rng, params), augment(tokens, name, rng, params)
 
@@ -205,15 +207,16 @@ def wordnet_synonyms(words: Iterable[str], root: str | Path | None = None) -> di
                     continue
                 fields = line.split(" ", 4)
                 n = int(fields[3], 16)
-                lemmas = [_ADJ_MARKER.sub("", w).lower() for w in line.split(" ")[4:4 + 2 * n:2]]
+                lemmas = [_ADJ_MARKER.sub("", w).lower() for w in line.split(" ")[4 : 4 + 2 * n : 2]]
                 single = [w for w in dict.fromkeys(lemmas) if "_" not in w]
                 for word in vocab.intersection(single):
                     table.setdefault(word, {}).update(dict.fromkeys(w for w in single if w != word))
     return {word: tuple(syns) for word, syns in table.items() if syns}
 
 
-def synonyms_from_vectors(vectors, words: Iterable[str], k: int = 5,
-                          threshold: float = 0.6) -> dict[str, tuple[str, ...]]:
+def synonyms_from_vectors(
+    vectors, words: Iterable[str], k: int = 5, threshold: float = 0.6
+) -> dict[str, tuple[str, ...]]:
     """Synonym table from word-vector neighbours: each word's <= k nearest `words` with cosine >= threshold.
 
     An approximation of CLEAR's thesaurus (WordNet-style) synonyms for corpora
@@ -236,7 +239,7 @@ def synonyms_from_vectors(vectors, words: Iterable[str], k: int = 5,
     unit = matrix / np.where(norms > 0, norms, 1)  # a zero vector has cosine 0 with everything
     table: dict[str, tuple[str, ...]] = {}
     for lo in range(0, len(vocab), 1024):  # blocks of rows: the full V x V similarity matrix may not fit
-        sims = unit[lo:lo + 1024] @ unit.T
+        sims = unit[lo : lo + 1024] @ unit.T
         sims[np.arange(len(sims)), np.arange(lo, lo + len(sims))] = -np.inf  # a word is not its own synonym
         top = np.argpartition(-sims, min(k, len(vocab)) - 1, axis=1)[:, :k]  # the k best, unordered
         for r, (row, best) in enumerate(zip(sims, top)):

@@ -26,7 +26,7 @@ MIN_PAIRS = 2  # a contrastive loss needs a negative
 def held_out(doc_id: str, fraction: float) -> bool:
     """Whether the document is held out: the first 8 bytes of sha256(doc_id), as a fraction of 2^64, below
     `fraction`."""
-    return int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "big") < fraction * 2 ** 64
+    return int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "big") < fraction * 2**64
 
 
 class HeldOutSplit:
@@ -60,8 +60,11 @@ class HeldOutSplit:
         # pairs: every objective's pairs hold the same documents out, whichever runs score on them.
         pq.write_table(pa.Table.from_pylist(self.kept, schema=self.schema), f"{self.out.local_dir}/{HELDOUT}")
         self.out.count("heldout_pairs", len(self.kept))
-        self.out.extra["heldout"] = {"fraction": self.fraction, "documents": len(self.documents),
-                                     "pairs": len(self.kept)}
+        self.out.extra["heldout"] = {
+            "fraction": self.fraction,
+            "documents": len(self.documents),
+            "pairs": len(self.kept),
+        }
 
 
 def read_heldout(pairs: str, columns: list[str] | None = None) -> pa.Table:
@@ -70,9 +73,12 @@ def read_heldout(pairs: str, columns: list[str] | None = None) -> pa.Table:
         with fsspec.open(f"{pairs.rstrip('/')}/{HELDOUT}", "rb") as f:
             table = pq.read_table(f, columns=columns)
     except FileNotFoundError:
-        raise InputError(f"train: {pairs} holds no {HELDOUT}; rebuild it with augment.heldout_fraction "
-                         "above 0") from None
+        raise InputError(
+            f"train: {pairs} holds no {HELDOUT}; rebuild it with augment.heldout_fraction above 0"
+        ) from None
     if table.num_rows < MIN_PAIRS:
-        raise InputError(f"train: {pairs} holds {table.num_rows} held-out pair(s); the held-out loss needs at "
-                         f"least {MIN_PAIRS}: raise augment.heldout_fraction")
+        raise InputError(
+            f"train: {pairs} holds {table.num_rows} held-out pair(s); the held-out loss needs at "
+            f"least {MIN_PAIRS}: raise augment.heldout_fraction"
+        )
     return table

@@ -13,7 +13,7 @@ with its whitespace collapsed.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -23,10 +23,12 @@ MIN_SENTENCE_CHARS = 20
 
 # Words that (almost) never end a sentence, in lower case without the final dot. Dotted
 # ones (e.g., i.e., U.S.) are recognised by their shape, and "No. 5", "Fig. 3" by the digit.
-ABBREVIATIONS = frozenset("""
+ABBREVIATIONS = frozenset(
+    """
 mr mrs ms messrs dr prof rev hon sr jr st mt ft gen col lt capt cmdr adm sgt maj gov sen rep pres supt
 cf viz vs al approx ca esp dept univ assn bros inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec
-""".split())
+""".split()
+)
 
 # End punctuation, then closing quotes/brackets, then whitespace (not consumed).
 _END = re.compile(r"""[.!?…]+["'”’»)\]]*(?=\s)""")
@@ -58,8 +60,13 @@ def segment_id(doc_id: str, index: int) -> str:
     return f"{doc_id}-{index:05d}"
 
 
-def document_sentences(docs: Iterable[tuple[str, str]], min_chars: int, limit: int | None,
-                       count: Callable[[str], None], seed: int | None = None) -> Iterator[dict]:
+def document_sentences(
+    docs: Iterable[tuple[str, str]],
+    min_chars: int,
+    limit: int | None,
+    count: Callable[[str], None],
+    seed: int | None = None,
+) -> Iterator[dict]:
     """Rows (doc_id, segment_id, start, end, text) of the documents' sentences of at least `min_chars`
     characters; with a `limit`, the first `limit` of them, or with a `seed` too, `limit` drawn uniformly from all
     of them (a reservoir, so memory holds `limit`), in the corpus's order: the first N of a corpus in document
@@ -92,8 +99,13 @@ def _sentences(docs: Iterable[tuple[str, str]], min_chars: int, count: Callable[
             if end - start < min_chars:
                 count("short_sentence")
             else:
-                yield {"doc_id": doc, "segment_id": segment_id(doc, i), "start": start, "end": end,
-                       "text": " ".join(text[start:end].split())}
+                yield {
+                    "doc_id": doc,
+                    "segment_id": segment_id(doc, i),
+                    "start": start,
+                    "end": end,
+                    "text": " ".join(text[start:end].split()),
+                }
 
 
 def _ends(line: str) -> list[int]:

@@ -55,8 +55,9 @@ def anchor_starts(n_tokens: int, lengths: list[int], gap: int, rng: np.random.Ge
     return [int(f + t) for f, t in zip(free, taken)]
 
 
-def sample_spans(n_tokens: int, num_anchors: int, num_positives: int, min_length: int, max_length: int,
-                 rng: np.random.Generator) -> list[tuple[Span, list[Span]]]:
+def sample_spans(
+    n_tokens: int, num_anchors: int, num_positives: int, min_length: int, max_length: int, rng: np.random.Generator
+) -> list[tuple[Span, list[Span]]]:
     """Anchors (in document order) and their positives as token spans of a document of n_tokens tokens."""
     needed = min_document_tokens(num_anchors, max_length)
     if n_tokens < needed:

@@ -18,24 +18,26 @@ from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.config import TrainConfig
 from storage import DatasetWriter
 
-SCHEMA = pa.schema([
-    ("pair_id", pa.string()),
-    ("doc_id", pa.string()),
-    ("objective", pa.string()),
-    ("epoch", pa.int32()),
-    ("anchor_start", pa.int32()),
-    ("anchor_ids", pa.list_(pa.int32())),
-    ("anchor_text", pa.string()),
-    ("positive_starts", pa.list_(pa.int32())),
-    ("positive_ids", pa.list_(pa.list_(pa.int32()))),
-    ("positive_text", pa.list_(pa.string())),
-    ("original_ids", pa.list_(pa.int32())),  # CLEAR: the original sentence (no special tokens); else null
-    ("original_text", pa.string()),
-    ("sources", pa.list_(pa.string())),      # CERT: the anchor's and the positives' pivot languages; else null
-    ("negative_ids", pa.list_(pa.int32())),  # simcse-sup: the anchor's hard negative (a contradiction); else null
-    ("negative_text", pa.string()),
-    ("seed", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("objective", pa.string()),
+        ("epoch", pa.int32()),
+        ("anchor_start", pa.int32()),
+        ("anchor_ids", pa.list_(pa.int32())),
+        ("anchor_text", pa.string()),
+        ("positive_starts", pa.list_(pa.int32())),
+        ("positive_ids", pa.list_(pa.list_(pa.int32()))),
+        ("positive_text", pa.list_(pa.string())),
+        ("original_ids", pa.list_(pa.int32())),  # CLEAR: the original sentence (no special tokens); else null
+        ("original_text", pa.string()),
+        ("sources", pa.list_(pa.string())),  # CERT: the anchor's and the positives' pivot languages; else null
+        ("negative_ids", pa.list_(pa.int32())),  # simcse-sup: the anchor's hard negative (a contradiction); else null
+        ("negative_text", pa.string()),
+        ("seed", pa.int64()),
+    ]
+)
 
 
 SHARED = ("epochs", "seed", "rows_per_shard")
@@ -71,8 +73,10 @@ def config(cfg: Config, run: TrainConfig) -> dict:
 
 def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str]:
     """The datasets an objective's pairs are made from, by the stage that built them."""
-    return {**{name: done[stage] for name, stage in objective(run.objective).inputs.items()},
-            "tokenizer": done["tokenizer"]}
+    return {
+        **{name: done[stage] for name, stage in objective(run.objective).inputs.items()},
+        "tokenizer": done["tokenizer"],
+    }
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
@@ -84,5 +88,14 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 
 
 # 4: the negative_ids / negative_text columns (simcse-sup's hard negatives; null for the other objectives).
-STAGE = Stage(name="augment", version="4", flow="data", section="augment", config=config, inputs=inputs,
-              instances=instances, run=run, schema=SCHEMA)
+STAGE = Stage(
+    name="augment",
+    version="4",
+    flow="data",
+    section="augment",
+    config=config,
+    inputs=inputs,
+    instances=instances,
+    run=run,
+    schema=SCHEMA,
+)

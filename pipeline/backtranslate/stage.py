@@ -27,10 +27,21 @@ from pipeline.objectives import objective
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter
 
-SEGMENT_SCHEMA = pa.schema([("doc_id", pa.string()), ("segment_id", pa.string()), ("start", pa.int32()),
-                            ("end", pa.int32()), ("text", pa.string())])
-SCHEMA = SEGMENT_SCHEMA.append(pa.field("bt_text", pa.string())).append(pa.field("pivot_lang", pa.string())) \
-    .append(pa.field("backend", pa.string())).append(pa.field("model", pa.string()))
+SEGMENT_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("segment_id", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+        ("text", pa.string()),
+    ]
+)
+SCHEMA = (
+    SEGMENT_SCHEMA.append(pa.field("bt_text", pa.string()))
+    .append(pa.field("pivot_lang", pa.string()))
+    .append(pa.field("backend", pa.string()))
+    .append(pa.field("model", pa.string()))
+)
 RUNTIME = {"workers": 0}
 log = logging.getLogger("cpipe")
 
@@ -70,8 +81,9 @@ def needs_ray(config: dict) -> bool:
 def model_names(config: dict, pivot: str) -> tuple[str, str]:
     """The (forward, backward) models of a pivot: its own names, or the templates, filled in."""
     fill = {"source": config["source_lang"], "pivot": pivot}
-    names = (config[k][pivot] if isinstance(config[k], dict) else config[k]
-             for k in ("forward_model", "backward_model"))
+    names = (
+        config[k][pivot] if isinstance(config[k], dict) else config[k] for k in ("forward_model", "backward_model")
+    )
     return tuple(name.format(**fill) for name in names)
 
 
@@ -82,8 +94,13 @@ class BackTranslator:
         self.config, self.work_dir = config, work_dir
         device = "cuda" if config["use_gpu"] else "cpu"
         generation = {k: config[k] for k in Generation.model_fields}
-        self.models = {pivot: tuple(load_translator(config["backend"], m, device, config["dtype"], **generation)
-                                    for m in model_names(config, pivot)) for pivot in config["pivots"]}
+        self.models = {
+            pivot: tuple(
+                load_translator(config["backend"], m, device, config["dtype"], **generation)
+                for m in model_names(config, pivot)
+            )
+            for pivot in config["pivots"]
+        }
 
     def __call__(self, batch: dict) -> dict:
         return {"chunk": batch["chunk"], "rows": [self.translate_chunk(int(c)) for c in batch["chunk"]]}
@@ -102,10 +119,12 @@ class BackTranslator:
                 for reason, n in t.counts.items():
                     counts[f"{direction}_{reason}"] = counts.get(f"{direction}_{reason}", 0) + n
             model = " -> ".join(model_names(self.config, pivot))
-            tables.append(segments_.append_column("bt_text", pa.array(back, pa.string()))
-                          .append_column("pivot_lang", pa.array([pivot] * len(texts), pa.string()))
-                          .append_column("backend", pa.array([self.config["backend"]] * len(texts), pa.string()))
-                          .append_column("model", pa.array([model] * len(texts), pa.string())))
+            tables.append(
+                segments_.append_column("bt_text", pa.array(back, pa.string()))
+                .append_column("pivot_lang", pa.array([pivot] * len(texts), pa.string()))
+                .append_column("backend", pa.array([self.config["backend"]] * len(texts), pa.string()))
+                .append_column("model", pa.array([model] * len(texts), pa.string()))
+            )
         table = pa.concat_tables(tables).replace_schema_metadata({"counts": json.dumps(counts)})
         _write_whole(table, _path(self.work_dir, "out", chunk))
         return table.num_rows
@@ -139,8 +158,13 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     n_chunks = split_into_chunks(inputs["documents"], config, work_dir, out)
     pending = [c for c in range(n_chunks) if not os.path.exists(_path(work_dir, "out", c))]
     out.count("resumed_chunks", n_chunks - len(pending))
-    log.info("backtranslate: %d chunks of up to %d sentences, %d to translate (%s)", n_chunks,
-             config["chunk_size"], len(pending), ", ".join(" -> ".join(model_names(config, p)) for p in config["pivots"]))
+    log.info(
+        "backtranslate: %d chunks of up to %d sentences, %d to translate (%s)",
+        n_chunks,
+        config["chunk_size"],
+        len(pending),
+        ", ".join(" -> ".join(model_names(config, p)) for p in config["pivots"]),
+    )
     workers = runtime(config, RUNTIME)["workers"]
     with tqdm(total=len(pending), desc="backtranslate", unit="chunk") as bar:
         if pending and workers == 0:
@@ -163,12 +187,27 @@ def _on_ray(config: dict, work_dir: str, pending: list[int], workers: int):
     import ray.data
 
     ds = ray.data.from_items([{"chunk": c} for c in pending], override_num_blocks=len(pending))
-    translated = ds.map_batches(BackTranslator, fn_constructor_kwargs={"config": config, "work_dir": work_dir},
-                                batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
-                                num_gpus=1 if config["use_gpu"] else 0)
+    translated = ds.map_batches(
+        BackTranslator,
+        fn_constructor_kwargs={"config": config, "work_dir": work_dir},
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(size=workers),
+        num_gpus=1 if config["use_gpu"] else 0,
+    )
     yield from translated.iter_rows()
 
 
-STAGE = Stage(name="backtranslate", version="1", flow="data", section="backtranslate", config=config,
-              inputs=inputs, instances=instances, run=run, schema=SCHEMA, runtime=RUNTIME, check=check,
-              needs_ray=needs_ray)
+STAGE = Stage(
+    name="backtranslate",
+    version="1",
+    flow="data",
+    section="backtranslate",
+    config=config,
+    inputs=inputs,
+    instances=instances,
+    run=run,
+    schema=SCHEMA,
+    runtime=RUNTIME,
+    check=check,
+    needs_ray=needs_ray,
+)

@@ -23,8 +23,11 @@ log = logging.getLogger("cpipe")
 
 BACKENDS = ("hf", "fairseq")
 # fairseq hub names -> transformers' FSMT ports of the same WMT19 weights.
-FAIRSEQ_TO_HF = {f"transformer.wmt19.{pair}{suffix}": f"facebook/wmt19-{pair}"
-                 for pair in ("en-de", "de-en", "en-ru", "ru-en") for suffix in ("", ".single_model")}
+FAIRSEQ_TO_HF = {
+    f"transformer.wmt19.{pair}{suffix}": f"facebook/wmt19-{pair}"
+    for pair in ("en-de", "de-en", "en-ru", "ru-en")
+    for suffix in ("", ".single_model")
+}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
@@ -66,8 +69,9 @@ class Translator(abc.ABC):
 
 
 class HFTranslator(Translator):
-    def __init__(self, model: str, device: str | None = None, dtype: str = "auto",
-                 generation: Generation = Generation()):
+    def __init__(
+        self, model: str, device: str | None = None, dtype: str = "auto", generation: Generation = Generation()
+    ):
         # Imported here: config validation imports this module for check_backend only.
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -87,11 +91,20 @@ class HFTranslator(Translator):
         self.model.to(self.device).eval()
         # FSMT configs carry max_length=200, which generate() reports as a clash with max_new_tokens.
         self.model.generation_config.max_length = None
-        limits = (generation.max_input_tokens, self.tokenizer.model_max_length,
-                  getattr(self.model.config, "max_position_embeddings", None))
+        limits = (
+            generation.max_input_tokens,
+            self.tokenizer.model_max_length,
+            getattr(self.model.config, "max_position_embeddings", None),
+        )
         self.max_input_tokens = min(n for n in limits if n)
-        log.info("translation model %s (%s) on %s in %s, inputs up to %d tokens", model,
-                 type(self.model).__name__, self.device, self.model.dtype, self.max_input_tokens)
+        log.info(
+            "translation model %s (%s) on %s in %s, inputs up to %d tokens",
+            model,
+            type(self.model).__name__,
+            self.device,
+            self.model.dtype,
+            self.max_input_tokens,
+        )
 
     @property
     def generate_kwargs(self) -> dict:
@@ -120,18 +133,21 @@ class HFTranslator(Translator):
         for row, ids in enumerate(batch):
             input_ids[row, : len(ids)] = torch.tensor(ids)
             mask[row, : len(ids)] = 1
-        generated = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                                        **self.generate_kwargs)
+        generated = self.model.generate(
+            input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **self.generate_kwargs
+        )
         return self.tokenizer.batch_decode(generated, skip_special_tokens=True)
 
 
 class FairseqTranslator(Translator):
-    def __init__(self, model: str, device: str | None = None, dtype: str = "auto",
-                 generation: Generation = Generation()):
+    def __init__(
+        self, model: str, device: str | None = None, dtype: str = "auto", generation: Generation = Generation()
+    ):
         super().__init__(generation)
         # The plain WMT19 names are 4-model ensembles; `.single_model` is one checkpoint.
-        ensemble = {} if model.endswith(".single_model") else {
-            "checkpoint_file": "model1.pt:model2.pt:model3.pt:model4.pt"}
+        ensemble = (
+            {} if model.endswith(".single_model") else {"checkpoint_file": "model1.pt:model2.pt:model3.pt:model4.pt"}
+        )
         self.hub = torch.hub.load("pytorch/fairseq", model, tokenizer="moses", bpe="fastbpe", **ensemble)
         device_, torch_dtype = _placement(device, dtype)
         self.hub.to(device=device_, dtype=torch_dtype).eval()
@@ -142,8 +158,15 @@ class FairseqTranslator(Translator):
         g = self.generation
         tokens = [torch.tensor(self._truncate(self.hub.encode(t).tolist())) for t in texts]
         # fairseq batches by length itself and returns hypotheses in input order.
-        hypos = self.hub.generate(tokens, beam=g.num_beams, sampling=g.do_sample, sampling_topk=g.top_k or -1,
-                                  temperature=g.temperature, max_len_a=0, max_len_b=g.max_new_tokens)
+        hypos = self.hub.generate(
+            tokens,
+            beam=g.num_beams,
+            sampling=g.do_sample,
+            sampling_topk=g.top_k or -1,
+            temperature=g.temperature,
+            max_len_a=0,
+            max_len_b=g.max_new_tokens,
+        )
         return [self.hub.decode(h[0]["tokens"]) for h in hypos]
 
 
@@ -164,17 +187,20 @@ def check_backend(backend: str, model: str) -> None:
         raise InputError(
             f"translation backend 'fairseq' is unavailable: fairseq is missing or broken here "
             f"({type(e).__name__}: {e}). Use backend 'hf' with model {hf}: transformers' FSMT port of the "
-            f"same WMT19 weights (one per direction: {names})") from None
+            f"same WMT19 weights (one per direction: {names})"
+        ) from None
 
 
-def load_translator(backend: str, model: str, device: str | None = None, dtype: str = "auto",
-                    **generation) -> Translator:
+def load_translator(
+    backend: str, model: str, device: str | None = None, dtype: str = "auto", **generation
+) -> Translator:
     """A Translator for `model` (hub name or local directory); `generation` holds Generation's fields."""
     check_backend(backend, model)
     unknown = set(generation) - set(Generation.model_fields)
     if unknown:
-        raise InputError(f"unknown generation option(s) {', '.join(sorted(unknown))} "
-                         f"(known: {', '.join(Generation.model_fields)})")
+        raise InputError(
+            f"unknown generation option(s) {', '.join(sorted(unknown))} (known: {', '.join(Generation.model_fields)})"
+        )
     cls = HFTranslator if backend == "hf" else FairseqTranslator
     return cls(model, device, dtype, Generation(**generation))
 

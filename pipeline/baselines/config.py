@@ -37,8 +37,9 @@ class UseBaseline(Strict):
     """The Universal Sentence Encoder from a TF-Hub SavedModel directory (pipeline.baselines.use); needs the
     `use` extra (TensorFlow)."""
 
-    path: str = Field(description="universal-sentence-encoder/4 (DAN) or universal-sentence-encoder-large/5 "
-                      "(Transformer), unpacked")
+    path: str = Field(
+        description="universal-sentence-encoder/4 (DAN) or universal-sentence-encoder-large/5 (Transformer), unpacked"
+    )
 
     @field_validator("path")
     @classmethod
@@ -59,4 +60,3 @@ class Baselines(Strict):
     @classmethod
     def _absolute_vectors(cls, v: list[str]) -> list[str]:
         return [absolute(p) for p in v]
-

@@ -62,8 +62,10 @@ class Whitening:
         # np.linalg.matrix_rank's tolerance: below it a variance is rounding noise, and 1/sqrt would blow it up.
         rank = int((s > s[0] * len(s) * np.finfo(np.float64).eps).sum())
         if rank < k:
-            raise InputError(f"whitening: {len(x)} fitting embeddings span only {rank} of the {k} dimensions "
-                             "to keep; fit on more sentences or pass a smaller k")
+            raise InputError(
+                f"whitening: {len(x)} fitting embeddings span only {rank} of the {k} dimensions "
+                "to keep; fit on more sentences or pass a smaller k"
+            )
         return cls(x.mean(axis=0), u[:, :k] / np.sqrt(s[:k]))
 
     @property
@@ -162,12 +164,21 @@ class _Coupling(nn.Module):
 class Flow:
     def __init__(self, dim: int, layers: int = 4, hidden: int = 256):
         self.config = {"dim": dim, "layers": layers, "hidden": hidden}
-        self.steps = nn.ModuleList(m for _ in range(layers)
-                                   for m in (_ActNorm(dim), _InvertibleLinear(dim), _Coupling(dim, hidden)))
+        self.steps = nn.ModuleList(
+            m for _ in range(layers) for m in (_ActNorm(dim), _InvertibleLinear(dim), _Coupling(dim, hidden))
+        )
 
     @classmethod
-    def fit(cls, x: np.ndarray, seed: int = 0, steps: int = 300, layers: int = 4, hidden: int = 256,
-            lr: float = 1e-3, batch_size: int = 256) -> Flow:
+    def fit(
+        cls,
+        x: np.ndarray,
+        seed: int = 0,
+        steps: int = 300,
+        layers: int = 4,
+        hidden: int = 256,
+        lr: float = 1e-3,
+        batch_size: int = 256,
+    ) -> Flow:
         x = torch.from_numpy(_fitting_data(x).astype(np.float32))
         # A private RNG state: the fit is a function of the seed alone and leaves the caller's RNG untouched.
         with torch.random.fork_rng(devices=[]):
@@ -265,11 +276,20 @@ def fit_whitening(encoder, sentences: list[str], k: int | None = None, batch_siz
     return Whitening.fit(encoder.encode(sentences, batch_size=batch_size), k)
 
 
-def fit_flow(encoder, sentences: list[str], seed: int = 0, steps: int = 300, layers: int = 4,
-             hidden: int = 256, lr: float = 1e-3, batch_size: int = 128) -> Flow:
+def fit_flow(
+    encoder,
+    sentences: list[str],
+    seed: int = 0,
+    steps: int = 300,
+    layers: int = 4,
+    hidden: int = 256,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+) -> Flow:
     """A flow fitted on `encoder`'s embeddings of `sentences` (corpus sentences, not test data).
 
     `batch_size` is the encoder's; the flow's minibatches are 256 embeddings.
     """
-    return Flow.fit(encoder.encode(sentences, batch_size=batch_size), seed=seed, steps=steps,
-                    layers=layers, hidden=hidden, lr=lr)
+    return Flow.fit(
+        encoder.encode(sentences, batch_size=batch_size), seed=seed, steps=steps, layers=layers, hidden=hidden, lr=lr
+    )

@@ -36,8 +36,10 @@ def problem(path: str) -> str | None:
     if "://" in path or not os.path.isdir(path):
         return f"{path}: not a local directory (unpack the TF-Hub model's archive into one)"
     if os.path.isfile(os.path.join(path, TF1_HUB_MODULE)):
-        return (f"{path}: a TF1 Hub-format module (USE versions 1-3), which is not loaded; use "
-                "universal-sentence-encoder/4 (DAN) or universal-sentence-encoder-large/5 (Transformer)")
+        return (
+            f"{path}: a TF1 Hub-format module (USE versions 1-3), which is not loaded; use "
+            "universal-sentence-encoder/4 (DAN) or universal-sentence-encoder-large/5 (Transformer)"
+        )
     if not os.path.isfile(os.path.join(path, SAVED_MODEL)):
         return f"{path}: not a TensorFlow SavedModel (no {SAVED_MODEL})"
     return None
@@ -55,8 +57,10 @@ class UseEncoder:
         self.tf, self.path = tf, path
         self.model = tf.saved_model.load(path)
         if not callable(self.model):
-            raise InputError(f"{path}: the SavedModel is not callable on a batch of strings (TF-Hub's text "
-                             "embedding API), as USE 4 and USE-large 5 are")
+            raise InputError(
+                f"{path}: the SavedModel is not callable on a batch of strings (TF-Hub's text "
+                "embedding API), as USE 4 and USE-large 5 are"
+            )
 
     @property
     def parameters(self) -> int:
@@ -69,7 +73,8 @@ class UseEncoder:
         for batch in [sentences[i : i + batch_size] for i in range(0, len(sentences), batch_size)] or [[]]:
             vectors = np.asarray(self.model(self.tf.constant(batch, dtype=self.tf.string)), dtype=np.float32)
             if vectors.ndim != 2 or len(vectors) != len(batch):
-                raise InputError(f"{self.path}: {len(batch)} sentences embedded to shape {vectors.shape}, "
-                                 "not [sentences, dimension]")
+                raise InputError(
+                    f"{self.path}: {len(batch)} sentences embedded to shape {vectors.shape}, not [sentences, dimension]"
+                )
             out.append(vectors)
         return np.concatenate(out)

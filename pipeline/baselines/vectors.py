@@ -8,8 +8,8 @@ vector. Both encoders follow pipeline.model.exported.Encoder's interface.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -30,8 +30,9 @@ def _float_row(fields: list[str], path: Path, lineno: int) -> np.ndarray:
     return row
 
 
-def read_vectors(path: str | Path, words: Iterable[str] | None = None,
-                 dim: int | None = None) -> tuple[dict[str, int], np.ndarray]:
+def read_vectors(
+    path: str | Path, words: Iterable[str] | None = None, dim: int | None = None
+) -> tuple[dict[str, int], np.ndarray]:
     """(word -> row, matrix) from a GloVe .txt or fastText .vec file.
 
     A fastText "<count> <dim>" header line is detected and skipped (its count is

@@ -9,9 +9,13 @@ from pipeline.corpus.credentials import conceal
 
 
 class CorpusConfig(Strict):
-    sources: list[str] = Field(default_factory=list, description=(
-        "local files/directories, OpenWebText tarballs (urlsf_subset*.tar) and Wikipedia dumps "
-        "(*pages-articles*.xml[.bz2]), as paths or URLs"))
+    sources: list[str] = Field(
+        default_factory=list,
+        description=(
+            "local files/directories, OpenWebText tarballs (urlsf_subset*.tar) and Wikipedia dumps "
+            "(*pages-articles*.xml[.bz2]), as paths or URLs"
+        ),
+    )
     max_docs: int | None = Field(None, ge=1)
     subsets: list[int] | None = Field(None, description="OpenWebText subsets to read (urlsf_subsetNN); null = all")
     download_dir: str = Field("downloads", description="cache of downloaded sources, keyed by URL")
@@ -26,4 +30,3 @@ class CorpusConfig(Strict):
     @classmethod
     def _absolute_downloads(cls, v: str) -> str:
         return absolute(v)
-

@@ -42,6 +42,7 @@ def conceal_for_another_process(texts: list[str]) -> tuple[list[str], dict[str, 
 
 def _masked(text: str) -> tuple[str, dict[str, str]]:
     """`text` with every URL's user info masked, and the real URLs by their masked form."""
+
     def mask(match: re.Match) -> str:
         return f"{match[1]}{MASK}@" if match[2] != MASK else match[0]
 
@@ -65,8 +66,11 @@ def split_credentials(url: str) -> tuple[str, str | None, str | None]:
     if parts.username is None:
         return url, None, None
     netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
-    return (urllib.parse.urlunsplit(parts._replace(netloc=netloc)), urllib.parse.unquote(parts.username),
-            urllib.parse.unquote(parts.password or ""))
+    return (
+        urllib.parse.urlunsplit(parts._replace(netloc=netloc)),
+        urllib.parse.unquote(parts.username),
+        urllib.parse.unquote(parts.password or ""),
+    )
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -80,5 +84,6 @@ def same_origin(url: str, redirect: str) -> bool:
         return False
     if old.scheme == "http" and old.port in (80, None) and new.scheme == "https" and new.port in (443, None):
         return True
-    return old.scheme == new.scheme and (old.port or _DEFAULT_PORTS.get(old.scheme)) == \
-        (new.port or _DEFAULT_PORTS.get(new.scheme))
+    return old.scheme == new.scheme and (old.port or _DEFAULT_PORTS.get(old.scheme)) == (
+        new.port or _DEFAULT_PORTS.get(new.scheme)
+    )

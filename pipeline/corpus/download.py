@@ -31,8 +31,10 @@ CHUNK = 1 << 20
 MAX_BACKOFF = 60.0
 _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
 # The end of a failed download's message where a local copy can stand in for the URL.
-LOCAL_COPIES = ("offline? download it elsewhere and pass local copies: make run CORPUS=PATH EVAL_DATA=DIR "
-                "(cpipe run --corpus PATH --eval-data DIR)")
+LOCAL_COPIES = (
+    "offline? download it elsewhere and pass local copies: make run CORPUS=PATH EVAL_DATA=DIR "
+    "(cpipe run --corpus PATH --eval-data DIR)"
+)
 
 
 class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
@@ -60,9 +62,18 @@ def cache_path(url: str, cache_dir: str | Path) -> Path:
     return Path(cache_dir) / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name}"
 
 
-def fetch(url: str, cache_dir: str | Path, *, sha256: str | None = None, size: int | None = None,
-          retries: int = 5, backoff: float = 1.0, timeout: float = 60.0, progress: bool = True,
-          hint: str = "") -> Path:
+def fetch(
+    url: str,
+    cache_dir: str | Path,
+    *,
+    sha256: str | None = None,
+    size: int | None = None,
+    retries: int = 5,
+    backoff: float = 1.0,
+    timeout: float = 60.0,
+    progress: bool = True,
+    hint: str = "",
+) -> Path:
     """The local path of `url`'s content, downloading it into `cache_dir` unless already there. `hint` ends the
     message of a download that fails: what the user can do instead."""
     try:
@@ -73,8 +84,16 @@ def fetch(url: str, cache_dir: str | Path, *, sha256: str | None = None, size: i
         raise DownloadError(f"{e}; {hint}") from e.__cause__
 
 
-def _fetch(url: str, cache_dir: str | Path, sha256: str | None, size: int | None, retries: int, backoff: float,
-           timeout: float, progress: bool) -> Path:
+def _fetch(
+    url: str,
+    cache_dir: str | Path,
+    sha256: str | None,
+    size: int | None,
+    retries: int,
+    backoff: float,
+    timeout: float,
+    progress: bool,
+) -> Path:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme in ("", "file"):
         local = Path(urllib.request.url2pathname(parts.path)) if parts.scheme else Path(url)
@@ -102,8 +121,9 @@ def _fetch(url: str, cache_dir: str | Path, sha256: str | None, size: int | None
                 # The part stays: the next run resumes from it.
                 raise DownloadError(f"{url}: gave up after {retries + 1} attempts: {e}") from e
             delay = min(backoff * 2**attempt, MAX_BACKOFF)
-            log.warning("%s: %s; retry %d/%d in %.1f s with %d bytes so far",
-                        url, e, attempt + 1, retries, delay, _length(part))
+            log.warning(
+                "%s: %s; retry %d/%d in %.1f s with %d bytes so far", url, e, attempt + 1, retries, delay, _length(part)
+            )
             time.sleep(delay)
     problem = _mismatch(part, sha256, size)
     if problem is not None:
@@ -154,9 +174,19 @@ def _download(url: str, part: Path, timeout: float, progress: bool) -> None:
             length = response.headers.get("Content-Length")
             total = int(length) if length is not None else None
         try:
-            with open(part, "ab" if have else "wb") as f, tqdm(
-                    total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
-                    desc=part.stem, disable=not progress, mininterval=1) as bar:
+            with (
+                open(part, "ab" if have else "wb") as f,
+                tqdm(
+                    total=total,
+                    initial=have,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=part.stem,
+                    disable=not progress,
+                    mininterval=1,
+                ) as bar,
+            ):
                 while chunk := response.read(CHUNK):
                     f.write(chunk)
                     bar.update(len(chunk))

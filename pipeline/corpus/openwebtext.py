@@ -20,9 +20,9 @@ import fnmatch
 import io
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from pipeline.corpus.sources import Document, Part, Read, Source, SourceError, doc_id
 from pipeline.file_snapshot import listing_digest, rglob
@@ -73,14 +73,17 @@ class OpenWebTextSource(Source):
                         # A member cut short by the end of the file would otherwise look
                         # like a corrupt xz member and be skipped quietly.
                         if member.offset_data + member.size > size:
-                            raise SourceError(f"{path}: truncated inside {member.name} "
-                                              f"(incomplete download?); download it again")
+                            raise SourceError(
+                                f"{path}: truncated inside {member.name} (incomplete download?); download it again"
+                            )
                         yield XzMember(str(path), member.name, member.offset_data, member.size)
                     # tarfile ends iteration quietly when the file stops exactly between members;
                     # only the end-of-archive block tells a complete tarball from a cut one.
                     if outer.offset + tarfile.BLOCKSIZE > size:
-                        raise SourceError(f"{path}: truncated after {outer.offset} bytes (no end-of-archive "
-                                          f"marker; incomplete download?); download it again")
+                        raise SourceError(
+                            f"{path}: truncated after {outer.offset} bytes (no end-of-archive "
+                            f"marker; incomplete download?); download it again"
+                        )
             except tarfile.ReadError as e:
                 raise SourceError(f"{path}: not a readable tar archive ({e})") from None
 

@@ -16,9 +16,9 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pyarrow.parquet as pq
 
@@ -68,8 +68,7 @@ class Part(ABC):
     """One independent unit of a source; pickled to whichever process or node reads it."""
 
     @abstractmethod
-    def read(self) -> Read:
-        ...
+    def read(self) -> Read: ...
 
 
 def read_part(part: Part) -> Read:

@@ -28,12 +28,14 @@ from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter
 
 RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
-SCHEMA = pa.schema([
-    ("doc_id", pa.string()),
-    ("source", pa.string()),
-    ("title_or_url", pa.string()),
-    ("text", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("title_or_url", pa.string()),
+        ("text", pa.string()),
+    ]
+)
 log = logging.getLogger("cpipe")
 
 
@@ -88,8 +90,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             source = open_source(spec, settings["download_dir"], config["subsets"])
             opened.append(source)
             if not _remote(spec):
-                out.built_from(spec.removeprefix("file://"),
-                               *(map(str, source.files()) if isinstance(source, LocalSource) else ()))
+                out.built_from(
+                    spec.removeprefix("file://"), *(map(str, source.files()) if isinstance(source, LocalSource) else ())
+                )
             reads = ordered_map(read_part, source.parts(), settings["backend"], settings["workers"])
             for read in tqdm(reads, desc=f"corpus {spec}", unit="part", mininterval=2):
                 for doc in source.take(read):
@@ -110,13 +113,27 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     if seen == 0:
         counts = sum((Counter(source.counts) for source in opened), Counter())
         skipped = [what for source in opened for what in source.skipped]
-        why = f": {len(skipped)} skipped ({', '.join(f'{n} {r}' for r, n in sorted(counts.items()))}; " \
-              f"first: {skipped[0]})" if skipped else ""
+        why = (
+            f": {len(skipped)} skipped ({', '.join(f'{n} {r}' for r, n in sorted(counts.items()))}; "
+            f"first: {skipped[0]})"
+            if skipped
+            else ""
+        )
         raise SourceError(f"no documents with text in {', '.join(config['sources'])}{why}")
     out.count("documents", seen)
     log.info("corpus: %d documents from %d source(s)", seen, len(opened))
 
 
 # 2: a WikiText Parquet file (one line a row) reads as its articles, not one document per row.
-STAGE = Stage(name="corpus", version="2", flow="data", section="corpus", config=config, run=run, schema=SCHEMA,
-              runtime=RUNTIME, check=check, needs_ray=needs_ray)
+STAGE = Stage(
+    name="corpus",
+    version="2",
+    flow="data",
+    section="corpus",
+    config=config,
+    run=run,
+    schema=SCHEMA,
+    runtime=RUNTIME,
+    check=check,
+    needs_ray=needs_ray,
+)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import bz2
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import mwparserfromhell
 import pyarrow.parquet as pq
@@ -44,8 +44,7 @@ def clean_wikitext(code: mwparserfromhell.wikicode.Wikicode) -> str:
     # strip_code drops templates and comments by itself, but keeps the text of refs,
     # tables and file/category links, so those are removed from the tree first.
     unwanted = [n for n in code.ifilter_tags() if str(n.tag).strip().lower() in _DROPPED_TAGS]
-    unwanted += [n for n in code.ifilter_wikilinks()
-                 if str(n.title).strip().split(":", 1)[0].lower() in _DROPPED_LINKS]
+    unwanted += [n for n in code.ifilter_wikilinks() if str(n.title).strip().split(":", 1)[0].lower() in _DROPPED_LINKS]
     for node in unwanted:
         try:
             code.remove(node)
@@ -105,9 +104,13 @@ class WikipediaDumpSource(Source):
                 # The export namespace changes with the schema version (export-0.10, 0.11, ...).
                 root, ns = elem, elem.tag[: elem.tag.index("}") + 1] if elem.tag.startswith("{") else ""
             elif event == "end" and elem.tag == f"{ns}page":
-                page = (elem.findtext(f"{ns}id", "").strip(), elem.findtext(f"{ns}title", ""),
-                        elem.findtext(f"{ns}ns", "0").strip(), elem.find(f"{ns}redirect") is not None,
-                        elem.findtext(f"{ns}revision/{ns}text") or "")  # pages-articles holds only the latest revision
+                page = (
+                    elem.findtext(f"{ns}id", "").strip(),
+                    elem.findtext(f"{ns}title", ""),
+                    elem.findtext(f"{ns}ns", "0").strip(),
+                    elem.find(f"{ns}redirect") is not None,
+                    elem.findtext(f"{ns}revision/{ns}text") or "",
+                )  # pages-articles holds only the latest revision
                 root.clear()  # drop the page (and any siteinfo) so memory stays flat
                 page_id, title, namespace, redirect, wikitext = page
                 if namespace != "0":
@@ -161,5 +164,9 @@ class ParquetRowGroup(Part):
     def read(self) -> Read:
         table = pq.ParquetFile(self.path).read_row_group(self.row_group, columns=PARQUET_COLUMNS)
         name = Path(self.path).name
-        return Read([Document(doc_id(f"{name}/{row['id']}"), self.path, row["url"] or row["title"] or "",
-                              row["text"] or "") for row in table.to_pylist()])
+        return Read(
+            [
+                Document(doc_id(f"{name}/{row['id']}"), self.path, row["url"] or row["title"] or "", row["text"] or "")
+                for row in table.to_pylist()
+            ]
+        )

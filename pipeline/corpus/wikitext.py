@@ -9,9 +9,9 @@ that any worker can turn into documents; memory holds one part, not the file.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow.parquet as pq
 
@@ -25,8 +25,9 @@ BATCH_ROWS = 65_536
 def is_wikitext_parquet(spec: str, path: str) -> bool:
     """A path or URL that names WikiText and is a .parquet file, or a directory of them."""
     name = spec.split("?", 1)[0].lower()
-    return "wikitext" in name and (name.endswith(".parquet") or Path(path).is_dir()
-                                   and next(rglob(path, "*.parquet"), None) is not None)
+    return "wikitext" in name and (
+        name.endswith(".parquet") or Path(path).is_dir() and next(rglob(path, "*.parquet"), None) is not None
+    )
 
 
 class WikiTextParquetSource(ParquetFilesSource):
@@ -53,8 +54,9 @@ class WikiTextParquetSource(ParquetFilesSource):
     def _lines(path: Path) -> Iterator[str]:
         pf = pq.ParquetFile(path)
         if "text" not in pf.schema_arrow.names:
-            raise SourceError(f"{path}: not a WikiText file, no 'text' column "
-                              f"(columns: {', '.join(pf.schema_arrow.names)})")
+            raise SourceError(
+                f"{path}: not a WikiText file, no 'text' column (columns: {', '.join(pf.schema_arrow.names)})"
+            )
         for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["text"]):
             for row in batch.column(0).to_pylist():
                 yield (row or "").removesuffix("\n")

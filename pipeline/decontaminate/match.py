@@ -51,9 +51,14 @@ class Matcher:
         found: dict[int, list[int]] = {}
         for length, _, key in hits:
             found.setdefault(length, []).append(key)
-        return [task for task, known in self.tasks.items()
-                if any(length in known and member(np.array(keys, np.uint64), known[length]).any()
-                       for length, keys in found.items())]
+        return [
+            task
+            for task, known in self.tasks.items()
+            if any(
+                length in known and member(np.array(keys, np.uint64), known[length]).any()
+                for length, keys in found.items()
+            )
+        ]
 
 
 def masked(text: str, hits: list[Hit]) -> tuple[str, int]:
@@ -67,7 +72,7 @@ def masked(text: str, hits: list[Hit]) -> tuple[str, int]:
             runs.append([start, end])
     spans, pieces, at = word_spans(text), [], 0
     for start, end in runs:
-        pieces += [text[at:spans[start][0]], MASK]
+        pieces += [text[at : spans[start][0]], MASK]
         at = spans[end - 1][1]
     return "".join([*pieces, text[at:]]), sum(end - start for start, end in runs)
 

@@ -53,8 +53,9 @@ def word_lists(texts: pa.Array) -> pa.ListArray:
     lists = pc.utf8_split_whitespace(simplified(texts))
     words = lists.flatten()
     keep = pc.greater(pc.binary_length(words), 0)
-    counts = np.bincount(pc.list_parent_indices(lists).to_numpy()[keep.to_numpy(zero_copy_only=False)],
-                         minlength=len(lists))
+    counts = np.bincount(
+        pc.list_parent_indices(lists).to_numpy()[keep.to_numpy(zero_copy_only=False)], minlength=len(lists)
+    )
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), words.filter(keep))
 
@@ -87,7 +88,7 @@ def window_hashes(ids: np.ndarray, lengths: Iterable[int]) -> dict[int, np.ndarr
         if length not in memo:
             a = 1 << (length - 1).bit_length() - 1  # the largest power of two below length
             out = h(a).copy()
-            out[:max(n - a, 0)] += h(length - a)[a:] * power(a)
+            out[: max(n - a, 0)] += h(length - a)[a:] * power(a)
             memo[length] = out
         return memo[length]
 
@@ -120,7 +121,7 @@ class Index:
         stats = self.stats.setdefault(task, {"sentences": 0, "whole": 0, "too_short": 0})
         known = self.tasks.setdefault(task, {})
         for i in range(0, len(texts), chunk):
-            lists = word_lists(pa.array(texts[i:i + chunk], pa.string()))
+            lists = word_lists(pa.array(texts[i : i + chunk], pa.string()))
             for length, keys in self._hashes(lists, stats).items():
                 known[length] = np.unique(np.concatenate([known.get(length, EMPTY), keys[keys != 0]]))
 
@@ -139,8 +140,9 @@ class Index:
 
     def union(self) -> dict[int, np.ndarray]:
         lengths = sorted({length for by_length in self.tasks.values() for length in by_length})
-        return {length: np.unique(np.concatenate([t.get(length, EMPTY) for t in self.tasks.values()]))
-                for length in lengths}
+        return {
+            length: np.unique(np.concatenate([t.get(length, EMPTY) for t in self.tasks.values()])) for length in lengths
+        }
 
     def digest(self) -> str:
         """sha256 of the sorted n-gram set: the same for the same n-grams, whatever files or order they came in."""

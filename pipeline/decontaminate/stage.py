@@ -43,8 +43,11 @@ log = logging.getLogger("cpipe")
 def sources(cfg: Config) -> dict:
     """The evaluation data the run will score (URLs fetched once), and the dev sets its runs select on."""
     dev_sets = sorted({r.dev_set for r in cfg.run_configs().values() if r.eval_every and r.dev_set})
-    return {"data": local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir), "transfer": cfg.evaluate.transfer,
-            "dev_sets": dev_sets}
+    return {
+        "data": local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir),
+        "transfer": cfg.evaluate.transfer,
+        "dev_sets": dev_sets,
+    }
 
 
 def config(cfg: Config, key: None = None) -> dict:
@@ -82,8 +85,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     where = runtime(config, RUNTIME)
     index = indexed(json.dumps(where, sort_keys=True), listing(where), config["n"], config["min_words"])
     if index.digest() != config["ngrams"]:
-        raise InputError(f"decontaminate: the evaluation data ({where['data']}) changed after this run was planned; "
-                         "run it again")
+        raise InputError(
+            f"decontaminate: the evaluation data ({where['data']}) changed after this run was planned; run it again"
+        )
     if not index.tasks:
         log.warning("decontaminate: no evaluation sentence to keep out of training (evaluate.data: %s)", where["data"])
     matcher, by_task, mode, total = Matcher(index), Counter(), config["mode"], 0
@@ -107,10 +111,16 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             out.write(table)
             out.count("kept", table.num_rows)
     out.extra["contaminated_by_task"] = dict(sorted(by_task.items()))
-    out.extra["index"] = {task: {**index.stats[task], "ngrams": sum(map(len, index.tasks[task].values()))}
-                          for task in sorted(index.tasks)}
-    log.info("decontaminate: %d of %d documents hold evaluation text (%s); mode %s", out.counts["contaminated"], total,
-             ", ".join(f"{t} {n}" for t, n in sorted(by_task.items())) or "none", mode)
+    out.extra["index"] = {
+        task: {**index.stats[task], "ngrams": sum(map(len, index.tasks[task].values()))} for task in sorted(index.tasks)
+    }
+    log.info(
+        "decontaminate: %d of %d documents hold evaluation text (%s); mode %s",
+        out.counts["contaminated"],
+        total,
+        ", ".join(f"{t} {n}" for t, n in sorted(by_task.items())) or "none",
+        mode,
+    )
 
 
 def _masked(table: pa.Table, hits: list, dirty: list[int], tokenizer_path: str, out) -> pa.Table:
@@ -127,5 +137,15 @@ def _masked(table: pa.Table, hits: list, dirty: list[int], tokenizer_path: str, 
 
 # 2: both sides normalised as ngrams.simplified says (contractions, no empty words, digits): other matches.
 # 3: _dropped.parquet beside the shards, each dropped document with the tasks it held (the shards are unchanged).
-STAGE = Stage(name="decontaminate", version="3", flow="data", section="decontaminate", config=config, inputs=inputs,
-              run=run, schema=SCHEMA, runtime=RUNTIME, check=check)
+STAGE = Stage(
+    name="decontaminate",
+    version="3",
+    flow="data",
+    section="decontaminate",
+    config=config,
+    inputs=inputs,
+    run=run,
+    schema=SCHEMA,
+    runtime=RUNTIME,
+    check=check,
+)

@@ -17,7 +17,7 @@ The mean cosine between two different sentences' embeddings is kept as
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.spatial.distance import pdist
@@ -74,10 +74,15 @@ def token_anisotropy(tokens: list[np.ndarray], pairs: int = PAIRS, seed: int = 0
     return float(np.mean(np.einsum("ij,ij->i", unit[first], unit[second])))
 
 
-def score_analysis(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset],
-                   task: str = "STSB", threshold: float = POSITIVE_THRESHOLD,
-                   tokens: Callable[[list[str]], list[np.ndarray]] | None = None,
-                   seed: int = 0, pairs: int = PAIRS) -> list[dict]:
+def score_analysis(
+    encode: Callable[[list[str]], np.ndarray],
+    subsets: list[StsSubset],
+    task: str = "STSB",
+    threshold: float = POSITIVE_THRESHOLD,
+    tokens: Callable[[list[str]], list[np.ndarray]] | None = None,
+    seed: int = 0,
+    pairs: int = PAIRS,
+) -> list[dict]:
     """Rows (task, subset="all", split, metric, protocol, value, n) per scored split of `task` in `subsets`.
 
     Metrics: "alignment" (n = positive pairs), "uniformity" and "sentence_anisotropy" (n = distinct
@@ -96,11 +101,11 @@ def score_analysis(encode: Callable[[list[str]], np.ndarray], subsets: list[StsS
         common = {"task": task, "subset": "all", "split": split, "protocol": PROTOCOL}
         if positives:
             left, right = map(list, zip(*positives))
-            rows.append({**common, "metric": "alignment", "value": alignment(emb[left], emb[right]),
-                         "n": len(positives)})
+            rows.append(
+                {**common, "metric": "alignment", "value": alignment(emb[left], emb[right]), "n": len(positives)}
+            )
         rows.append({**common, "metric": "uniformity", "value": uniformity(emb), "n": len(sentences)})
-        rows.append({**common, "metric": "sentence_anisotropy", "value": sentence_anisotropy(emb),
-                     "n": len(sentences)})
+        rows.append({**common, "metric": "sentence_anisotropy", "value": sentence_anisotropy(emb), "n": len(sentences)})
         value = token_anisotropy(tokens(sentences), pairs, seed) if tokens and split == "test" else None
         if value is not None:
             rows.append({**common, "protocol": TOKEN_PROTOCOL, "metric": "anisotropy", "value": value, "n": pairs})

@@ -56,7 +56,7 @@ def _sentence(value, where: str) -> str:
 def _jsonl_set(where: str, record: dict) -> tuple[list[str], list[str]]:
     sentences, labels = record.get("sentences"), record.get("labels")
     if not isinstance(sentences, list) or not isinstance(labels, list):
-        raise EvalDataError(f"{where}: expected lists \"sentences\" and \"labels\"")
+        raise EvalDataError(f'{where}: expected lists "sentences" and "labels"')
     if len(sentences) != len(labels):
         raise EvalDataError(f"{where}: {len(sentences)} sentences but {len(labels)} labels")
     if not sentences:
@@ -72,8 +72,9 @@ def read(path: Path) -> list[tuple[list[str], list[str]]]:
             sets = [_jsonl_set(where, record) for where, record in records(path, fmt)]
         else:
             rows = list(records(path, fmt, TABLE_COLUMNS))
-            sets = [([_sentence(r["text"], w) for w, r in rows], [_label(r["label"], w) for w, r in rows])] if rows \
-                else []
+            sets = (
+                [([_sentence(r["text"], w) for w, r in rows], [_label(r["label"], w) for w, r in rows])] if rows else []
+            )
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
         raise EvalDataError(f"{path}: cannot read ({e})") from None
     if not sets:
@@ -82,8 +83,10 @@ def read(path: Path) -> list[tuple[list[str], list[str]]]:
 
 
 def find(data_dir: Path) -> list[kind.Task]:
-    return [kind.Task(NAME, task, (str(path),), read(path))
-            for task, path in kind.task_files(Path(data_dir), NAME, FORMATS).items()]
+    return [
+        kind.Task(NAME, task, (str(path),), read(path))
+        for task, path in kind.task_files(Path(data_dir), NAME, FORMATS).items()
+    ]
 
 
 def assign(embeddings: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -117,5 +120,12 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 
 
 # Decontamination indexes its clustered sentences.
-KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [s for sentences, _ in d for s in sentences],
-                 statistic="v_measure", mteb=kind.Mteb("Clustering", {MAIN: "v_measure"}))
+KIND = kind.Kind(
+    NAME,
+    MAIN,
+    find,
+    score,
+    texts=lambda d: [s for sentences, _ in d for s in sentences],
+    statistic="v_measure",
+    mteb=kind.Mteb("Clustering", {MAIN: "v_measure"}),
+)

@@ -19,8 +19,9 @@ class Column:
 
     @property
     def name(self) -> str:
-        return self.form.format(task=self.task, kind=self.kind, metric=self.metric, protocol=self.protocol,
-                                split=self.split)
+        return self.form.format(
+            task=self.task, kind=self.kind, metric=self.metric, protocol=self.protocol, split=self.split
+        )
 
     def __str__(self) -> str:
         return self.name

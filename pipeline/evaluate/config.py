@@ -15,40 +15,73 @@ from pipeline.evaluate.registry import is_kind_column
 
 
 class EvaluateConfig(Strict):
-    data: str | dict[str, str] | None = Field(None, description=(
-        "directory holding SentEval-layout tasks (STS, transfer, SICK, MRPC) and/or STS pair files (sentence1, "
-        "sentence2, score columns: .csv, .tsv, .jsonl[.gz], .parquet) and/or tasks of other kinds (retrieval in "
-        "BEIR's layout, pairclass/ files: pipeline.evaluate.kinds), or one pair file; or {task: path or URL} "
-        "of pair files, each downloaded once into corpus.download_dir and scored as that task"))
+    data: str | dict[str, str] | None = Field(
+        None,
+        description=(
+            "directory holding SentEval-layout tasks (STS, transfer, SICK, MRPC) and/or STS pair files (sentence1, "
+            "sentence2, score columns: .csv, .tsv, .jsonl[.gz], .parquet) and/or tasks of other kinds (retrieval in "
+            "BEIR's layout, pairclass/ files: pipeline.evaluate.kinds), or one pair file; or {task: path or URL} "
+            "of pair files, each downloaded once into corpus.download_dir and scored as that task"
+        ),
+    )
     batch_size: int = Field(128, ge=1)
     max_length: int = Field(128, ge=8)
     transfer: bool = Field(True, description="score the transfer tasks found in data")
-    analysis: bool = Field(True, description=(
-        "alignment, uniformity, sentence-level anisotropy and Ethayarajh's token-level anisotropy on STS-B"))
-    seed: int = Field(1111, description=(
-        "SentEval's seed: the transfer classifiers' folds and initialisation, the STS-B/SICK-R relatedness "
-        "regressor's initialisation and shuffling, and the token pairs sampled for anisotropy"))
+    analysis: bool = Field(
+        True,
+        description=(
+            "alignment, uniformity, sentence-level anisotropy and Ethayarajh's token-level anisotropy on STS-B"
+        ),
+    )
+    seed: int = Field(
+        1111,
+        description=(
+            "SentEval's seed: the transfer classifiers' folds and initialisation, the STS-B/SICK-R relatedness "
+            "regressor's initialisation and shuffling, and the token pairs sampled for anisotropy"
+        ),
+    )
     kfold: int = Field(10, ge=2)
-    transfer_protocol: Literal["senteval", "sklearn"] = Field("senteval", description=(
-        "the transfer tasks' classifier, named in each score row: senteval is SentEval's PyTorch logistic "
-        "regression (Adam, batch 64, tenacity 5, epoch size 4, L2 in 1e-5..1e-2), as DeCLUTR and SimCSE ran it; "
-        "sklearn is scikit-learn's LogisticRegression (SentEval's usepytorch=False)"))
-    workers: int = Field(1, ge=1, description=(
-        "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "
-        "Ray tasks of their own, up to 2 * workers of each in flight (Ray's CPUs bound how many run); "
-        "the scores, and their cache, are the same as with 1"))
-    rank_by: str | None = Field(None, description=(
-        "the leaderboard column models are ranked by, e.g. 'avg STS (SimCSE 7)', 'avg STS (SentEval)', "
-        "'avg transfer (SentEval)', 'STSB cosine', a task kind's 'avg retrieval' or '<task> nDCG@10' "
-        "(pipeline.evaluate.kinds); null: the first of those averages that some model has, "
-        "else the first score column with a value"))
-    compare_to: str | None = Field(None, description=(
-        "the leaderboard row every other row is compared with (a paired bootstrap over the same test items; "
-        "cells whose difference is significant are marked); null: the encoder the runs start from (the "
-        "untrained row, or the base model's row with model.base), when the leaderboard has it"))
-    results_dir: str | None = Field(None, description=(
-        "where MTEB's result files of every scored model go, <model>/<fingerprint>/<task>.json as mteb writes "
-        "them (pipeline.evaluate.mteb_results); null: mteb-results/ under the artifacts directory"))
+    transfer_protocol: Literal["senteval", "sklearn"] = Field(
+        "senteval",
+        description=(
+            "the transfer tasks' classifier, named in each score row: senteval is SentEval's PyTorch logistic "
+            "regression (Adam, batch 64, tenacity 5, epoch size 4, L2 in 1e-5..1e-2), as DeCLUTR and SimCSE ran it; "
+            "sklearn is scikit-learn's LogisticRegression (SentEval's usepytorch=False)"
+        ),
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        description=(
+            "above 1, models are scored as Ray tasks and each model's STS tasks, transfer tasks and analysis as "
+            "Ray tasks of their own, up to 2 * workers of each in flight (Ray's CPUs bound how many run); "
+            "the scores, and their cache, are the same as with 1"
+        ),
+    )
+    rank_by: str | None = Field(
+        None,
+        description=(
+            "the leaderboard column models are ranked by, e.g. 'avg STS (SimCSE 7)', 'avg STS (SentEval)', "
+            "'avg transfer (SentEval)', 'STSB cosine', a task kind's 'avg retrieval' or '<task> nDCG@10' "
+            "(pipeline.evaluate.kinds); null: the first of those averages that some model has, "
+            "else the first score column with a value"
+        ),
+    )
+    compare_to: str | None = Field(
+        None,
+        description=(
+            "the leaderboard row every other row is compared with (a paired bootstrap over the same test items; "
+            "cells whose difference is significant are marked); null: the encoder the runs start from (the "
+            "untrained row, or the base model's row with model.base), when the leaderboard has it"
+        ),
+    )
+    results_dir: str | None = Field(
+        None,
+        description=(
+            "where MTEB's result files of every scored model go, <model>/<fingerprint>/<task>.json as mteb writes "
+            "them (pipeline.evaluate.mteb_results); null: mteb-results/ under the artifacts directory"
+        ),
+    )
     untrained: bool = True
     fasttext: FastTextBaseline = Field(default_factory=FastTextBaseline)
     baselines: Baselines = Field(default_factory=Baselines)
@@ -64,8 +97,10 @@ class EvaluateConfig(Strict):
             if task.startswith(".") or task in (*STS_TASKS, SICK_TASK):
                 raise ValueError(f"{task!r}: a task name must be a file name, not a SentEval task's name")
             if not pair_suffix(spec):
-                raise ValueError(f"{task}: {spec} does not end in an STS pair file's suffix "
-                                 "(.csv, .tsv, .jsonl, .parquet; the text ones optionally .gz)")
+                raise ValueError(
+                    f"{task}: {spec} does not end in an STS pair file's suffix "
+                    "(.csv, .tsv, .jsonl, .parquet; the text ones optionally .gz)"
+                )
         return {task: absolute(conceal(spec)) for task, spec in v.items()}
 
     @field_validator("results_dir")
@@ -79,4 +114,3 @@ class EvaluateConfig(Strict):
         if v is not None and v not in rankable_columns() and not is_pair_column(v) and not is_kind_column(v):
             raise ValueError(f"{v!r} is not a leaderboard column; one of: {', '.join(rankable_columns())}")
         return v
-

@@ -47,7 +47,9 @@ def trained_about(path: str) -> dict | None:
     if manifest is None:
         return None
     train = manifest["config"]["train"]
-    return {"objective": train["objective"] if train.get("contrastive", True) else f"mlm ({train['objective']} anchors)"}
+    return {
+        "objective": train["objective"] if train.get("contrastive", True) else f"mlm ({train['objective']} anchors)"
+    }
 
 
 def scored_as(path: str) -> tuple[str, dict] | None:
@@ -70,6 +72,10 @@ def scored_as(path: str) -> tuple[str, dict] | None:
         config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
         spec = config.get("spec") if isinstance(config.get("spec"), dict) else {}
         # a post-processed row (whitening, flow) is another model made from this one
-        if spec.get("kind") == "trained" and not spec.get("postprocess") and manifest.get("inputs", {}).get("model") == fp:
+        if (
+            spec.get("kind") == "trained"
+            and not spec.get("postprocess")
+            and manifest.get("inputs", {}).get("model") == fp
+        ):
             found.append((manifest.get("created") or 0, config["model"], config.get("about") or {}))
     return max(found, key=lambda f: f[0])[1:] if found else None

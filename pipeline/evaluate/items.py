@@ -32,13 +32,15 @@ import pyarrow.parquet as pq
 
 ITEMS = "_items.parquet"
 OLD_ITEMS = "items.parquet"
-SCHEMA = pa.schema([
-    ("task", pa.string()),
-    ("protocol", pa.string()),
-    ("stratum", pa.string()),
-    ("prediction", pa.float64()),
-    ("gold", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("task", pa.string()),
+        ("protocol", pa.string()),
+        ("stratum", pa.string()),
+        ("prediction", pa.float64()),
+        ("gold", pa.float64()),
+    ]
+)
 WHOLE = "all"
 
 

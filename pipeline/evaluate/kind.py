@@ -61,18 +61,24 @@ def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str,
     """{task: path} of the files named `<task>.<kind>.<format>` (text formats optionally .gz) directly in data_dir,
     or data_dir itself when it is one (the STS pair files leave such names to their kinds: names.kind_file); a
     format the kind does not read, or two files of one task, are errors."""
-    candidates = [data_dir] if data_dir.is_file() else \
-        sorted(p for p in data_dir.iterdir() if p.is_file()) if data_dir.is_dir() else []
+    candidates = (
+        [data_dir]
+        if data_dir.is_file()
+        else sorted(p for p in data_dir.iterdir() if p.is_file())
+        if data_dir.is_dir()
+        else []
+    )
     found: dict[str, Path] = {}
     for path in candidates:
         fmt = pair_format(path)
-        stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
+        stem = path.name[: -len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
         if not stem.endswith(f".{kind}"):
             continue
-        task = stem[:-len(f".{kind}")]
+        task = stem[: -len(f".{kind}")]
         if fmt not in formats or not task:
-            raise EvalDataError(f"{path}: a {kind} file is named <task>.{kind}"
-                                f"{'|'.join(formats)} (text ones optionally .gz)")
+            raise EvalDataError(
+                f"{path}: a {kind} file is named <task>.{kind}{'|'.join(formats)} (text ones optionally .gz)"
+            )
         if task in found:
             raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
         found[task] = path
@@ -91,8 +97,18 @@ def keep_items(embed, task: Task, prediction, gold=None, stratum: str = WHOLE) -
 
 def rows(kind: str, task: str, values: dict[str, float], n: int, split: str = SPLIT) -> list[dict]:
     """Score rows of one task: one per metric, its protocol the kind's name."""
-    return [{"task": task, "subset": SUBSET, "split": split, "metric": metric, "protocol": kind,
-             "value": float(value), "n": n} for metric, value in values.items()]
+    return [
+        {
+            "task": task,
+            "subset": SUBSET,
+            "split": split,
+            "metric": metric,
+            "protocol": kind,
+            "value": float(value),
+            "n": n,
+        }
+        for metric, value in values.items()
+    ]
 
 
 @dataclass(frozen=True)

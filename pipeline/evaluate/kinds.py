@@ -16,8 +16,8 @@ from types import ModuleType
 
 from pipeline.errors import InputError
 from pipeline.evaluate import registry
-from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.kind import Kind, Task, rows, warn_once  # noqa: F401 (rows: pipeline.train's)
+from pipeline.evaluate.names import pair_format
 from pipeline.evaluate.sts_data import SENTEVAL_NAMES
 from pipeline.evaluate.transfer_data import LAYOUT_FILES
 from pipeline.file_snapshot import rglob
@@ -36,8 +36,10 @@ def kind(name: str) -> Kind:
     declared = module(name).KIND
     path, main = registry.MODULES[name]
     if (declared.name, declared.main) != (name, main):
-        raise ValueError(f"{path} declares the kind {declared.name!r} showing {declared.main!r}; its registry line "
-                         f"says {name!r} showing {main!r}")
+        raise ValueError(
+            f"{path} declares the kind {declared.name!r} showing {declared.main!r}; its registry line "
+            f"says {name!r} showing {main!r}"
+        )
     return declared
 
 
@@ -57,8 +59,10 @@ def find_all(data: str | Path | None) -> list[Task]:
             raise InputError(f"{t.files[0]} and {seen[t.name].files[0]} both name the task {t.name!r}; rename one")
         seen[t.name] = t
     if unread := unrecognised(Path(data), tasks):
-        warn_once(f"{data}: {len(unread)} entr{'y' if len(unread) == 1 else 'ies'} no task reads: "
-                  f"{', '.join(p.name + ('/' if p.is_dir() else '') for p in unread)}")
+        warn_once(
+            f"{data}: {len(unread)} entr{'y' if len(unread) == 1 else 'ies'} no task reads: "
+            f"{', '.join(p.name + ('/' if p.is_dir() else '') for p in unread)}"
+        )
     return tasks
 
 
@@ -75,8 +79,11 @@ def unrecognised(data_dir: Path, tasks: list[Task]) -> list[Path]:
             continue
         if entry.is_dir():
             inside = str(entry) + os.sep
-            found = entry.name in known or any(f.startswith(inside) for f in read) \
+            found = (
+                entry.name in known
+                or any(f.startswith(inside) for f in read)
                 or any(p.name in known for p in rglob(entry))
+            )
         else:
             found = pair_format(entry) is not None or entry.name in known
         if not found:
@@ -94,5 +101,3 @@ def data_hash(tasks: list[Task]) -> str:
                 for block in iter(lambda: f.read(1 << 20), b""):
                     h.update(block)
     return h.hexdigest()[:16]
-
-

@@ -95,8 +95,9 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def fit_many(x: np.ndarray, y: np.ndarray, fits: list[Fit], nclasses: int, seed: int,
-             settings: Settings = PAPERS) -> list[Fitted]:
+def fit_many(
+    x: np.ndarray, y: np.ndarray, fits: list[Fit], nclasses: int, seed: int, settings: Settings = PAPERS
+) -> list[Fitted]:
     """Train every fit's classifiers as SentEval would, one by one, each seeded with `seed`."""
     if len({len(f.regs) for f in fits}) > 1:
         raise ValueError("every fit of one batch must have the same number of penalties")
@@ -144,7 +145,7 @@ def _padded(rows: list[np.ndarray], width: int) -> torch.Tensor:
     """Row numbers, one fit a row, padded with -1."""
     out = np.full((len(rows), width), -1, dtype=np.int64)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = r
+        out[i, : len(r)] = r
     return torch.from_numpy(out)
 
 
@@ -159,7 +160,7 @@ class _Adam:
     def step(self, grad: torch.Tensor) -> None:
         self.t += 1
         (beta1, beta2), eps, lr = self.s.betas, self.s.eps, self.s.lr
-        bias1, bias2 = 1 - beta1 ** self.t, 1 - beta2 ** self.t
+        bias1, bias2 = 1 - beta1**self.t, 1 - beta2**self.t
         grad = grad.add_(self.decay * self.param)
         self.m.lerp_(grad, 1 - beta1)
         self.v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
@@ -170,15 +171,17 @@ class _Adam:
         self.param, self.m, self.v, self.decay = self.param[alive], self.m[alive], self.v[alive], self.decay[alive]
 
 
-def _train(jobs: list[_Job], x: torch.Tensor, y: torch.Tensor, init: tuple[torch.Tensor, torch.Tensor],
-           s: Settings) -> list[Fitted]:
+def _train(
+    jobs: list[_Job], x: torch.Tensor, y: torch.Tensor, init: tuple[torch.Tensor, torch.Tensor], s: Settings
+) -> list[Fitted]:
     n_fits, n_regs, n_classes = len(jobs), len(jobs[0].regs), init[1].numel()
     # The bias is the weight of a constant feature (both get the weight decay, as in SentEval), and a fit's
     # models sit side by side in the last dimension: column r * C + c is penalty r's class c.
     x = torch.cat([x, torch.ones(len(x), 1)], dim=1)
     params = torch.cat([init[0], init[1].unsqueeze(0)]).repeat(1, n_regs).expand(n_fits, -1, -1).clone()
-    decay = torch.tensor([[r for r in job.regs for _ in range(n_classes)] for job in jobs],
-                         dtype=torch.float32).unsqueeze(1)
+    decay = torch.tensor(
+        [[r for r in job.regs for _ in range(n_classes)] for job in jobs], dtype=torch.float32
+    ).unsqueeze(1)
     adam = _Adam(params, decay, s)
     dev = _padded([job.dev for job in jobs], max(len(job.dev) for job in jobs))
     dev_n = torch.tensor([len(job.dev) for job in jobs])
@@ -191,8 +194,7 @@ def _train(jobs: list[_Job], x: torch.Tensor, y: torch.Tensor, init: tuple[torch
     epoch = 0
     while epoch <= s.max_epoch and not bool(stopped.all()):
         for _ in range(s.epoch_size):
-            order = _padded([jobs[i].train[jobs[i].rng.permutation(len(jobs[i].train))] for i in alive.tolist()],
-                            width)
+            order = _padded([jobs[i].train[jobs[i].rng.permutation(len(jobs[i].train))] for i in alive.tolist()], width)
             _epoch(adam, x, y, order, n_regs, n_classes, s.batch_size)
         epoch += s.epoch_size
         rows = dev[alive]
@@ -202,8 +204,9 @@ def _train(jobs: list[_Job], x: torch.Tensor, y: torch.Tensor, init: tuple[torch
         improved = (correct > best[alive]) & active
         missed = ~improved & active
         best[alive] = torch.where(improved, correct, best[alive])
-        best_params[alive] = torch.where(improved.repeat_interleave(n_classes, dim=1).unsqueeze(1), adam.param,
-                                         best_params[alive])
+        best_params[alive] = torch.where(
+            improved.repeat_interleave(n_classes, dim=1).unsqueeze(1), adam.param, best_params[alive]
+        )
         stopped[alive] |= missed & (misses[alive] >= s.tenacity)
         misses[alive] += missed.long()
         running = ~stopped[alive].all(1)
@@ -215,8 +218,9 @@ def _train(jobs: list[_Job], x: torch.Tensor, y: torch.Tensor, init: tuple[torch
     return [Fitted(accuracy[i].numpy(), models[i, :, :-1].copy(), models[i, :, -1].copy()) for i in range(n_fits)]
 
 
-def _epoch(adam: _Adam, x: torch.Tensor, y: torch.Tensor, order: torch.Tensor, n_regs: int, n_classes: int,
-           batch_size: int) -> None:
+def _epoch(
+    adam: _Adam, x: torch.Tensor, y: torch.Tensor, order: torch.Tensor, n_regs: int, n_classes: int, batch_size: int
+) -> None:
     """One pass of every model over its fit's rows in `order` (-1 pads a shorter last minibatch), one Adam step
     per minibatch on the gradient of its mean cross-entropy, (softmax - one-hot) / batch size."""
     n_fits, width = order.shape
@@ -224,8 +228,10 @@ def _epoch(adam: _Adam, x: torch.Tensor, y: torch.Tensor, order: torch.Tensor, n
     xs = x[order.clamp(min=0)]
     sizes = valid.view(n_fits, -1, batch_size).sum(2, keepdim=True).float()
     scale = (valid.view(n_fits, -1, batch_size) / sizes).view(n_fits, width, 1, 1)
-    target = torch.zeros(n_fits, width, 1, n_classes).scatter_(-1, y[order.clamp(min=0)].view(n_fits, width, 1, 1),
-                                                               1.0) * scale
+    target = (
+        torch.zeros(n_fits, width, 1, n_classes).scatter_(-1, y[order.clamp(min=0)].view(n_fits, width, 1, 1), 1.0)
+        * scale
+    )
     for start in range(0, width, batch_size):
         step = slice(start, start + batch_size)
         xb = xs[:, step]

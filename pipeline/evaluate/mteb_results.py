@@ -50,8 +50,10 @@ CORRELATION_PROTOCOLS = ("simcse", PAIR_PROTOCOL)
 
 
 def metrics() -> dict[str, dict[str, str]]:
-    return {**{p: CORRELATIONS for p in CORRELATION_PROTOCOLS},
-            **{k.name: dict(k.mteb.metrics) for k in kinds.all_kinds() if k.mteb is not None}}
+    return {
+        **{p: CORRELATIONS for p in CORRELATION_PROTOCOLS},
+        **{k.name: dict(k.mteb.metrics) for k in kinds.all_kinds() if k.mteb is not None},
+    }
 
 
 # SentEval's tasks that MTEB names otherwise: MTEB's name and the pairs of its test split (STS12-16 are named
@@ -78,8 +80,9 @@ def task_name(task: str, test_pairs: int | None) -> str:
     return mteb[0] if mteb is not None and mteb[1] == test_pairs else task
 
 
-def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
-                 date: float | None = None) -> dict[str, dict]:
+def task_results(
+    rows: list[dict], seconds: dict[str, float] | None = None, date: float | None = None
+) -> dict[str, dict]:
     """{MTEB task name: its result file's content} of one model's evaluate rows; `seconds` is each of our tasks'
     evaluation time."""
     by_task: dict[str, list[dict]] = defaultdict(list)
@@ -104,8 +107,10 @@ def task_results(rows: list[dict], seconds: dict[str, float] | None = None,
             "dataset_revision": scored[0]["data_hash"],
             "task_name": name,
             "mteb_version": None,
-            "scores": {split: [{**values, "main_score": values[main], "hf_subset": SUBSET, "languages": languages}]
-                       for split, values in splits.items()},
+            "scores": {
+                split: [{**values, "main_score": values[main], "hf_subset": SUBSET, "languages": languages}]
+                for split, values in splits.items()
+            },
             "evaluation_time": (seconds or {}).get(task),
             "kg_co2_emissions": None,
             "date": date,
@@ -130,8 +135,14 @@ def _value(row: dict) -> float | None:
     value = float(row["value"])
     if math.isfinite(value):
         return round(value, DECIMALS)
-    log.warning("MTEB results of %s: %s %s %s is %s, written as null", row.get("model"), row["task"], row["split"],
-                row["metric"], value)
+    log.warning(
+        "MTEB results of %s: %s %s %s is %s, written as null",
+        row.get("model"),
+        row["task"],
+        row["split"],
+        row["metric"],
+        value,
+    )
     return None
 
 
@@ -147,11 +158,25 @@ def model_dir(name: str) -> str:
 def model_meta(row: dict, max_length: int | None) -> dict:
     """The fields of mteb's ModelMeta that have no default. mteb's loaders read only `name` and `revision`;
     ModelMeta itself also wants the name as "organization/name", which only a hub model's row has."""
-    return {"loader": None, "name": row["model"], "revision": row["model_fingerprint"], "release_date": None,
-            "languages": None, "n_parameters": int(row["parameters"]), "memory_usage_mb": None,
-            "max_tokens": max_length, "embed_dim": int(row["dimension"]), "license": None, "open_weights": None,
-            "public_training_code": None, "public_training_data": None, "framework": ["PyTorch"],
-            "similarity_fn_name": "cosine", "use_instructions": False, "training_datasets": None}
+    return {
+        "loader": None,
+        "name": row["model"],
+        "revision": row["model_fingerprint"],
+        "release_date": None,
+        "languages": None,
+        "n_parameters": int(row["parameters"]),
+        "memory_usage_mb": None,
+        "max_tokens": max_length,
+        "embed_dim": int(row["dimension"]),
+        "license": None,
+        "open_weights": None,
+        "public_training_code": None,
+        "public_training_data": None,
+        "framework": ["PyTorch"],
+        "similarity_fn_name": "cosine",
+        "use_instructions": False,
+        "training_datasets": None,
+    }
 
 
 def _put_json(obj: dict, path: str) -> None:

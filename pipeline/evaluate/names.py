@@ -41,8 +41,10 @@ def pair_suffix(spec: str) -> str:
 SIMILARITY_TASKS = (*STS_TASKS, SICK_TASK)
 STS_YEARS = tuple(t for t in STS_TASKS if t not in RELATEDNESS_TASKS)  # STS12-16
 # The two protocols of each similarity task, in column order.
-SIMILARITY_PROTOCOLS = {**{t: ("senteval", "simcse") for t in STS_YEARS}, **{t: ("cosine", "senteval")
-                                                                            for t in RELATEDNESS_TASKS}}
+SIMILARITY_PROTOCOLS = {
+    **{t: ("senteval", "simcse") for t in STS_YEARS},
+    **{t: ("cosine", "senteval") for t in RELATEDNESS_TASKS},
+}
 # Transfer protocols and how an average's name spells them.
 TRANSFER_PROTOCOLS = {"senteval": "SentEval", "sklearn": "sklearn"}
 AVG_SIMCSE, AVG_STS_SENTEVAL = "avg STS (SimCSE 7)", "avg STS (SentEval)"
@@ -82,7 +84,7 @@ def kind_file(path: Path, kinds) -> str | None:
     """Which of `kinds` `path` is a file of by its name, `<task>.<kind>.<format>` (pipeline.evaluate.kind.task_files),
     else None: such a file is no STS pair file."""
     fmt = pair_format(path)
-    stem = path.name[:-len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
+    stem = path.name[: -len(fmt + (".gz" if path.suffix == ".gz" else ""))] if fmt else ""
     return next((k for k in kinds if stem.endswith(f".{k}") and len(stem) > len(k) + 1), None)
 
 

@@ -76,14 +76,23 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
     """AP, accuracy and F1 of cosine similarity; `seed` unused (nothing here is random)."""
     sent1, sent2, labels = task.data
     scores = cosines(embed, sent1, sent2)
-    values = {MAIN: average_precision_score(labels, scores), "accuracy": best_accuracy(scores, labels),
-              "F1": best_f1(scores, labels)}
+    values = {
+        MAIN: average_precision_score(labels, scores),
+        "accuracy": best_accuracy(scores, labels),
+        "F1": best_f1(scores, labels),
+    }
     kind.keep_items(embed, task, scores, labels)
     return kind.rows(NAME, task.name, values, len(labels))
 
 
 # Decontamination indexes both sides of its pairs. MTEB's main score is max_ap, the best over five similarity
 # functions; only cosine is scored here, so its main score is cosine_ap.
-KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [*d[0], *d[1]], statistic="average_precision",
-                 mteb=kind.Mteb("PairClassification",
-                                {MAIN: "cosine_ap", "accuracy": "cosine_accuracy", "F1": "cosine_f1"}))
+KIND = kind.Kind(
+    NAME,
+    MAIN,
+    find,
+    score,
+    texts=lambda d: [*d[0], *d[1]],
+    statistic="average_precision",
+    mteb=kind.Mteb("PairClassification", {MAIN: "cosine_ap", "accuracy": "cosine_accuracy", "F1": "cosine_f1"}),
+)

@@ -86,8 +86,9 @@ def of_spec(spec: Mapping, training: Mapping | None = None) -> str | None:
 def variable(spec: Mapping, value: str | None) -> bool:
     """Whether an encoder can also be read by another pooling: a pooled transformer without a kept head (a head
     was trained on its own pooling's output)."""
-    return spec.get("kind") in POOLED and "postprocess" not in spec and pooling(value) is not None \
-        and not has_head(value)
+    return (
+        spec.get("kind") in POOLED and "postprocess" not in spec and pooling(value) is not None and not has_head(value)
+    )
 
 
 def variant_spec(spec: Mapping, pool: str) -> dict:

@@ -7,7 +7,6 @@ through the lazy import (a kind's module reaches this list, through sts_data, bu
 
 from __future__ import annotations
 
-
 # kind -> (its module, the metric its columns show: "<task> <metric>", and "avg <kind>" over its tasks)
 MODULES = {
     "retrieval": ("pipeline.evaluate.retrieval", "nDCG@10"),

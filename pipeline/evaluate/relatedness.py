@@ -86,8 +86,8 @@ class _Regressor:
         g = np.float32(2 / s.size) * (s - target)  # d mean((s - t)^2) / ds
         gz = s * (g - (g * s).sum(axis=1, keepdims=True))  # through the softmax
         self.steps += 1
-        correction1 = 1 - self.BETA1 ** self.steps
-        correction2 = np.sqrt(1 - self.BETA2 ** self.steps)
+        correction1 = 1 - self.BETA1**self.steps
+        correction2 = np.sqrt(1 - self.BETA2**self.steps)
         for p, grad, (m, v) in zip(self.params, (x.T @ gz, gz.sum(axis=0)), self.moments):
             m *= self.BETA1
             m += (1 - self.BETA1) * grad
@@ -104,8 +104,14 @@ def _pearson(pred: np.ndarray, gold: np.ndarray) -> float:
     return 0.0 if np.isnan(r) else r  # SentEval counts a constant prediction as 0
 
 
-def fit_predict(train_x: np.ndarray, train_gold: np.ndarray, dev_x: np.ndarray, dev_gold: np.ndarray,
-                test_x: np.ndarray, seed: int = SEED) -> tuple[float, np.ndarray]:
+def fit_predict(
+    train_x: np.ndarray,
+    train_gold: np.ndarray,
+    dev_x: np.ndarray,
+    dev_gold: np.ndarray,
+    test_x: np.ndarray,
+    seed: int = SEED,
+) -> tuple[float, np.ndarray]:
     """(best dev Pearson, predicted test scores) of the regressor trained on train, selected on dev."""
     x = np.ascontiguousarray(train_x, dtype=np.float32)
     y = encode_labels(train_gold)
@@ -118,7 +124,7 @@ def fit_predict(train_x: np.ndarray, train_gold: np.ndarray, dev_x: np.ndarray, 
             for _ in range(EPOCHS_PER_ROUND):
                 order = shuffle.permutation(len(x))
                 for i in range(0, len(x), BATCH_SIZE):
-                    idx = order[i:i + BATCH_SIZE]
+                    idx = order[i : i + BATCH_SIZE]
                     model.step(x[idx], y[idx])
             epoch += EPOCHS_PER_ROUND
             r = _pearson(model.expected(dev), dev_gold)

@@ -47,8 +47,11 @@ def _sample(where: str, record: dict) -> Sample:
         raise EvalDataError(f"{where}: query is {record.get('query')!r}, not a text")
     if not record["query"].strip():
         raise EvalDataError(f"{where}: an empty query")
-    return Sample(record["query"], _texts(record.get("positive"), "positive", where),
-                  _texts(record.get("negative"), "negative", where))
+    return Sample(
+        record["query"],
+        _texts(record.get("positive"), "positive", where),
+        _texts(record.get("negative"), "negative", where),
+    )
 
 
 def read(path: Path) -> list[Sample]:
@@ -62,8 +65,10 @@ def read(path: Path) -> list[Sample]:
 
 
 def find(data_dir: Path) -> list[kind.Task]:
-    return [kind.Task(NAME, task, (str(path),), read(path))
-            for task, path in kind.task_files(Path(data_dir), NAME, (".jsonl",)).items()]
+    return [
+        kind.Task(NAME, task, (str(path),), read(path))
+        for task, path in kind.task_files(Path(data_dir), NAME, (".jsonl",)).items()
+    ]
 
 
 def reciprocal_rank(similarities: np.ndarray, relevant: np.ndarray, k: int = AT_K) -> float:
@@ -91,5 +96,12 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 
 
 # Decontamination indexes its queries and their candidates.
-KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],
-                 statistic="mean", mteb=kind.Mteb("Reranking", {MAIN: "map_at_1000", MRR: "mrr_at_10"}))
+KIND = kind.Kind(
+    NAME,
+    MAIN,
+    find,
+    score,
+    texts=lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],
+    statistic="mean",
+    mteb=kind.Mteb("Reranking", {MAIN: "map_at_1000", MRR: "mrr_at_10"}),
+)

@@ -85,9 +85,11 @@ def _texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
                 texts[-1] = texts[-1][:MAX_CHARS]
                 cut.append(f"line {lineno}")
     if cut:
-        kind.warn_once(f"{path}: {len(cut)} text{'s' if len(cut) > 1 else ''} longer than {MAX_CHARS:,} characters "
-                        f"cut to them ({', '.join(cut[:EXAMPLES])}{', ...' if len(cut) > EXAMPLES else ''}); no "
-                        "encoder reads that far")
+        kind.warn_once(
+            f"{path}: {len(cut)} text{'s' if len(cut) > 1 else ''} longer than {MAX_CHARS:,} characters "
+            f"cut to them ({', '.join(cut[:EXAMPLES])}{', ...' if len(cut) > EXAMPLES else ''}); no "
+            "encoder reads that far"
+        )
     return ids, texts
 
 
@@ -114,8 +116,11 @@ def _qrels(path: Path) -> dict[str, set[str]]:
 
 
 def _parts(directory: Path, split: str) -> tuple[Path | None, Path | None, Path | None]:
-    return (_file(directory, "corpus.jsonl"), _file(directory, "queries.jsonl"),
-            _file(directory / "qrels", f"{split}.tsv"))
+    return (
+        _file(directory, "corpus.jsonl"),
+        _file(directory, "queries.jsonl"),
+        _file(directory / "qrels", f"{split}.tsv"),
+    )
 
 
 def _absent(qrels: Path, relevant: dict[str, set[str]], passage_ids: list[str]) -> None:
@@ -126,20 +131,27 @@ def _absent(qrels: Path, relevant: dict[str, set[str]], passage_ids: list[str]) 
     judged = [p for ids in relevant.values() for p in sorted(ids)]
     absent = [p for p in judged if p not in corpus]
     if absent and len(absent) == len(judged):
-        raise EvalDataError(f"{qrels}: none of its {len(judged)} relevant corpus-ids is in the corpus "
-                            f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); the qrels belong to another corpus")
+        raise EvalDataError(
+            f"{qrels}: none of its {len(judged)} relevant corpus-ids is in the corpus "
+            f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); the qrels belong to another corpus"
+        )
     if absent:
-        kind.warn_once(f"{qrels}: {len(absent)} of its {len(judged)} relevant corpus-ids are not in the corpus "
-                        f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); they count as relevant passages never "
-                        "retrieved, lowering the scores")
+        kind.warn_once(
+            f"{qrels}: {len(absent)} of its {len(judged)} relevant corpus-ids are not in the corpus "
+            f"(e.g. {', '.join(map(repr, absent[:EXAMPLES]))}); they count as relevant passages never "
+            "retrieved, lowering the scores"
+        )
 
 
 def read(directory: Path, split: str = SPLIT) -> kind.Task:
     """The task in `directory`, its queries those of qrels/<split>.tsv (train.select_by reads the dev split)."""
     corpus, queries, qrels = _parts(directory, split)
     if corpus is None or queries is None or qrels is None:
-        missing = next(name for name, part in zip(("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"),
-                                                  (corpus, queries, qrels)) if part is None)
+        missing = next(
+            name
+            for name, part in zip(("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"), (corpus, queries, qrels))
+            if part is None
+        )
         raise EvalDataError(f"{directory}: a retrieval task (BEIR's layout) without {missing}")
     try:
         passage_ids, passages = _texts(corpus, title=True)
@@ -152,8 +164,13 @@ def read(directory: Path, split: str = SPLIT) -> kind.Task:
         raise EvalDataError(f"{qrels}: no query of {queries.name} has a relevant passage (a score above 0)")
     if not passages:
         raise EvalDataError(f"{corpus}: no passage")
-    data = Data(passage_ids, passages, [query_ids[i] for i in kept], [query_texts[i] for i in kept],
-                {query_ids[i]: relevant[query_ids[i]] for i in kept})
+    data = Data(
+        passage_ids,
+        passages,
+        [query_ids[i] for i in kept],
+        [query_texts[i] for i in kept],
+        {query_ids[i]: relevant[query_ids[i]] for i in kept},
+    )
     _absent(qrels, data.relevant, passage_ids)
     return kind.Task(NAME, directory.name, tuple(map(str, (corpus, queries, qrels))), data)
 
@@ -187,7 +204,7 @@ def search(queries: np.ndarray, embed_chunks, rank: np.ndarray, top: int = TOP) 
         for q0 in range(0, len(queries), QUERIES):
             # In float64, rounded to float32: a float32 product's last bit depends on the row's place in the
             # matrix, which would rank two copies of one passage by where they sit rather than by id.
-            sims = (queries[q0:q0 + QUERIES] @ chunk.T).astype(np.float32)
+            sims = (queries[q0 : q0 + QUERIES] @ chunk.T).astype(np.float32)
             k = min(top, chunk.shape[0])
             cut = -np.partition(-sims, k - 1, axis=1)[:, k - 1]
             for r, row in enumerate(sims):
@@ -206,15 +223,19 @@ def metrics(ranked: list[list[str]], relevant: list[set[str]]) -> dict[str, np.n
     for ids, rel in zip(ranked, relevant):
         hits = np.array([p in rel for p in ids[:TOP]], dtype=np.float64)
         discount = 1 / np.log2(np.arange(2, TOP + 2))
-        ideal = discount[:min(len(rel), NDCG_K)].sum()
-        ndcg.append((hits[:NDCG_K] * discount[:len(hits[:NDCG_K])]).sum() / ideal)
+        ideal = discount[: min(len(rel), NDCG_K)].sum()
+        ndcg.append((hits[:NDCG_K] * discount[: len(hits[:NDCG_K])]).sum() / ideal)
         first = np.flatnonzero(hits[:MRR_K])
         mrr.append(1 / (first[0] + 1) if len(first) else 0.0)
         recall.append(hits[:RECALL_K].sum() / len(rel))
         at = hits[:MAP_K]
         ap.append((np.cumsum(at) / np.arange(1, len(at) + 1) * at).sum() / min(MAP_K, len(rel)))
-    return {MAIN: np.array(ndcg), f"MRR@{MRR_K}": np.array(mrr), f"Recall@{RECALL_K}": np.array(recall),
-            f"MAP@{MAP_K}": np.array(ap)}
+    return {
+        MAIN: np.array(ndcg),
+        f"MRR@{MRR_K}": np.array(mrr),
+        f"Recall@{RECALL_K}": np.array(recall),
+        f"MAP@{MAP_K}": np.array(ap),
+    }
 
 
 def score(task: kind.Task, embed, seed: int) -> list[dict]:
@@ -222,7 +243,7 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
     d: Data = task.data
     queries = _unit(embed(d.queries))
     rank = np.argsort(np.argsort(np.array(d.passage_ids, dtype=object), kind="stable"), kind="stable")
-    chunks = ((s, _unit(embed(d.passages[s:s + CHUNK]))) for s in range(0, len(d.passages), CHUNK))
+    chunks = ((s, _unit(embed(d.passages[s : s + CHUNK]))) for s in range(0, len(d.passages), CHUNK))
     best = search(queries, chunks, rank)
     ranked = [[d.passage_ids[i] for i in row] for row in best]
     per_query = metrics(ranked, [d.relevant[q] for q in d.query_ids])
@@ -231,6 +252,20 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 
 
 # Decontamination indexes its passages and queries.
-KIND = kind.Kind(NAME, MAIN, find, score, texts=lambda d: [*d.passages, *d.queries], statistic="mean",
-                 mteb=kind.Mteb("Retrieval", {MAIN: "ndcg_at_10", f"MRR@{MRR_K}": "mrr_at_10",
-                                              f"Recall@{RECALL_K}": "recall_at_100", f"MAP@{MAP_K}": "map_at_100"}))
+KIND = kind.Kind(
+    NAME,
+    MAIN,
+    find,
+    score,
+    texts=lambda d: [*d.passages, *d.queries],
+    statistic="mean",
+    mteb=kind.Mteb(
+        "Retrieval",
+        {
+            MAIN: "ndcg_at_10",
+            f"MRR@{MRR_K}": "mrr_at_10",
+            f"Recall@{RECALL_K}": "recall_at_100",
+            f"MAP@{MAP_K}": "map_at_100",
+        },
+    ),
+)

@@ -32,11 +32,11 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from pipeline.config import Config
+from pipeline.baselines import use
 from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
-from pipeline.baselines import use
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
+from pipeline.config import Config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
@@ -55,24 +55,26 @@ from pipeline.train import devset
 from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, dataset_parts, read_manifest
 
-SCHEMA = pa.schema([
-    ("model", pa.string()),
-    ("kind", pa.string()),
-    ("objective", pa.string()),
-    ("recipe", pa.string()),
-    ("corpus", pa.string()),
-    ("model_fingerprint", pa.string()),
-    ("parameters", pa.int64()),
-    ("dimension", pa.int32()),
-    ("task", pa.string()),
-    ("subset", pa.string()),
-    ("split", pa.string()),
-    ("metric", pa.string()),
-    ("protocol", pa.string()),
-    ("value", pa.float64()),
-    ("n", pa.int64()),
-    ("data_hash", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("model", pa.string()),
+        ("kind", pa.string()),
+        ("objective", pa.string()),
+        ("recipe", pa.string()),
+        ("corpus", pa.string()),
+        ("model_fingerprint", pa.string()),
+        ("parameters", pa.int64()),
+        ("dimension", pa.int32()),
+        ("task", pa.string()),
+        ("subset", pa.string()),
+        ("split", pa.string()),
+        ("metric", pa.string()),
+        ("protocol", pa.string()),
+        ("value", pa.float64()),
+        ("n", pa.int64()),
+        ("data_hash", pa.string()),
+    ]
+)
 log = logging.getLogger("cpipe")
 # How a config without a runtime (one written by hand) is scored.
 RUNTIME = {"backend": "serial", "workers": 1}
@@ -110,9 +112,18 @@ def config(cfg: Config, row: Row) -> dict:
     model."""
     ev = cfg.evaluate
     data = _data_fingerprint(ev.data, ev.transfer, json.dumps(snapshot(ev.data)))
-    return split_runtime(RUNTIME, {**{k: getattr(ev, k) for k in SETTINGS}, "data_hash": data, "model": row.name,
-                                   "spec": row.spec, "about": row.about,
-                                   "backend": "ray" if ev.workers > 1 else "serial", "workers": ev.workers})
+    return split_runtime(
+        RUNTIME,
+        {
+            **{k: getattr(ev, k) for k in SETTINGS},
+            "data_hash": data,
+            "model": row.name,
+            "spec": row.spec,
+            "about": row.about,
+            "backend": "ray" if ev.workers > 1 else "serial",
+            "workers": ev.workers,
+        },
+    )
 
 
 def inputs(cfg: Config, done: dict[str, str], row: Row) -> dict[str, str]:
@@ -150,8 +161,12 @@ def trained_about(r: TrainConfig, corpus: str, selected: str | None = None) -> d
 def model_row(name: str, path: str, pooling: str | None = None) -> Row:
     """Any Hugging Face or sentence-transformers model: a local directory, or a hub name; a run's train dataset
     says its run's objective (pipeline.evaluate.given)."""
-    spec = {"kind": "model", "path": path, "pooling": pooling,
-            "snapshot": [path] if is_hub_name(path) else snapshot(path)}
+    spec = {
+        "kind": "model",
+        "path": path,
+        "pooling": pooling,
+        "snapshot": [path] if is_hub_name(path) else snapshot(path),
+    }
     trained = given.trained_about(path) or {"objective": "pretrained"}
     return Row(name, spec, {}, {**trained, "recipe": f"{pooling or 'declared'} pooling"})
 
@@ -164,8 +179,10 @@ def user_models(models: list[str]) -> dict[str, str]:
     named = [(given.row_name(m), m if is_hub_name(m) else os.path.abspath(m)) for m in models]
     names = [name for name, _ in named]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
-        raise InputError(f"two --model share the row name {dupes[0]!r}; rename one of the directories (a run's "
-                         "train dataset is named by its run)")
+        raise InputError(
+            f"two --model share the row name {dupes[0]!r}; rename one of the directories (a run's "
+            "train dataset is named by its run)"
+        )
     return {f"model/{name}": path for name, path in named}
 
 
@@ -184,43 +201,82 @@ def _repeats(name: str, seeds: list[int]) -> list[tuple[str, int]]:
 
 def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
     trainings = cfg.trainings()
-    rows = [Row(row, {"kind": "trained"}, {"model": path},
-                trained_about(trainings[row].config, _corpus(done), devset.selected(read_manifest(path))))
-            for row, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))]
+    rows = [
+        Row(
+            row,
+            {"kind": "trained"},
+            {"model": path},
+            trained_about(trainings[row].config, _corpus(done), devset.selected(read_manifest(path))),
+        )
+        for row, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))
+    ]
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     if ev.untrained:
         name, about = initial_row(cfg)
-        rows += [Row(row, {"kind": "untrained"}, {"model": done[init_label(s)]}, about)
-                 for row, s in _repeats(name, cfg.init_seeds())]
+        rows += [
+            Row(row, {"kind": "untrained"}, {"model": done[init_label(s)]}, about)
+            for row, s in _repeats(name, cfg.init_seeds())
+        ]
     if ev.fasttext.enabled:
-        rows += [Row(row, {"kind": "fasttext"}, {"model": done[vectors_label(s)]},
-                     {"objective": "fastText skipgram", "corpus": _corpus(done),
-                      # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
-                      "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible"})
-                 for row, s in _repeats("fasttext-bow", cfg.baseline_seeds())]
+        rows += [
+            Row(
+                row,
+                {"kind": "fasttext"},
+                {"model": done[vectors_label(s)]},
+                {
+                    "objective": "fastText skipgram",
+                    "corpus": _corpus(done),
+                    # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
+                    "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible",
+                },
+            )
+            for row, s in _repeats("fasttext-bow", cfg.baseline_seeds())
+        ]
     for row, s in _repeats("infersent", cfg.baseline_seeds()):
         if (built := done.get(infersent_stage.infersent_label(s))) is not None:
             about = infersent_stage.about(read_manifest(built)["config"])
             vectors = {} if base.infersent.vectors else {"corpus": _corpus(done)}
             rows.append(Row(row, {"kind": "infersent"}, {"model": built}, {**about, **vectors}))
     if base.random:
-        rows.append(Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"}))
+        rows.append(
+            Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"})
+        )
     for path in base.vectors:
-        rows.append(Row(f"vectors-{Path(path).stem}", {"kind": "vectors", "path": path, "snapshot": snapshot(path)},
-                        {}, {"objective": "pretrained word vectors"}))
+        rows.append(
+            Row(
+                f"vectors-{Path(path).stem}",
+                {"kind": "vectors", "path": path, "snapshot": snapshot(path)},
+                {},
+                {"objective": "pretrained word vectors"},
+            )
+        )
     rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
     if base.use is not None:
-        rows.append(Row("use", {"kind": "use", "path": base.use.path, "snapshot": snapshot(base.use.path)}, {},
-                        {"objective": "pretrained (Universal Sentence Encoder)",
-                         "recipe": f"TF SavedModel {Path(base.use.path).name}"}))
+        rows.append(
+            Row(
+                "use",
+                {"kind": "use", "path": base.use.path, "snapshot": snapshot(base.use.path)},
+                {},
+                {
+                    "objective": "pretrained (Universal Sentence Encoder)",
+                    "recipe": f"TF SavedModel {Path(base.use.path).name}",
+                },
+            )
+        )
     initial = initial_row(cfg)[0] if ev.untrained else None
     for pp in base.postprocess:  # a row with repeats is post-processed repeat by repeat
         model = initial if pp.model == UNTRAINED and initial is not None else pp.model
         for r in [r for r in rows if split_seeded(r.name)[0] == model and "postprocess" not in r.spec]:
             row, seed = split_seeded(r.name)
             name = f"{row}+{pp.kind}" if seed is None else seeded(f"{row}+{pp.kind}", seed)
-            rows.append(Row(name, {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
-                            {**r.inputs, "corpus": done["decontaminate"]}, {**r.about, "recipe": pp.kind}))
+            rows.append(
+                Row(
+                    name,
+                    {**r.spec, "postprocess": pp.model_dump(exclude={"model"})},
+                    {**r.inputs, "corpus": done["decontaminate"]},
+                    {**r.about, "recipe": pp.kind},
+                )
+            )
     return rows + reference_readouts(cfg, rows, trainings)
 
 
@@ -230,8 +286,10 @@ def row_readout(row: Row, trainings: dict) -> str | None:
     if "postprocess" in row.spec:
         name = name.rsplit("+", 1)[0]
     training = trainings.get(name if seed is None else seeded(name, seed))
-    return readouts.of_spec(row.spec, None if training is None else
-                            {"pooling": training.config.pooling, "keep_head": training.config.keep_head})
+    return readouts.of_spec(
+        row.spec,
+        None if training is None else {"pooling": training.config.pooling, "keep_head": training.config.keep_head},
+    )
 
 
 def reference_readouts(cfg: Config, rows: list[Row], trainings: dict) -> list[Row]:
@@ -243,9 +301,16 @@ def reference_readouts(cfg: Config, rows: list[Row], trainings: dict) -> list[Ro
     if not theirs or not readouts.variable(theirs[0].spec, own := row_readout(theirs[0], trainings)):
         return []
     used = {readouts.pooling(row_readout(r, trainings)) for r in rows if split_seeded(r.name)[0] != reference}
-    return [Row(readouts.variant(r.name, p), readouts.variant_spec(r.spec, p), r.inputs,
-                {**r.about, "recipe": "; ".join(filter(None, [r.about.get("recipe"), f"read by {p} pooling"]))})
-            for p in sorted(used - {None, readouts.pooling(own)}) for r in theirs]
+    return [
+        Row(
+            readouts.variant(r.name, p),
+            readouts.variant_spec(r.spec, p),
+            r.inputs,
+            {**r.about, "recipe": "; ".join(filter(None, [r.about.get("recipe"), f"read by {p} pooling"]))},
+        )
+        for p in sorted(used - {None, readouts.pooling(own)})
+        for r in theirs
+    ]
 
 
 def initial_row(cfg: Config) -> tuple[str, dict]:
@@ -253,8 +318,10 @@ def initial_row(cfg: Config) -> tuple[str, dict]:
     model's own name (and "pretrained") when model.base is set, since a pretrained model is no untrained one."""
     if cfg.model.base is None:
         return UNTRAINED, {"objective": "none (initial weights)"}
-    return Path(cfg.model.base.rstrip("/")).name, {"objective": "pretrained (model.base, before training)",
-                                                   "recipe": f"model.base {cfg.model.base}"}
+    return Path(cfg.model.base.rstrip("/")).name, {
+        "objective": "pretrained (model.base, before training)",
+        "recipe": f"model.base {cfg.model.base}",
+    }
 
 
 def _corpus(done: dict[str, str]) -> str:
@@ -318,8 +385,12 @@ def score_unit(unit: Unit) -> Scored:
     encoder = source.load() if isinstance(source, Recipe) else source
     embed = Embed(encoder, unit.batch_size)
     rows = unit.score(embed)
-    where = {"unit": unit.name, "pid": os.getpid(), "ray_task": _ray_task(),
-             "seconds": round(time.monotonic() - started, 3)}
+    where = {
+        "unit": unit.name,
+        "pid": os.getpid(),
+        "ray_task": _ray_task(),
+        "seconds": round(time.monotonic() - started, 3),
+    }
     return Scored(rows, embed.items, embed.dimensions, encoder.parameters, where)
 
 
@@ -351,17 +422,26 @@ def _ray_task() -> str | None:
 def units(config: dict, subsets: list, transfer: list, encoder, tasks: list[kinds.Task] = ()) -> list[Unit]:
     """One unit per STS task, per transfer task, per task of another kind and the analysis, in the order their
     rows are written."""
+
     def unit(name: str, score: Callable) -> Unit:
         return Unit(name, score, encoder, config["batch_size"])
 
-    sts = [unit(f"sts/{task}", partial(_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
-           for task in dict.fromkeys(s.task for s in subsets)]
+    sts = [
+        unit(f"sts/{task}", partial(_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
+        for task in dict.fromkeys(s.task for s in subsets)
+    ]
     # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
-    classify = [unit(f"transfer/{t.name}", partial(_transfer, tasks=[t], seed=config["seed"], k=config["kfold"],
-                                                   protocol=config["transfer_protocol"]))
-                for t in transfer]
+    classify = [
+        unit(
+            f"transfer/{t.name}",
+            partial(_transfer, tasks=[t], seed=config["seed"], k=config["kfold"], protocol=config["transfer_protocol"]),
+        )
+        for t in transfer
+    ]
     other = [unit(f"{t.kind}/{t.name}", partial(_kind, task=t, seed=config["seed"])) for t in tasks]
-    analysis = [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
+    analysis = (
+        [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
+    )
     return sts + classify + other + analysis
 
 
@@ -371,8 +451,9 @@ def _encoder(config: dict, inputs: dict, out):
     spec, backend = config["spec"], config["runtime"]["backend"]
     recipe, encoder = Recipe(spec, inputs, config["max_length"]), None
     if spec.get("postprocess"):  # fitted once, here, whatever the backend
-        encoder = encoders.post_processed(recipe.load(), spec["postprocess"], inputs["corpus"], out.local_dir,
-                                          config["batch_size"], out)
+        encoder = encoders.post_processed(
+            recipe.load(), spec["postprocess"], inputs["corpus"], out.local_dir, config["batch_size"], out
+        )
         recipe = replace(recipe, transform=encoder.transform)
     if backend != "serial":
         return share(recipe, backend)
@@ -391,16 +472,31 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     [dimension] = set().union(*(s.dimensions for s in scored))
     spec = config["spec"]
     fingerprint = dataset_parts(inputs["model"])[2] if "model" in inputs else out.fp
-    model = {"model": config["model"], "kind": spec["kind"], "parameters": scored[0].parameters,
-             "dimension": dimension, "model_fingerprint": fingerprint, "data_hash": config["data_hash"],
-             **{k: config["about"].get(k) for k in ("objective", "recipe", "corpus")}}
+    model = {
+        "model": config["model"],
+        "kind": spec["kind"],
+        "parameters": scored[0].parameters,
+        "dimension": dimension,
+        "model_fingerprint": fingerprint,
+        "data_hash": config["data_hash"],
+        **{k: config["about"].get(k) for k in ("objective", "recipe", "corpus")},
+    }
     out.write([{**row, **model} for row in rows])
     test_items.write([it for s in scored for it in s.items], out.local_dir)
     out.extra["absent_tasks"] = absent + absent_transfer
     out.extra["units"] = [s.where for s in scored]
-    log.info("evaluate: %s on %d STS subsets, %d transfer tasks and %d of other kinds in %d units (%s, %d workers; "
-             "absent: %s)", config["model"], len(subsets), len(transfer), len(tasks), len(todo),
-             config["runtime"]["backend"], config["runtime"]["workers"], ", ".join(absent + absent_transfer) or "none")
+    log.info(
+        "evaluate: %s on %d STS subsets, %d transfer tasks and %d of other kinds in %d units (%s, %d workers; "
+        "absent: %s)",
+        config["model"],
+        len(subsets),
+        len(transfer),
+        len(tasks),
+        len(todo),
+        config["runtime"]["backend"],
+        config["runtime"]["workers"],
+        ", ".join(absent + absent_transfer) or "none",
+    )
 
 
 # 3: STS is encoded task by task, one batch set per task, which can move the last bits of a score.
@@ -408,6 +504,18 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 # STS-B/SICK-R "cosine" and SentEval's regressor ("senteval"); anisotropy is Ethayarajh's (token level).
 # 6: the test items' predictions and gold scores or labels beside the scores (items.parquet), for the bootstrap;
 # the initial encoder's row is named for its base model when there is one.
-STAGE = Stage(name="evaluate", version="7", flow="evaluate", section="evaluate", config=config, inputs=inputs,
-              instances=instances, run=run, schema=SCHEMA, runtime=RUNTIME, check=check, needs_ray=needs_ray,
-              side_by_side=side_by_side)
+STAGE = Stage(
+    name="evaluate",
+    version="7",
+    flow="evaluate",
+    section="evaluate",
+    config=config,
+    inputs=inputs,
+    instances=instances,
+    run=run,
+    schema=SCHEMA,
+    runtime=RUNTIME,
+    check=check,
+    needs_ray=needs_ray,
+    side_by_side=side_by_side,
+)

@@ -22,7 +22,7 @@ Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats
@@ -41,13 +41,26 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
-def _rows(task: str, subset: str, split: str, protocol: str,
-          sims: np.ndarray, gold: np.ndarray, n: int) -> list[dict]:
+def _rows(task: str, subset: str, split: str, protocol: str, sims: np.ndarray, gold: np.ndarray, n: int) -> list[dict]:
     return [
-        {"task": task, "subset": subset, "split": split, "metric": "spearman", "protocol": protocol,
-         "value": float(stats.spearmanr(sims, gold).statistic), "n": n},
-        {"task": task, "subset": subset, "split": split, "metric": "pearson", "protocol": protocol,
-         "value": float(stats.pearsonr(sims, gold).statistic), "n": n},
+        {
+            "task": task,
+            "subset": subset,
+            "split": split,
+            "metric": "spearman",
+            "protocol": protocol,
+            "value": float(stats.spearmanr(sims, gold).statistic),
+            "n": n,
+        },
+        {
+            "task": task,
+            "subset": subset,
+            "split": split,
+            "metric": "pearson",
+            "protocol": protocol,
+            "value": float(stats.pearsonr(sims, gold).statistic),
+            "n": n,
+        },
     ]
 
 
@@ -58,7 +71,7 @@ def _pairs(encode: Callable[[list[str]], np.ndarray], s: StsSubset) -> tuple[np.
     order = relatedness.senteval_order(s.sent1, s.sent2, s.gold)
     u, v = [], []
     for i in range(0, len(order), BATCH_SIZE):
-        batch = order[i:i + BATCH_SIZE]
+        batch = order[i : i + BATCH_SIZE]
         for side, out in ((s.sent1, u), (s.sent2, v)):
             emb = np.asarray(encode([" ".join(side[j].split()) for j in batch]))
             if emb.ndim != 2 or emb.shape[0] != len(batch):
@@ -80,7 +93,9 @@ def _cosine(pairs: list[tuple[StsSubset, tuple]], items: list[Items] | None) -> 
     groups: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     for s, (u, v, gold) in pairs:
         sims = _cosines(u, v)
-        whole = s.task not in STS_TASKS or s.task in RELATEDNESS_TASKS  # one subset a split: its correlation is the task's
+        whole = (
+            s.task not in STS_TASKS or s.task in RELATEDNESS_TASKS
+        )  # one subset a split: its correlation is the task's
         if items is not None and s.split == LEADERBOARD_SPLIT:
             items.append(Items(s.task, "cosine", WHOLE if whole else s.name, sims, gold))
         if whole:
@@ -94,8 +109,17 @@ def _cosine(pairs: list[tuple[StsSubset, tuple]], items: list[Items] | None) -> 
         per_subset = [r for r in rows if r["task"] == task and r["split"] == split and r["protocol"] == "subset"]
         for metric in ("spearman", "pearson"):
             mean = float(np.mean([r["value"] for r in per_subset if r["metric"] == metric]))
-            rows.append({"task": task, "subset": "all", "split": split, "metric": metric,
-                         "protocol": "senteval", "value": mean, "n": n})
+            rows.append(
+                {
+                    "task": task,
+                    "subset": "all",
+                    "split": split,
+                    "metric": metric,
+                    "protocol": "senteval",
+                    "value": mean,
+                    "n": n,
+                }
+            )
         sims = np.concatenate([p[0] for p in parts])
         gold = np.concatenate([p[1] for p in parts])
         rows += _rows(task, "all", split, "simcse", sims, gold, n)
@@ -111,21 +135,34 @@ def _regressor(task: str, splits: dict[str, tuple], seed: int, items: list[Items
         items.append(Items(task, relatedness.PROTOCOL, WHOLE, predicted, test_gold))
     common = {"task": task, "subset": "all", "protocol": relatedness.PROTOCOL}
     return [
-        {**common, "split": "test", "metric": "spearman", "value": float(stats.spearmanr(predicted, test_gold).statistic),
-         "n": len(test_gold)},
-        {**common, "split": "test", "metric": "pearson", "value": float(stats.pearsonr(predicted, test_gold).statistic),
-         "n": len(test_gold)},
+        {
+            **common,
+            "split": "test",
+            "metric": "spearman",
+            "value": float(stats.spearmanr(predicted, test_gold).statistic),
+            "n": len(test_gold),
+        },
+        {
+            **common,
+            "split": "test",
+            "metric": "pearson",
+            "value": float(stats.pearsonr(predicted, test_gold).statistic),
+            "n": len(test_gold),
+        },
         {**common, "split": "dev", "metric": "pearson", "value": float(dev_pearson), "n": len(data["dev"][1])},
     ]
 
 
-def score_sts(encode: Callable[[list[str]], np.ndarray], subsets: list[StsSubset],
-              seed: int = relatedness.SEED, items: list[Items] | None = None) -> list[dict]:
+def score_sts(
+    encode: Callable[[list[str]], np.ndarray],
+    subsets: list[StsSubset],
+    seed: int = relatedness.SEED,
+    items: list[Items] | None = None,
+) -> list[dict]:
     """Score rows (task, subset, split, metric, protocol, value, n): cosine similarity of `encode` on the test and
     dev splits, and SentEval's regressor (seeded with `seed`) for STS-B and SICK-R when they have train, dev and
     test. Given `items`, appends each test split's per-pair predictions and gold scores (pipeline.evaluate.items)."""
-    regressed = {task for task in RELATEDNESS_TASKS
-                 if set(SPLITS) <= {s.split for s in subsets if s.task == task}}
+    regressed = {task for task in RELATEDNESS_TASKS if set(SPLITS) <= {s.split for s in subsets if s.task == task}}
     pairs = [(s, _pairs(encode, s)) for s in subsets if s.split in SCORED_SPLITS or s.task in regressed]
     rows = _cosine([(s, p) for s, p in pairs if s.split in SCORED_SPLITS], items)
     for task in sorted(regressed, key=RELATEDNESS_TASKS.index):

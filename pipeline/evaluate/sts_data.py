@@ -19,8 +19,15 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 from pipeline.evaluate import registry
-from pipeline.evaluate.names import (PAIR_SUFFIXES, SENTEVAL_TABLES, SICK_TASK, STS_TASKS, STSB_FILES, kind_file,
-                                     pair_format)
+from pipeline.evaluate.names import (
+    PAIR_SUFFIXES,
+    SENTEVAL_TABLES,
+    SICK_TASK,
+    STS_TASKS,
+    STSB_FILES,
+    kind_file,
+    pair_format,
+)
 from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
 
@@ -98,8 +105,9 @@ def _float(value: str, path: Path, lineno: int, scale: tuple[float, float] | Non
     except ValueError:
         raise StsDataError(f"{path}:{lineno}: gold score {value!r} is not a number") from None
     if scale is not None and not scale[0] <= score <= scale[1]:  # NaN too
-        raise StsDataError(f"{path}:{lineno}: gold score {value.strip()} is outside the task's range "
-                           f"{scale[0]:g} to {scale[1]:g}")
+        raise StsDataError(
+            f"{path}:{lineno}: gold score {value.strip()} is outside the task's range {scale[0]:g} to {scale[1]:g}"
+        )
     return score
 
 
@@ -107,20 +115,21 @@ def _varied(subset: StsSubset, path: Path) -> StsSubset:
     """A subset whose gold scores all agree has no correlation (Spearman is NaN, the leaderboard's "-"): an error,
     as no model can score on it."""
     if len(subset.gold) > 1 and np.all(subset.gold == subset.gold[0]):
-        raise StsDataError(f"{path}: all {len(subset.gold)} pairs have the gold score {subset.gold[0]:g}; "
-                           "a correlation needs scores that differ")
+        raise StsDataError(
+            f"{path}: all {len(subset.gold)} pairs have the gold score {subset.gold[0]:g}; "
+            "a correlation needs scores that differ"
+        )
     return subset
 
 
 def _read_sts_subset(task: str, input_path: Path) -> StsSubset:
-    name = input_path.name[len("STS.input."):-len(".txt")]
+    name = input_path.name[len("STS.input.") : -len(".txt")]
     gs_path = input_path.with_name(f"STS.gs.{name}.txt")
     if not gs_path.is_file():
         raise StsDataError(f"{input_path} has no gold file {gs_path}")
     inputs, golds = _lines(input_path), _lines(gs_path)
     if len(inputs) != len(golds):
-        raise StsDataError(
-            f"{input_path} has {len(inputs)} lines but {gs_path} has {len(golds)}")
+        raise StsDataError(f"{input_path} has {len(inputs)} lines but {gs_path} has {len(golds)}")
     sent1, sent2, gold = [], [], []
     for lineno, (line, g) in enumerate(zip(inputs, golds), start=1):
         fields = line.split("\t")
@@ -144,7 +153,8 @@ def read_stsb_split(path: Path, split: str) -> StsSubset:
         fields = line.split("\t")
         if len(fields) <= _STSB_SENT2:
             raise StsDataError(
-                f"{path}:{lineno}: expected at least {_STSB_SENT2 + 1} tab-separated columns, got {len(fields)}")
+                f"{path}:{lineno}: expected at least {_STSB_SENT2 + 1} tab-separated columns, got {len(fields)}"
+            )
         gold.append(_float(fields[_STSB_SCORE], path, lineno, STS_SCALE))
         sent1.append(fields[_STSB_SENT1])
         sent2.append(fields[_STSB_SENT2])
@@ -163,14 +173,15 @@ def find_file(data_dir: Path, name: str) -> Path | None:
 def sick_rows(path: Path) -> list[tuple[int, list[str]]]:
     """(line number, fields) of a SICK file after its header, every row checked for all five columns."""
     lines = _lines(path)
-    if not lines or lines[0].split("\t")[:len(_SICK_HEADER)] != _SICK_HEADER:
+    if not lines or lines[0].split("\t")[: len(_SICK_HEADER)] != _SICK_HEADER:
         raise EvalDataError(f"{path}:1: expected the header {' '.join(_SICK_HEADER)} (tab-separated)")
     rows = []
     for lineno, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
         if len(fields) < len(_SICK_HEADER):
             raise EvalDataError(
-                f"{path}:{lineno}: expected {len(_SICK_HEADER)} tab-separated columns, got {len(fields)}")
+                f"{path}:{lineno}: expected {len(_SICK_HEADER)} tab-separated columns, got {len(fields)}"
+            )
         rows.append((lineno, fields))
     return rows
 
@@ -178,8 +189,7 @@ def sick_rows(path: Path) -> list[tuple[int, list[str]]]:
 def _read_sick(path: Path, split: str) -> StsSubset:
     rows = sick_rows(path)
     gold = np.asarray([_float(f[3], path, lineno, SICK_SCALE) for lineno, f in rows], dtype=np.float64)
-    return _varied(StsSubset(SICK_TASK, path.stem, split, [f[1] for _, f in rows], [f[2] for _, f in rows], gold),
-                   path)
+    return _varied(StsSubset(SICK_TASK, path.stem, split, [f[1] for _, f in rows], [f[2] for _, f in rows], gold), path)
 
 
 def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
@@ -187,8 +197,11 @@ def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
         test = task_dir / STSB_FILES["test"]
         if not test.is_file():
             raise StsDataError(f"{task_dir} has no {STSB_FILES['test']}")
-        return [read_stsb_split(task_dir / STSB_FILES[split], split)
-                for split in SPLITS if (task_dir / STSB_FILES[split]).is_file()]
+        return [
+            read_stsb_split(task_dir / STSB_FILES[split], split)
+            for split in SPLITS
+            if (task_dir / STSB_FILES[split]).is_file()
+        ]
     inputs = sorted(task_dir.glob("STS.input.*.txt"))
     if not inputs:
         raise StsDataError(f"{task_dir} has no STS.input.*.txt files")
@@ -197,12 +210,15 @@ def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
 
 def pair_task(path: Path) -> str:
     """The task a pair file is scored as: its name without the format suffixes (sts12-sts.jsonl.gz -> sts12-sts)."""
-    return path.name[:-len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))]
+    return path.name[: -len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))]
 
 
 def text_file(path: Path) -> io.TextIOBase:
-    return gzip.open(path, "rt", encoding="utf-8", newline="") if path.suffix == ".gz" else \
-        open(path, encoding="utf-8", newline="")
+    return (
+        gzip.open(path, "rt", encoding="utf-8", newline="")
+        if path.suffix == ".gz"
+        else open(path, encoding="utf-8", newline="")
+    )
 
 
 def records(path: Path, fmt: str, columns: tuple[str, ...] = PAIR_COLUMNS):
@@ -225,8 +241,9 @@ def records(path: Path, fmt: str, columns: tuple[str, ...] = PAIR_COLUMNS):
         reader = csv.DictReader(f, delimiter="\t" if fmt == ".tsv" else ",")
         missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
-            raise StsDataError(f"{path}:1: no column(s) {', '.join(missing)} in the header "
-                               f"(got: {', '.join(reader.fieldnames or [])})")
+            raise StsDataError(
+                f"{path}:1: no column(s) {', '.join(missing)} in the header (got: {', '.join(reader.fieldnames or [])})"
+            )
         for record in reader:
             yield f"{path}:{reader.line_num}", record
 
@@ -263,7 +280,9 @@ def read_pair_file(path: str | Path) -> StsSubset:
     path = Path(path)
     fmt = pair_format(path)
     if fmt is None:
-        raise StsDataError(f"{path}: not an STS pair file (expected {', '.join(PAIR_SUFFIXES)}, text ones optionally .gz)")
+        raise StsDataError(
+            f"{path}: not an STS pair file (expected {', '.join(PAIR_SUFFIXES)}, text ones optionally .gz)"
+        )
     sent1, sent2, gold = sentence_pairs(path, fmt, PAIR_COLUMNS, _pair_score, StsDataError)
     if len(gold) < 2:
         raise StsDataError(f"{path}: {len(gold)} pair(s); a correlation needs at least 2")
@@ -278,14 +297,19 @@ def find_pairs(data: Path) -> list[StsSubset]:
     were passed alone, so a file that does not parse stops the run naming it, never drops out of the scores."""
     if data.is_file():
         return [read_pair_file(data)]
-    files = [p for p in sorted(data.iterdir())
-             if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES and kind_file(p, registry.names()) is None]
+    files = [
+        p
+        for p in sorted(data.iterdir())
+        if p.is_file() and pair_format(p) and p.name not in SENTEVAL_TABLES and kind_file(p, registry.names()) is None
+    ]
     subsets, seen = [], {}
     for path in files:
         task = pair_task(path)
         if task in (*STS_TASKS, SICK_TASK):
-            raise StsDataError(f"{path}: an STS pair file may not be named {task}, a SentEval task's name: "
-                               "its scores would pass for SentEval's; rename the file")
+            raise StsDataError(
+                f"{path}: an STS pair file may not be named {task}, a SentEval task's name: "
+                "its scores would pass for SentEval's; rename the file"
+            )
         if task in seen:
             raise StsDataError(f"{path} and {seen[task]} both name the task {task}")
         seen[task] = path
@@ -318,17 +342,23 @@ def find_sts(data_dir: str | Path, required: bool = True) -> tuple[list[StsSubse
     sick_test = find_file(data_dir, SICK_TEST)
     if sick_test is None:
         if found := [p for name in SICK_FILES.values() if (p := find_file(data_dir, name)) is not None]:
-            raise StsDataError(f"{found[0].parent}: a partial SICK folder ({', '.join(p.name for p in found)}): "
-                               f"missing {SICK_TEST}")
+            raise StsDataError(
+                f"{found[0].parent}: a partial SICK folder ({', '.join(p.name for p in found)}): missing {SICK_TEST}"
+            )
         absent.append(SICK_TASK)
     else:
-        subsets.extend(_read_sick(sick_test.with_name(SICK_FILES[split]), split)
-                       for split in SPLITS if sick_test.with_name(SICK_FILES[split]).is_file())
+        subsets.extend(
+            _read_sick(sick_test.with_name(SICK_FILES[split]), split)
+            for split in SPLITS
+            if sick_test.with_name(SICK_FILES[split]).is_file()
+        )
     subsets.extend(find_pairs(data_dir))
     if not subsets and required:
         looked_for = ", ".join(f"{_task_dir(t)}/" for t in STS_TASKS)
-        raise StsDataError(f"no known STS task in {data_dir} (looked for {looked_for}, {SICK_TEST} below it, and "
-                           f"STS pair files with {', '.join(PAIR_COLUMNS)} columns in it)")
+        raise StsDataError(
+            f"no known STS task in {data_dir} (looked for {looked_for}, {SICK_TEST} below it, and "
+            f"STS pair files with {', '.join(PAIR_COLUMNS)} columns in it)"
+        )
     return subsets, absent
 
 

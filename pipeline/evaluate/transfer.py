@@ -35,7 +35,7 @@ sentence pairs become [|u-v|, u*v]. Samples come in SentEval's order
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -50,9 +50,9 @@ from pipeline.evaluate.transfer_data import TRANSFER_TASKS, Examples, TransferTa
 PROTOCOLS = ("senteval", "sklearn")
 AVERAGE_TASK, AVERAGE_PROTOCOL = "transfer", "declutr"
 SEED = 1111
-_INNER_GRID = _SPLIT_GRID = tuple(2.0 ** t for t in range(-2, 4))
-_KFOLD_GRID = tuple(2.0 ** t for t in range(-1, 6))
-_L2_GRID = tuple(10.0 ** t for t in range(-5, -1))
+_INNER_GRID = _SPLIT_GRID = tuple(2.0**t for t in range(-2, 4))
+_KFOLD_GRID = tuple(2.0**t for t in range(-1, 6))
+_L2_GRID = tuple(10.0**t for t in range(-5, -1))
 log = logging.getLogger("cpipe")
 Predict = Callable[[np.ndarray], np.ndarray]
 # Each outer fold's test predictions and labels.
@@ -88,8 +88,9 @@ class _Sklearn:
 
     def _cross_validate(self, grid, x, y) -> tuple[float, float]:
         folds = _folds(y, self.k, self.seed)
-        return _pick(grid, [float(np.mean([self._accuracy(c, x[tr], y[tr], x[te], y[te]) for tr, te in folds]))
-                            for c in grid])
+        return _pick(
+            grid, [float(np.mean([self._accuracy(c, x[tr], y[tr], x[te], y[te]) for tr, te in folds])) for c in grid]
+        )
 
     def inner_kfold(self, x, y, nclasses: int) -> tuple[float, Folds]:
         dev, test = [], []
@@ -129,9 +130,10 @@ class _SentEval:
         outer = _folds(y, self.k, self.seed)
         inner = [[Fit(tr[a], tr[b], _L2_GRID) for a, b in _folds(y[tr], self.k, self.seed)] for tr, _ in outer]
         fitted = self._fit(x, y, [f for fits in inner for f in fits], nclasses)
-        picks = [self._pick_cv(fitted[i * self.k:(i + 1) * self.k]) for i in range(len(outer))]
-        finals = self._fit(x, y, [Fit(tr, None, (_L2_GRID[best],)) for (tr, _), (best, _) in zip(outer, picks)],
-                           nclasses)
+        picks = [self._pick_cv(fitted[i * self.k : (i + 1) * self.k]) for i in range(len(outer))]
+        finals = self._fit(
+            x, y, [Fit(tr, None, (_L2_GRID[best],)) for (tr, _), (best, _) in zip(outer, picks)], nclasses
+        )
         test = [(final.predict(x[te], 0), y[te]) for final, (_, te) in zip(finals, outer)]
         return float(np.mean([score for _, score in picks])), test
 
@@ -145,8 +147,9 @@ class _SentEval:
     def split(self, x, y, x_dev, y_dev, nclasses: int) -> tuple[float, float, Predict]:
         # SentEval trains the picked penalty's classifier again, seeded and stopped on dev as before: the same model.
         both, n = np.vstack([x, x_dev]), len(y)
-        [fitted] = self._fit(both, np.concatenate([y, y_dev]), [Fit(np.arange(n), n + np.arange(len(y_dev)),
-                                                                    _L2_GRID)], nclasses)
+        [fitted] = self._fit(
+            both, np.concatenate([y, y_dev]), [Fit(np.arange(n), n + np.arange(len(y_dev)), _L2_GRID)], nclasses
+        )
         best, dev = self._pick_cv([fitted])
         return _L2_GRID[best], dev, lambda x_test: fitted.predict(x_test, best)
 
@@ -172,12 +175,20 @@ def _features(task: TransferTask, encode: Callable[[list[str]], np.ndarray]) -> 
 
 
 def _row(task: str, split: str, metric: str, protocol: str, value: float, n: int) -> dict:
-    return {"task": task, "subset": "all", "split": split, "metric": metric, "protocol": protocol,
-            "value": float(value), "n": int(n)}
+    return {
+        "task": task,
+        "subset": "all",
+        "split": split,
+        "metric": metric,
+        "protocol": protocol,
+        "value": float(value),
+        "n": int(n),
+    }
 
 
-def _score_task(task: TransferTask, x: dict[str, np.ndarray], protocol: str, classifiers,
-                items: list[Items] | None) -> list[dict]:
+def _score_task(
+    task: TransferTask, x: dict[str, np.ndarray], protocol: str, classifiers, items: list[Items] | None
+) -> list[dict]:
     y = {name: ex.labels for name, ex in task.splits.items()}
     nclasses = len(task.classes)
 
@@ -214,9 +225,15 @@ def _score_task(task: TransferTask, x: dict[str, np.ndarray], protocol: str, cla
     return rows
 
 
-def score_transfer(encode: Callable[[list[str]], np.ndarray], tasks: list[TransferTask], seed: int = SEED,
-                   k: int = 10, protocol: str = "senteval", settings: Settings = PAPERS,
-                   items: list[Items] | None = None) -> list[dict]:
+def score_transfer(
+    encode: Callable[[list[str]], np.ndarray],
+    tasks: list[TransferTask],
+    seed: int = SEED,
+    k: int = 10,
+    protocol: str = "senteval",
+    settings: Settings = PAPERS,
+    items: list[Items] | None = None,
+) -> list[dict]:
     """Score rows (task, subset="all", split, metric, protocol, value, n) for each task.
 
     `protocol` is "senteval" (SentEval's PyTorch classifier, with `settings`)
@@ -256,11 +273,24 @@ def averages(rows: list[dict]) -> list[dict]:
     """
     out = []
     for split in ("test", "dev"):
-        per_task = {r["task"]: r["value"] for r in rows
-                    if r["task"] in TRANSFER_TASKS and r["split"] == split and r["protocol"] == "senteval"
-                    and r["metric"] == ("accuracy_f1_mean" if (r["task"], split) == ("MRPC", "test") else "accuracy")}
+        per_task = {
+            r["task"]: r["value"]
+            for r in rows
+            if r["task"] in TRANSFER_TASKS
+            and r["split"] == split
+            and r["protocol"] == "senteval"
+            and r["metric"] == ("accuracy_f1_mean" if (r["task"], split) == ("MRPC", "test") else "accuracy")
+        }
         if per_task:
-            out.append({"task": AVERAGE_TASK, "subset": "all", "split": split, "metric": "accuracy",
-                        "protocol": AVERAGE_PROTOCOL, "value": float(np.mean(list(per_task.values()))),
-                        "n": len(per_task)})
+            out.append(
+                {
+                    "task": AVERAGE_TASK,
+                    "subset": "all",
+                    "split": split,
+                    "metric": "accuracy",
+                    "protocol": AVERAGE_PROTOCOL,
+                    "value": float(np.mean(list(per_task.values()))),
+                    "n": len(per_task),
+                }
+            )
     return out

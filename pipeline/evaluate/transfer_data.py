@@ -27,9 +27,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -59,6 +59,7 @@ Loader = Callable[[Path], dict[str, Examples]]
 @dataclass(frozen=True)
 class TransferTask:
     """`splits` is {"all"} (cross-validated), {"train", "test"} or {"train", "dev", "test"}."""
+
     name: str
     path: Path
     classes: tuple[str, ...]
@@ -77,12 +78,16 @@ def _label(value: str, classes: tuple[str, ...], path: Path, lineno: int) -> int
 
 def _examples(text: list[str], labels: list[int], pair: list[str] | None = None) -> Examples:
     """The split in SentEval's order: sorted by length in words, then label (a stable sort)."""
+
     def key(i: int) -> tuple[int, ...]:
         return (len(text[i].split()), *((len(pair[i].split()),) if pair is not None else ()), labels[i])
 
     order = sorted(range(len(text)), key=key)
-    return Examples([text[i] for i in order], None if pair is None else [pair[i] for i in order],
-                    np.asarray([labels[i] for i in order], dtype=np.int64))
+    return Examples(
+        [text[i] for i in order],
+        None if pair is None else [pair[i] for i in order],
+        np.asarray([labels[i] for i in order], dtype=np.int64),
+    )
 
 
 def _decode(path: Path, encoding: str) -> str:
@@ -109,11 +114,13 @@ def _binary(neg: str, pos: str) -> Loader:
     def load(directory: Path) -> dict[str, Examples]:
         negatives, positives = _sentences(directory / neg), _sentences(directory / pos)
         return {"all": _examples(negatives + positives, [0] * len(negatives) + [1] * len(positives))}
+
     return load
 
 
 def _sst2(files: dict[str, str], label_first: bool) -> Loader:
     """harvardnlp's stsa.binary.* hold "<label> <sentence>"; SentEval's sentiment-* "<sentence>\\t<label>"."""
+
     def load(directory: Path) -> dict[str, Examples]:
         splits = {}
         for split, name in files.items():
@@ -124,6 +131,7 @@ def _sst2(files: dict[str, str], label_first: bool) -> Loader:
                 text.append(_text(sentence))
             splits[split] = _examples(text, labels)
         return splits
+
     return load
 
 
@@ -161,10 +169,12 @@ def _pairs(rows: list[tuple[str, str, int]]) -> Examples:
 
 def _mrpc(train: tuple[str, ...], test: str) -> Loader:
     """SentEval cross-validates on MSR's 4076 training pairs; msr-para-* moved 500 of them to a val file."""
+
     def load(directory: Path) -> dict[str, Examples]:
         # Concatenated before SentEval's sort, so that msr-para-val's pairs fall among the others' as in one file.
         train_rows = [row for name in train for row in _mrpc_rows(directory / name)]
         return {"train": _pairs(train_rows), "test": _pairs(_mrpc_rows(directory / test))}
+
     return load
 
 
@@ -186,19 +196,35 @@ _BINARY = ("neg", "pos")
 _LAYOUTS: dict[str, tuple[tuple[str, ...], list[tuple[tuple[str, ...], Loader]]]] = {
     "MR": (_BINARY, [(("rt-polarity.neg", "rt-polarity.pos"), _binary("rt-polarity.neg", "rt-polarity.pos"))]),
     "CR": (_BINARY, [(("custrev.neg", "custrev.pos"), _binary("custrev.neg", "custrev.pos"))]),
-    "SUBJ": (("subjective", "objective"),
-             [(("subj.subjective", "subj.objective"), _binary("subj.subjective", "subj.objective"))]),
+    "SUBJ": (
+        ("subjective", "objective"),
+        [(("subj.subjective", "subj.objective"), _binary("subj.subjective", "subj.objective"))],
+    ),
     "MPQA": (_BINARY, [(("mpqa.neg", "mpqa.pos"), _binary("mpqa.neg", "mpqa.pos"))]),
-    "SST2": (_BINARY, [
-        (tuple(f"stsa.binary.{s}" for s in _SST_SPLITS),
-         _sst2({s: f"stsa.binary.{s}" for s in _SST_SPLITS}, label_first=True)),
-        (tuple(f"sentiment-{s}" for s in _SST_SPLITS),
-         _sst2({s: f"sentiment-{s}" for s in _SST_SPLITS}, label_first=False))]),
+    "SST2": (
+        _BINARY,
+        [
+            (
+                tuple(f"stsa.binary.{s}" for s in _SST_SPLITS),
+                _sst2({s: f"stsa.binary.{s}" for s in _SST_SPLITS}, label_first=True),
+            ),
+            (
+                tuple(f"sentiment-{s}" for s in _SST_SPLITS),
+                _sst2({s: f"sentiment-{s}" for s in _SST_SPLITS}, label_first=False),
+            ),
+        ],
+    ),
     "TREC": (_TREC_CLASSES, [(_TREC_FILES, _trec)]),
-    "MRPC": (("different", "paraphrase"), [
-        (MRPC_TABLES, _mrpc(MRPC_TABLES[:2], MRPC_TABLES[2])),
-        (("msr_paraphrase_train.txt", "msr_paraphrase_test.txt"),
-         _mrpc(("msr_paraphrase_train.txt",), "msr_paraphrase_test.txt"))]),
+    "MRPC": (
+        ("different", "paraphrase"),
+        [
+            (MRPC_TABLES, _mrpc(MRPC_TABLES[:2], MRPC_TABLES[2])),
+            (
+                ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt"),
+                _mrpc(("msr_paraphrase_train.txt",), "msr_paraphrase_test.txt"),
+            ),
+        ],
+    ),
     "SICKE": (_SICK_CLASSES, [(tuple(SICK_FILES.values()), _sick_e)]),
 }
 
@@ -214,8 +240,9 @@ def _present(data_dir: Path, name: str, files: tuple[str, ...]) -> Path | None:
         return None
     directory = found[0].parent
     if missing := [f for f in files if not (directory / f).is_file()]:
-        raise TransferDataError(f"{name} in {directory}: missing {', '.join(str(directory / f) for f in missing)} "
-                                f"(a partial {name} folder)")
+        raise TransferDataError(
+            f"{name} in {directory}: missing {', '.join(str(directory / f) for f in missing)} (a partial {name} folder)"
+        )
     return directory
 
 

@@ -52,6 +52,10 @@ def analyse(job: tuple[list[str], str, str | None, float | None]) -> dict:
     """Work on one batch that needs no other batch; runs in any process (models load once per process)."""
     texts, tokenizer_path, langid_model, near_threshold = job
     langs = _identifier(langid_model).predict(texts) if langid_model else [(None, None)] * len(texts)
-    return {"n_tokens": count_tokens(tokenizer(tokenizer_path), texts), "keys": [text_key(t) for t in texts],
-            "lang": [lang for lang, _ in langs], "lang_score": [score for _, score in langs],
-            "signatures": [minhasher(near_threshold).signature(t) for t in texts] if near_threshold else None}
+    return {
+        "n_tokens": count_tokens(tokenizer(tokenizer_path), texts),
+        "keys": [text_key(t) for t in texts],
+        "lang": [lang for lang, _ in langs],
+        "lang_score": [score for _, score in langs],
+        "signatures": [minhasher(near_threshold).signature(t) for t in texts] if near_threshold else None,
+    }

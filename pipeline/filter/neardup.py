@@ -48,7 +48,7 @@ def shingle_hashes(text: str, ngram: int) -> Iterator[np.ndarray]:
         if len(window) >= ngram:
             yield _hashes([" ".join(window[i : i + ngram]) for i in range(len(window) - ngram + 1)])
             hashed = True
-        tail = window[len(window) - ngram + 1:] if ngram > 1 else []
+        tail = window[len(window) - ngram + 1 :] if ngram > 1 else []
     if not hashed:
         yield _hashes([" ".join(tail)])
 
@@ -81,13 +81,14 @@ def minhash(hashes: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         high = (a_hi * x_hi) << np.uint64(3)  # * 2**64 = * 8
         mid = a_hi * x_lo + a_lo * x_hi  # * 2**32: its bits from 29 up wrap past 2**61
         low = a_lo * x_lo
-        total = (high + (mid >> np.uint64(29)) + ((mid & _LOW29) << np.uint64(32))
-                 + (low & _P) + (low >> np.uint64(61)) + b)
+        total = (
+            high + (mid >> np.uint64(29)) + ((mid & _LOW29) << np.uint64(32)) + (low & _P) + (low >> np.uint64(61)) + b
+        )
         signature = np.minimum(signature, _mod_mersenne(total).min(axis=1))
     return signature
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.1, fn_weight: float = 0.9) -> tuple[int, int]:
     """Bands b and rows r (b*r <= num_perm) minimising the weighted false-positive and false-negative areas.
 

@@ -27,8 +27,11 @@ from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches, read_manifest
 from storage.dropped import DroppedLog
 
-SCHEMA = CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32())) \
-    .append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float32()))
+SCHEMA = (
+    CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32()))
+    .append(pa.field("lang", pa.string()))
+    .append(pa.field("lang_score", pa.float32()))
+)
 RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 BATCH = 256
 log = logging.getLogger("cpipe")
@@ -40,8 +43,9 @@ class FilterError(InputError):
 
 def config(cfg: Config, key: None = None) -> dict:
     """The filter's settings; where the language model is downloaded and how the work is spread are runtime."""
-    return split_runtime(RUNTIME, {**cfg.filter.model_dump(), **cfg.parallel.model_dump(),
-                                   "download_dir": cfg.corpus.download_dir})
+    return split_runtime(
+        RUNTIME, {**cfg.filter.model_dump(), **cfg.parallel.model_dump(), "download_dir": cfg.corpus.download_dir}
+    )
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
@@ -54,8 +58,7 @@ def needs_ray(config: dict) -> bool:
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     settings = runtime(config, RUNTIME)
-    langid_model = str(fetch(config["langid_model"], settings["download_dir"])) \
-        if config["language"] else None
+    langid_model = str(fetch(config["langid_model"], settings["download_dir"])) if config["language"] else None
     near_threshold = config["near_dedup_threshold"] if config["near_dedup"] else None
     near = NearDuplicates(threshold=near_threshold) if near_threshold else None
     seen = _Seen(near)
@@ -71,11 +74,16 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar, DroppedLog(out) as dropped:
         for result in results:
             batch = batches.popleft()
-            keep = [_keep(config, doc_id, i, result, seen, out, dropped)
-                    for i, doc_id in enumerate(batch.column("doc_id").to_pylist())]
-            table = pa.Table.from_batches([batch]).append_column("n_tokens", pa.array(result["n_tokens"], pa.int32())) \
-                .append_column("lang", pa.array(result["lang"], pa.string())) \
+            keep = [
+                _keep(config, doc_id, i, result, seen, out, dropped)
+                for i, doc_id in enumerate(batch.column("doc_id").to_pylist())
+            ]
+            table = (
+                pa.Table.from_batches([batch])
+                .append_column("n_tokens", pa.array(result["n_tokens"], pa.int32()))
+                .append_column("lang", pa.array(result["lang"], pa.string()))
                 .append_column("lang_score", pa.array(result["lang_score"], pa.float32()))
+            )
             out.write(table.filter(pa.array(keep)))
             kept += sum(keep)
             longest = max(longest, *result["n_tokens"])
@@ -87,9 +95,13 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 
 def _nothing_kept(config: dict, total: int, longest: int, counts) -> str:
     if counts["too_short"] == total:
-        return (f"no document has at least {config['min_tokens']} tokens: saw {total} documents, "
-                f"the longest has {longest} tokens (lower filter.min_tokens?)")
-    dropped = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(counts.items()) if n and reason != "kept")
+        return (
+            f"no document has at least {config['min_tokens']} tokens: saw {total} documents, "
+            f"the longest has {longest} tokens (lower filter.min_tokens?)"
+        )
+    dropped = ", ".join(
+        f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(counts.items()) if n and reason != "kept"
+    )
     return f"no document kept: of {total} documents, dropped {dropped} (language wanted: {config['language']})"
 
 
@@ -134,5 +146,15 @@ def _drop(config: dict, doc_id: str, i: int, result: dict, seen: _Seen) -> tuple
 
 
 # 3: _dropped.parquet beside the shards, each dropped document with its reason (the shards are unchanged).
-STAGE = Stage(name="filter", version="3", flow="data", section="filter", config=config, inputs=inputs, run=run,
-              schema=SCHEMA, runtime=RUNTIME, needs_ray=needs_ray)
+STAGE = Stage(
+    name="filter",
+    version="3",
+    flow="data",
+    section="filter",
+    config=config,
+    inputs=inputs,
+    run=run,
+    schema=SCHEMA,
+    runtime=RUNTIME,
+    needs_ray=needs_ray,
+)

@@ -18,12 +18,13 @@ class ModelConfig(Strict):
     num_heads: int = Field(12, ge=1)
     intermediate_size: int = Field(3072, ge=8)
     dropout: float = Field(0.1, ge=0, lt=1, description="from scratch: hidden and attention dropout")
-    max_position_embeddings: int = Field(514, ge=16, description="RoBERTa's 514: 512 positions, numbered "
-                                         "from padding_idx + 1")
+    max_position_embeddings: int = Field(
+        514, ge=16, description="RoBERTa's 514: 512 positions, numbered from padding_idx + 1"
+    )
     seed: int = 0
 
     @model_validator(mode="after")
-    def _heads(self) -> "ModelConfig":
+    def _heads(self) -> ModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
         return self

@@ -47,8 +47,12 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     model = build_model(config, tokenizer)
     tokenizer.model_max_length = position_limit(model)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("init: %s with %.1fM parameters, inputs of up to %d tokens", type(model).__name__, n_params / 1e6,
-             tokenizer.model_max_length)
+    log.info(
+        "init: %s with %.1fM parameters, inputs of up to %d tokens",
+        type(model).__name__,
+        n_params / 1e6,
+        tokenizer.model_max_length,
+    )
     export(model, tokenizer, out.local_dir)
     out.extra["parameters"] = n_params
 
@@ -57,5 +61,14 @@ def check(cfg: Config) -> None:
     check_base(cfg.model.base)
 
 
-STAGE = Stage(name="init", version="3", flow="train", section="model", config=config, inputs=inputs, run=run,
-              instances=instances, check=check)
+STAGE = Stage(
+    name="init",
+    version="3",
+    flow="train",
+    section="model",
+    config=config,
+    inputs=inputs,
+    run=run,
+    instances=instances,
+    check=check,
+)

@@ -46,14 +46,23 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-
 from scipy import stats
 
 from pipeline.evaluate import kinds, registry
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import run_group
-from pipeline.evaluate.names import (AVG_PAIRS, MRPC_BOTH, PAPER_AVERAGES, RELATEDNESS_TASKS, STS_AVERAGES,
-                                     STS_YEARS, TRANSFER_PROTOCOLS, TRANSFER_TASKS, avg_transfer, is_pair_column)
+from pipeline.evaluate.names import (
+    AVG_PAIRS,
+    MRPC_BOTH,
+    PAPER_AVERAGES,
+    RELATEDNESS_TASKS,
+    STS_AVERAGES,
+    STS_YEARS,
+    TRANSFER_PROTOCOLS,
+    TRANSFER_TASKS,
+    avg_transfer,
+    is_pair_column,
+)
 from pipeline.leaderboard import bootstrap
 from pipeline.repeats import seeded
 
@@ -63,8 +72,10 @@ P, P_ADJUSTED = "p", "p adjusted"  # a difference's two-sided p, and after the t
 SEEDS, STD, PER_SEED = "seeds", "std", "per seed"
 SUFFIXES = (LO, HI, DIFF, DIFF_LO, DIFF_HI, P, P_ADJUSTED, SIGNIFICANT, STD, PER_SEED)
 CORRECTION = "holm"  # how the marks are decided over the table's comparisons: "holm" or "bh" (adjust)
-CORRECTIONS = {"holm": "Holm's step-down correction (family-wise error)",
-               "bh": "Benjamini-Hochberg's correction (false discovery rate)"}
+CORRECTIONS = {
+    "holm": "Holm's step-down correction (family-wise error)",
+    "bh": "Benjamini-Hochberg's correction (false discovery rate)",
+}
 ALPHA = 1 - bootstrap.LEVEL
 _MRPC_BOTH = MRPC_BOTH
 # (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
@@ -134,8 +145,11 @@ def averages(columns: Sequence[str], typed: Typed | None = None) -> dict[str, li
             out[average] = [c for c in columns if c in typed and typed[c].kind == name]
     for protocol in TRANSFER_PROTOCOLS:
         if avg_transfer(protocol) in present:
-            out[avg_transfer(protocol)] = [f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
-                                           for t in TRANSFER_TASKS if f"{t} {protocol}" in present]
+            out[avg_transfer(protocol)] = [
+                f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
+                for t in TRANSFER_TASKS
+                if f"{t} {protocol}" in present
+            ]
     out.update({name: parts for name, parts in PAPER_AVERAGES.items() if name in present})
     return out
 
@@ -149,7 +163,7 @@ class _Strata(NamedTuple):
     def layout(self) -> tuple:
         return tuple((name, len(g)) for name, g in zip(self.names, self.golds))
 
-    def same_items(self, other: "_Strata") -> bool:
+    def same_items(self, other: _Strata) -> bool:
         return self.layout == other.layout and all(np.array_equal(a, b) for a, b in zip(self.golds, other.golds))
 
 
@@ -162,8 +176,11 @@ def index(items: dict[str, pd.DataFrame]) -> Index:
         mine = out.setdefault(model, {})
         for (task, protocol, stratum), g in frame.groupby(["task", "protocol", "stratum"], sort=False):
             strata = mine.setdefault((task, protocol), _Strata((), [], []))
-            mine[task, protocol] = _Strata((*strata.names, stratum), [*strata.predictions, g["prediction"].to_numpy()],
-                                           [*strata.golds, g["gold"].to_numpy()])
+            mine[task, protocol] = _Strata(
+                (*strata.names, stratum),
+                [*strata.predictions, g["prediction"].to_numpy()],
+                [*strata.golds, g["gold"].to_numpy()],
+            )
     return out
 
 
@@ -203,14 +220,18 @@ class _Scorer:
         if statistic == "spearman":
             return bootstrap.spearman(self.rankers(self.pooled_pred), self.rankers(self.pooled_gold), pooled)
         if statistic == "mean_spearman":
-            return np.mean([bootstrap.spearman(self.rankers(p), self.rankers(g), w)
-                            for p, g, w in zip(self.strata.predictions, self.strata.golds, strata)], axis=0)
+            return np.mean(
+                [
+                    bootstrap.spearman(self.rankers(p), self.rankers(g), w)
+                    for p, g, w in zip(self.strata.predictions, self.strata.golds, strata)
+                ],
+                axis=0,
+            )
         accuracy = np.mean([bootstrap.accuracy(c, w) for c, w in zip(self.correct, strata)], axis=0)
         if statistic == "accuracy":
             return accuracy
         f1 = bootstrap.f1(self.pooled_pred, self.pooled_gold, pooled)
         return f1 if statistic == "f1" else (accuracy + f1) / 2
-
 
     def _v_measure(self, strata: list[bootstrap.Resample]) -> np.ndarray:
         """The mean over sets of each set's mean over its runs, every run of a set on its first run's draws."""
@@ -221,8 +242,9 @@ class _Scorer:
         return np.mean([np.mean(runs, axis=0) for runs in per_set.values()], axis=0)
 
 
-def replicates(specs: dict[str, Spec], models: Sequence[str], items: Index,
-               b: int = bootstrap.B, draw: Draw = DRAW) -> dict[str, np.ndarray]:
+def replicates(
+    specs: dict[str, Spec], models: Sequence[str], items: Index, b: int = bootstrap.B, draw: Draw = DRAW
+) -> dict[str, np.ndarray]:
     """(rows, b) resampled scores x 100 of each column in `specs`, nan for a row without its items. One task's
     columns share its resamples; rows with the same items share the same draws."""
     out = {c: np.full((len(models), b), np.nan) for c in specs}
@@ -258,8 +280,14 @@ def paired(specs: dict[str, Spec], models: Sequence[str], items: Index, referenc
     out = {}
     for column, s in specs.items():
         theirs = _strata(items, reference, s.task, s.protocol)
-        out[column] = np.array([theirs is not None and (mine := _strata(items, m, s.task, s.protocol)) is not None
-                                and mine.same_items(theirs) for m in models])
+        out[column] = np.array(
+            [
+                theirs is not None
+                and (mine := _strata(items, m, s.task, s.protocol)) is not None
+                and mine.same_items(theirs)
+                for m in models
+            ]
+        )
     return out
 
 
@@ -267,8 +295,9 @@ def members(table: pd.DataFrame) -> list[list[str]]:
     """Each row's models: a row over several seeds has its repeats' ("<row> (seed s)", by its `seeds` column),
     any other row its own."""
     seeds = table[SEEDS] if SEEDS in table.columns else [None] * len(table)
-    return [[model] if not _listed(s) else [seeded(model, int(x)) for x in s]
-            for model, s in zip(table["model"], seeds)]
+    return [
+        [model] if not _listed(s) else [seeded(model, int(x)) for x in s] for model, s in zip(table["model"], seeds)
+    ]
 
 
 def _listed(value) -> bool:
@@ -323,8 +352,9 @@ def _seeds(table: pd.DataFrame, row: int) -> list[int]:
     return [int(s) for s in table[SEEDS].iat[row]]
 
 
-def _judge(table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, ref: int, repeated: np.ndarray
-           ) -> _Judged:
+def _judge(
+    table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, ref: int, repeated: np.ndarray
+) -> _Judged:
     """Each compared row's (`ok`) difference interval and p: the paired item bootstrap's alone between two rows of
     one model, else the t-interval over items and seeds (the module's docstring)."""
     out = _Judged(*(np.full(len(table), np.nan) for _ in range(3)))
@@ -333,7 +363,7 @@ def _judge(table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, re
     x = _per_seed(table, column, repeated)
     for i in np.flatnonzero(ok):
         if x[i] is None and x[ref] is None:
-            (out.lo[i],), (out.hi[i],) = bootstrap.interval(diffs[i:i + 1])
+            (out.lo[i],), (out.hi[i],) = bootstrap.interval(diffs[i : i + 1])
             out.p[i] = bootstrap.p_value(diffs[i])
             continue
         if any(v is not None and np.isnan(v).any() for v in (x[i], x[ref])):
@@ -350,9 +380,14 @@ def _judge(table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, re
     return out
 
 
-def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None = None,
-                  b: int = bootstrap.B, draw: Draw = DRAW, typed: Typed | None = None
-                  ) -> tuple[pd.DataFrame, Comparison]:
+def add_intervals(
+    table: pd.DataFrame,
+    items: dict[str, pd.DataFrame],
+    compare_to: str | None = None,
+    b: int = bootstrap.B,
+    draw: Draw = DRAW,
+    typed: Typed | None = None,
+) -> tuple[pd.DataFrame, Comparison]:
     """`table` with `<column> lo` and `<column> hi` after each score column that some row has items for, and with
     `compare_to` (a row's model) also `<column> diff`, `diff lo`, `diff hi` (its unadjusted 95% interval), `p`,
     `p adjusted` (by CORRECTION over every compared cell of the table) and `significant` (adjusted p at most 0.05).
@@ -369,7 +404,7 @@ def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_t
     flat = list(dict.fromkeys(m for ms in rows for m in ms))
     groups = [[flat.index(m) for m in ms] for ms in rows]
     repeated = np.array([len(ms) > 1 for ms in rows])
-    derived = {c for c in table.columns for x in SUFFIXES if c.endswith(f" {x}") and c[:-len(x) - 1] in table.columns}
+    derived = {c for c in table.columns for x in SUFFIXES if c.endswith(f" {x}") and c[: -len(x) - 1] in table.columns}
     direct = {c: s for c in table.columns if c not in derived and (s := spec(c, typed)) is not None}
     parts = averages([c for c in table.columns if c not in derived], typed)
     needed = {**direct, **{p: s for ps in parts.values() for p in ps if (s := spec(p, typed)) is not None}}
@@ -412,23 +447,29 @@ def add_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_t
     return pd.concat(order, axis=1), Comparison(compare_to, comparisons, significant)
 
 
-def _decide(table: pd.DataFrame, ref: int, extra: dict[str, dict[str, object]],
-            judged: dict[str, tuple[np.ndarray, _Judged]]) -> int:
+def _decide(
+    table: pd.DataFrame, ref: int, extra: dict[str, dict[str, object]], judged: dict[str, tuple[np.ndarray, _Judged]]
+) -> int:
     """Every compared cell's columns into `extra`, its mark decided after CORRECTION over all of them (the family);
     how many are marked."""
     family = np.concatenate([j.p[ok] for ok, j in judged.values()]) if judged else np.array([])
     adjusted, start, marked = adjust(family, CORRECTION), 0, 0
     for column, (ok, j) in judged.items():
         p_adjusted = np.full(len(ok), np.nan)
-        p_adjusted[ok] = adjusted[start:start + int(ok.sum())]
+        p_adjusted[ok] = adjusted[start : start + int(ok.sum())]
         start += int(ok.sum())
         # And the interval's side, so that a mark's direction is its interval's (implied by p for both kinds).
         sig = (p_adjusted <= ALPHA) & ((j.lo > 0) | (j.hi < 0))
         values = table[column].to_numpy(dtype=float)
-        extra[column].update({
-            DIFF: np.where(ok, np.round(values - values[ref], 2), np.nan),
-            DIFF_LO: np.round(j.lo, 2), DIFF_HI: np.round(j.hi, 2), P: np.round(j.p, 4),
-            P_ADJUSTED: np.round(p_adjusted, 4),
-            SIGNIFICANT: pd.array([bool(x) if o else None for x, o in zip(sig, ok)], dtype="boolean")})
+        extra[column].update(
+            {
+                DIFF: np.where(ok, np.round(values - values[ref], 2), np.nan),
+                DIFF_LO: np.round(j.lo, 2),
+                DIFF_HI: np.round(j.hi, 2),
+                P: np.round(j.p, 4),
+                P_ADJUSTED: np.round(p_adjusted, 4),
+                SIGNIFICANT: pd.array([bool(x) if o else None for x, o in zip(sig, ok)], dtype="boolean"),
+            }
+        )
         marked += int((sig & ok).sum())
     return marked

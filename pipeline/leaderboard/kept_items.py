@@ -49,8 +49,9 @@ def _read(path: str) -> dict[str, pd.DataFrame]:
     return {m: g.drop(columns=MODEL).reset_index(drop=True) for m, g in frame.groupby(MODEL, sort=False)}
 
 
-def gather(directory: str, merged: pd.DataFrame, scores: pd.DataFrame, fresh: dict[str, pd.DataFrame]
-           ) -> dict[str, pd.DataFrame]:
+def gather(
+    directory: str, merged: pd.DataFrame, scores: pd.DataFrame, fresh: dict[str, pd.DataFrame]
+) -> dict[str, pd.DataFrame]:
     """{row of `merged` (the cumulative scores of one evaluation data: a name is one row only within one data):
     its test items}, this run's rows' (`scores`) from `fresh` ({run's row: items}), earlier rows' from their kept
     files. A row renamed apart from another model of its name ("name @fingerprint") is found under its run's name;

@@ -14,8 +14,20 @@ import numpy as np
 import pandas as pd
 
 from pipeline.evaluate import readouts
-from pipeline.leaderboard.intervals import (ALPHA, CORRECTION, DIFF, DIFF_HI, DIFF_LO, P, P_ADJUSTED, SIGNIFICANT,
-                                            SUFFIXES, Typed, add_intervals, adjust)
+from pipeline.leaderboard.intervals import (
+    ALPHA,
+    CORRECTION,
+    DIFF,
+    DIFF_HI,
+    DIFF_LO,
+    P_ADJUSTED,
+    SIGNIFICANT,
+    SUFFIXES,
+    P,
+    Typed,
+    add_intervals,
+    adjust,
+)
 from storage import dataset_parts, dataset_path, read_manifest
 
 READOUT = "readout"  # the leaderboard's (and its scores') column: each row's readout
@@ -59,8 +71,9 @@ def references(table: pd.DataFrame, compare_to: str | None) -> list[str | None]:
     return out
 
 
-def matched_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None,
-                      typed: Typed | None = None) -> pd.DataFrame:
+def matched_intervals(
+    table: pd.DataFrame, items: dict[str, pd.DataFrame], compare_to: str | None, typed: Typed | None = None
+) -> pd.DataFrame:
     """add_intervals's table, each row's difference taken to its readout's reference (references); `typed`: the
     table's task kind columns (add_intervals)."""
     refs = references(table, compare_to)
@@ -78,14 +91,15 @@ def matched_intervals(table: pd.DataFrame, items: dict[str, pd.DataFrame], compa
 def _ordered(parts: list[pd.DataFrame]) -> list[str]:
     """Every part's columns, each score column followed by its derived ones in the order add_intervals gives."""
     union = list(dict.fromkeys(c for p in parts for c in p.columns))
-    stem = {c: c[:-len(s) - 1] for c in union for s in SUFFIXES if c.endswith(f" {s}") and c[:-len(s) - 1] in union}
+    stem = {c: c[: -len(s) - 1] for c in union for s in SUFFIXES if c.endswith(f" {s}") and c[: -len(s) - 1] in union}
     return [x for c in union if c not in stem for x in [c, *(d for d in union if stem.get(d) == c)]]
 
 
 def _remarked(table: pd.DataFrame) -> pd.DataFrame:
     """The marks decided over every compared cell of the table (CORRECTION), as over one reference's."""
-    columns = [c[:-len(P) - 1] for c in table.columns if c.endswith(f" {P}") and f"{c[:-len(P) - 1]} {DIFF}"
-               in table.columns]
+    columns = [
+        c[: -len(P) - 1] for c in table.columns if c.endswith(f" {P}") and f"{c[: -len(P) - 1]} {DIFF}" in table.columns
+    ]
     if not columns:
         return table
     p = table[[f"{c} {P}" for c in columns]].to_numpy(dtype=float)
@@ -97,8 +111,9 @@ def _remarked(table: pd.DataFrame) -> pd.DataFrame:
         lo, hi = table[f"{c} {DIFF_LO}"].to_numpy(dtype=float), table[f"{c} {DIFF_HI}"].to_numpy(dtype=float)
         sig = (adjusted[:, j] <= ALPHA) & ((lo > 0) | (hi < 0))
         table[f"{c} {P_ADJUSTED}"] = np.round(adjusted[:, j], 4)
-        table[f"{c} {SIGNIFICANT}"] = pd.array([bool(s) if k else None for s, k in zip(sig, compared[:, j])],
-                                               dtype="boolean")
+        table[f"{c} {SIGNIFICANT}"] = pd.array(
+            [bool(s) if k else None for s, k in zip(sig, compared[:, j])], dtype="boolean"
+        )
     return table
 
 
@@ -106,10 +121,12 @@ def notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     """Which readout each row uses, and which of the reference's readouts each row's differences are taken to."""
     if READOUT not in table.columns:
         return []
-    out = ["readout: how a row's sentence embedding is read from its encoder's last layer: mean = mean pooling over "
-           "the tokens, cls = the first token's state ([CLS], <s>), \"+ head\" = then through the head its training "
-           f"kept (train.keep_head: supervised SimCSE's MLP), {readouts.OWN} = an encoder whose embedding is no pooling "
-           f"choice (bag of words, InferSent, USE, random vectors); — where it was not recorded."]
+    out = [
+        "readout: how a row's sentence embedding is read from its encoder's last layer: mean = mean pooling over "
+        'the tokens, cls = the first token\'s state ([CLS], <s>), "+ head" = then through the head its training '
+        f"kept (train.keep_head: supervised SimCSE's MLP), {readouts.OWN} = an encoder whose embedding is no pooling "
+        f"choice (bag of words, InferSent, USE, random vectors); — where it was not recorded."
+    ]
     if compare_to is None or not any(c.endswith(f" {DIFF}") for c in table.columns):
         return out
     refs, models = references(table, compare_to), table["model"].tolist()
@@ -119,19 +136,40 @@ def notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     for model, ref in zip(models, refs):
         if model != ref:
             groups.setdefault(ref, []).append(model)
-    said = [f"{', '.join(ms)} against {ref} (read by {read.get(ref) if pd.notna(read.get(ref)) else 'its own'})"
-            for ref, ms in groups.items() if ref is not None]
-    out.append("Differences are taken under one readout, never between a row and the reference read otherwise: "
-               + "; ".join(said) + ". A \"<reference> [<pooling>]\" row is the reference's encoder scored again "
-               "under that pooling, for the rows read so." if said else "")
+    said = [
+        f"{', '.join(ms)} against {ref} (read by {read.get(ref) if pd.notna(read.get(ref)) else 'its own'})"
+        for ref, ms in groups.items()
+        if ref is not None
+    ]
+    out.append(
+        "Differences are taken under one readout, never between a row and the reference read otherwise: "
+        + "; ".join(said)
+        + '. A "<reference> [<pooling>]" row is the reference\'s encoder scored again '
+        "under that pooling, for the rows read so."
+        if said
+        else ""
+    )
     if None in groups:
-        why = ("its readout is fixed (a kept head, or no pooling to change)" if readouts.has_head(own)
-               or not readouts.pooling(own) else "it was not scored under their pooling")
-        out.append(f"No differences for {', '.join(groups[None])}: their pooling is not the reference {compare_to}'s "
-                   f"({own}), and {why}.")
-    unsure = [m for m in models if m != compare_to and refs[models.index(m)] == compare_to
-              and readouts.pooling(read[m]) is None and read[m] != readouts.OWN]
+        why = (
+            "its readout is fixed (a kept head, or no pooling to change)"
+            if readouts.has_head(own) or not readouts.pooling(own)
+            else "it was not scored under their pooling"
+        )
+        out.append(
+            f"No differences for {', '.join(groups[None])}: their pooling is not the reference {compare_to}'s "
+            f"({own}), and {why}."
+        )
+    unsure = [
+        m
+        for m in models
+        if m != compare_to
+        and refs[models.index(m)] == compare_to
+        and readouts.pooling(read[m]) is None
+        and read[m] != readouts.OWN
+    ]
     if unsure:
-        out.append(f"Readout not recorded for {', '.join(unsure)} (scored elsewhere, or before readouts were): "
-                   f"compared with {compare_to} as it is read itself, which may not be theirs.")
+        out.append(
+            f"Readout not recorded for {', '.join(unsure)} (scored elsewhere, or before readouts were): "
+            f"compared with {compare_to} as it is read itself, which may not be theirs."
+        )
     return [n for n in out if n]

@@ -83,6 +83,11 @@ def _spread(picked: pd.DataFrame, scores: list[str], seeds: list[int]) -> dict:
         if np.isnan(values).any():
             continue
         lo, hi = map(float, t_interval(values))
-        out.update({f"{column} {LO}": round(lo, 2), f"{column} {HI}": round(hi, 2),
-                    f"{column} {STD}": round(float(np.std(values, ddof=1)), 2)})
+        out.update(
+            {
+                f"{column} {LO}": round(lo, 2),
+                f"{column} {HI}": round(hi, 2),
+                f"{column} {STD}": round(float(np.std(values, ddof=1)), 2),
+            }
+        )
     return out

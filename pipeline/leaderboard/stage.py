@@ -22,11 +22,19 @@ import pandas as pd
 from pipeline.augment import stage as augment
 from pipeline.config import Config
 from pipeline.evaluate import items as test_items
-from pipeline.evaluate.stage import STAGE as EVALUATE, initial_row
+from pipeline.evaluate.stage import STAGE as EVALUATE
+from pipeline.evaluate.stage import initial_row
 from pipeline.leaderboard import kept_items
 from pipeline.leaderboard.readouts import with_readouts
-from pipeline.leaderboard.table import (DATA, absent_tasks, leaderboard, rank_column, ranked, to_markdown,
-                                        write_leaderboard)
+from pipeline.leaderboard.table import (
+    DATA,
+    absent_tasks,
+    leaderboard,
+    rank_column,
+    ranked,
+    to_markdown,
+    write_leaderboard,
+)
 from pipeline.model.card import restated, trained_runs, update_cards
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage
@@ -99,8 +107,15 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by, compare_to=compare_to)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
     update_cards(runs, table)  # each trained model's README.md now states its scores
-    out.extra.update({"models": table["model"].tolist(), "absent_tasks": absent, "rank_by": rank_by,
-                      "rank_by_setting": config.get("rank_by"), "compare_to": compare_to})
+    out.extra.update(
+        {
+            "models": table["model"].tolist(),
+            "absent_tasks": absent,
+            "rank_by": rank_by,
+            "rank_by_setting": config.get("rank_by"),
+            "compare_to": compare_to,
+        }
+    )
 
 
 def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFrame:
@@ -118,9 +133,16 @@ def cumulative(previous: pd.DataFrame | None, scores: pd.DataFrame) -> pd.DataFr
         sources = pd.Series(["older"] * len(older) + ["this run"] * len(scores))
     merged = merged.copy()
     row, seed = zip(*map(split_seeded, merged["model"])) if len(merged) else ((), ())
-    rows = pd.DataFrame({"row": row, "seed": pd.Series(seed, dtype="float"), "source": sources.values,
-                         "fp": merged["model_fingerprint"].values, "model": merged["model"].values,
-                         "data": merged["data_hash"].values})
+    rows = pd.DataFrame(
+        {
+            "row": row,
+            "seed": pd.Series(seed, dtype="float"),
+            "source": sources.values,
+            "fp": merged["model_fingerprint"].values,
+            "model": merged["model"].values,
+            "data": merged["data_hash"].values,
+        }
+    )
     clash = rows.groupby(["data", "model"])["fp"].transform("nunique") > 1
     clashing = set(zip(rows.loc[clash, "data"], rows.loc[clash, "row"]))
     named = pd.Series([key in clashing for key in zip(rows["data"], rows["row"])], index=rows.index, dtype=bool)
@@ -143,8 +165,9 @@ def cumulative_reference(manifest: dict, scores: pd.DataFrame, merged: pd.DataFr
     return split_seeded(theirs["model"].sort_values().iloc[0])[0]
 
 
-def cumulative_table(merged: pd.DataFrame, scores: pd.DataFrame, items: str, fresh: dict[str, pd.DataFrame],
-                     manifest: dict) -> tuple[pd.DataFrame, str | None, str | None]:
+def cumulative_table(
+    merged: pd.DataFrame, scores: pd.DataFrame, items: str, fresh: dict[str, pd.DataFrame], manifest: dict
+) -> tuple[pd.DataFrame, str | None, str | None]:
     """The cumulative table and its reference row and rank column: one section per evaluation data (`data`: its
     hash), this run's data first, each built alone, so that its ranks, intervals and paired differences are among
     rows scored on the same test items. A section compares with the reference row when it has one of that name,
@@ -156,8 +179,12 @@ def cumulative_table(merged: pd.DataFrame, scores: pd.DataFrame, items: str, fre
     for data in order:
         rows, mine = merged[merged["data_hash"] == data], data in ours
         names = {split_seeded(m)[0] for m in rows["model"]}
-        section = leaderboard(rows, rank_by=rank_by if mine else None, compare_to=compare_to
-                              if compare_to in names else None, items=kept_items.gather(items, rows, scores, fresh))
+        section = leaderboard(
+            rows,
+            rank_by=rank_by if mine else None,
+            compare_to=compare_to if compare_to in names else None,
+            items=kept_items.gather(items, rows, scores, fresh),
+        )
         if mine:
             column = column or rank_column(section, rank_by)
         elif column in section.columns:  # other data ranked by this run's column where they have it
@@ -188,8 +215,15 @@ def publish(path: str, artifacts: str) -> tuple[pd.DataFrame, str]:
         merged = cumulative(_read_parquet(store) if fs.exists(p) else None, scores)
         fresh = load_items(_evaluated(path, manifest))
         everything, reference_row, column = cumulative_table(merged, scores, items_store, fresh, manifest)
-        write_leaderboard(everything, absent_tasks(merged), artifacts, title=f"{TITLE}: every run", name=CUMULATIVE,
-                          rank_by=column, compare_to=reference_row)
+        write_leaderboard(
+            everything,
+            absent_tasks(merged),
+            artifacts,
+            title=f"{TITLE}: every run",
+            name=CUMULATIVE,
+            rank_by=column,
+            compare_to=reference_row,
+        )
         # Items written before the scores, stale ones removed after: a publish cut off in between leaves each
         # kept row with items of its own model and data, or none, and files no row has, which the next removes.
         kept_items.keep(items_store, scores, fresh)
@@ -207,5 +241,6 @@ def _read_parquet(path: str) -> pd.DataFrame:
         return pd.read_parquet(f)
 
 
-STAGE = Stage(name="leaderboard", version=VERSION, flow="evaluate", section="evaluate", config=config,
-              inputs=inputs, run=run)
+STAGE = Stage(
+    name="leaderboard", version=VERSION, flow="evaluate", section="evaluate", config=config, inputs=inputs, run=run
+)

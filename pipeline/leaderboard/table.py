@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import tempfile
 import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,16 +32,31 @@ import pandas as pd
 from pipeline.errors import ConfigError
 from pipeline.evaluate import kinds, registry
 from pipeline.evaluate.column import Column
-from pipeline.evaluate.names import (AVERAGES, AVG_DOWNSTREAM_DECLUTR, AVG_PAIRS, AVG_SIMCSE, AVG_STS_SENTEVAL,
-                                     AVG_TRANSFER_SIMCSE, MRPC_BOTH, PAIR_PROTOCOL, PAPER_AVERAGES,
-                                     SIMILARITY_PROTOCOLS, SIMILARITY_TASKS, STS_AVERAGES, TRANSFER_PROTOCOLS,
-                                     TRANSFER_TASKS, avg_transfer, is_pair_column, rankable_columns)
+from pipeline.evaluate.names import (
+    AVERAGES,
+    AVG_DOWNSTREAM_DECLUTR,
+    AVG_PAIRS,
+    AVG_SIMCSE,
+    AVG_STS_SENTEVAL,
+    AVG_TRANSFER_SIMCSE,
+    MRPC_BOTH,
+    PAIR_PROTOCOL,
+    PAPER_AVERAGES,
+    SIMILARITY_PROTOCOLS,
+    SIMILARITY_TASKS,
+    STS_AVERAGES,
+    TRANSFER_PROTOCOLS,
+    TRANSFER_TASKS,
+    avg_transfer,
+    is_pair_column,
+    rankable_columns,
+)
 from pipeline.evaluate.registry import is_kind_column
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
-from pipeline.leaderboard.readouts import READOUT, matched_intervals, notes as readout_notes
-from pipeline.leaderboard.intervals import (CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD,
-                                             SUFFIXES)
+from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
+from pipeline.leaderboard.readouts import READOUT, matched_intervals
+from pipeline.leaderboard.readouts import notes as readout_notes
 from pipeline.leaderboard.seeds import aggregate, groups
 from pipeline.train.devset import SELECTED
 from storage import put_file
@@ -84,8 +99,10 @@ def _no_duplicates(rows: pd.DataFrame) -> None:
     dup = rows.duplicated(["model", "task", "metric", "protocol"], keep=False)
     if dup.any():
         first = rows[dup].iloc[0]
-        raise ValueError(f"several scores for model {first['model']!r}, task {first['task']}, "
-                         f"metric {first['metric']}, protocol {first['protocol']}")
+        raise ValueError(
+            f"several scores for model {first['model']!r}, task {first['task']}, "
+            f"metric {first['metric']}, protocol {first['protocol']}"
+        )
 
 
 def _wide(rows: pd.DataFrame, models, column: pd.Series, columns: list[str], scale: float = 100) -> pd.DataFrame:
@@ -131,8 +148,13 @@ def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
             continue
         columns = [f"{t} {protocol}" for t in tasks]
         f1_column = f"MRPC F1 {protocol}"
-        table = pd.concat([_wide(acc, models, acc["task"] + f" {protocol}", columns),
-                           _wide(mrpc_f1, models, mrpc_f1["task"] + f" F1 {protocol}", [f1_column])], axis=1)
+        table = pd.concat(
+            [
+                _wide(acc, models, acc["task"] + f" {protocol}", columns),
+                _wide(mrpc_f1, models, mrpc_f1["task"] + f" F1 {protocol}", [f1_column]),
+            ],
+            axis=1,
+        )
         if "MRPC" not in tasks:
             table = table.drop(columns=f1_column)
         # DeCLUTR's rule: MRPC counts once, as the mean of its accuracy and F1.
@@ -169,7 +191,7 @@ def _kinds(scores: pd.DataFrame, models) -> tuple[pd.DataFrame, dict[str, Column
         _no_duplicates(rows)
         columns = {(c := kind.column(task)).name: c for task in dict.fromkeys(rows["task"])}
         typed.update(columns)
-        table = _wide(rows, models, rows["task"].map(lambda task: kind.column(task).name), list(columns))
+        table = _wide(rows, models, rows["task"].map(lambda task, kind=kind: kind.column(task).name), list(columns))
         table[kind.average] = _mean_of_all(table, list(table.columns))
         parts.append(table)
     return (pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)), typed
@@ -180,8 +202,7 @@ def _kind_columns(columns) -> list[str]:
 
 
 def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
-    rows = scores[(scores["task"] == "STSB") & (scores["split"] == LEADERBOARD_SPLIT)
-                  & scores["metric"].isin(ANALYSIS)]
+    rows = scores[(scores["task"] == "STSB") & (scores["split"] == LEADERBOARD_SPLIT) & scores["metric"].isin(ANALYSIS)]
     present = [m for m in ANALYSIS if m in set(rows["metric"])]
     return _wide(rows, models, rows["metric"], present, scale=1).round(3)
 
@@ -192,8 +213,9 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
     if rank_by is not None:
         if rank_by not in table.columns:
             present = [c for c in rankable_columns() if c in table.columns] + _kind_columns(table.columns)
-            raise ConfigError(f"evaluate.rank_by: this leaderboard has no column {rank_by!r} "
-                              f"(it has: {', '.join(present)})")
+            raise ConfigError(
+                f"evaluate.rank_by: this leaderboard has no column {rank_by!r} (it has: {', '.join(present)})"
+            )
         return rank_by
     scored = [c for c in table.columns if c in rankable_columns() or is_pair_column(c) or is_kind_column(c)]
     averages = [*AVERAGES, *map(registry.average, registry.names())]
@@ -201,8 +223,13 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
     return next((c for c in candidates if table[c].notna().any()), None)
 
 
-def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, rank_by: str | None = None,
-                items: dict[str, pd.DataFrame] | None = None, compare_to: str | None = None) -> pd.DataFrame:
+def leaderboard(
+    scores: pd.DataFrame,
+    tasks: Sequence[str] = SIMILARITY_TASKS,
+    rank_by: str | None = None,
+    items: dict[str, pd.DataFrame] | None = None,
+    compare_to: str | None = None,
+) -> pd.DataFrame:
     """One row per model: what it is, `<TASK> <protocol>` similarity scores (Spearman x 100) and their averages,
     transfer accuracies (x 100) and their averages, and the STS-B analysis; best first by rank_column(). A model
     trained over several seeds ("<row> (seed s)", pipeline.repeats) is one row, of its mean over seeds, with their
@@ -225,8 +252,10 @@ def leaderboard(scores: pd.DataFrame, tasks: Sequence[str] = SIMILARITY_TASKS, r
     table[numeric] = table[numeric].astype(float).round(2)
     table[analysis] = table[analysis].astype(float).round(3)
     if compare_to is not None and compare_to not in set(table["model"]):
-        raise ConfigError(f"evaluate.compare_to: no row named {compare_to!r} on this leaderboard "
-                          f"(rows: {', '.join(map(str, table['model']))})")
+        raise ConfigError(
+            f"evaluate.compare_to: no row named {compare_to!r} on this leaderboard "
+            f"(rows: {', '.join(map(str, table['model']))})"
+        )
     if items is not None:
         table = matched_intervals(table, items, compare_to, typed)  # each row against its readout's reference
     column = rank_column(table, rank_by)
@@ -275,11 +304,11 @@ def _escaped(value) -> str:
 def _derived(columns) -> set[str]:
     """The interval and comparison columns that follow a score column (shown inside its Markdown cell)."""
     present = set(columns)
-    return {c for c in present for s in SUFFIXES if c.endswith(f" {s}") and c[:-len(s) - 1] in present}
+    return {c for c in present for s in SUFFIXES if c.endswith(f" {s}") and c[: -len(s) - 1] in present}
 
 
 def _score_cell(column: str, record: dict) -> str:
-    """"score [lo, hi]" ("mean ±std [lo, hi]" over seeds), then ▲ or ▼ where the difference to the reference row
+    """ "score [lo, hi]" ("mean ±std [lo, hi]" over seeds), then ▲ or ▼ where the difference to the reference row
     is significant."""
     text = _cell(column, record[column])
     lo, hi = record.get(f"{column} {LO}"), record.get(f"{column} {HI}")
@@ -308,40 +337,49 @@ def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
     bootstrapped = [c for c in _derived(table.columns) if c.endswith(f" {LO}")]
     notes = []
     if table.loc[single, bootstrapped].notna().any().any():
-        notes.append(f"[lo, hi]{' on a row of one model' if seed_rows else ''}: a 95% percentile bootstrap interval "
-                     f"over the test items ({bootstrap.B} resamples, seed {bootstrap.SEED}): STS pairs resampled "
-                     "within each STS12-16 subset, transfer test predictions within each cross-validation fold, and "
-                     "each score recomputed as its column's protocol does; an average's tasks resampled together "
-                     "and the average recomputed. Such an interval is one model's, from one evaluation of one "
-                     "trained model: it covers the choice of test items, not the training seed.")
+        notes.append(
+            f"[lo, hi]{' on a row of one model' if seed_rows else ''}: a 95% percentile bootstrap interval "
+            f"over the test items ({bootstrap.B} resamples, seed {bootstrap.SEED}): STS pairs resampled "
+            "within each STS12-16 subset, transfer test predictions within each cross-validation fold, and "
+            "each score recomputed as its column's protocol does; an average's tasks resampled together "
+            "and the average recomputed. Such an interval is one model's, from one evaluation of one "
+            "trained model: it covers the choice of test items, not the training seed."
+        )
     if seed_rows:
-        notes.append(f"Rows over several seeds ({', '.join(map(_escaped, seed_rows))}; column \"seeds\"): each "
-                     "trained, or initialised, once per seed (seeds or repeats in the config). Their cells are the "
-                     "mean over seeds ±its standard deviation (n - 1) [a 95% t-interval over the seeds: mean ± "
-                     "t(0.975, n - 1) x std / sqrt(n)], an average's from each seed's average; the per-seed scores "
-                     "are in the CSV and Parquet (\"<column> per seed\"). Such an interval covers the training "
-                     "seed, not the choice of test items.")
+        notes.append(
+            f'Rows over several seeds ({", ".join(map(_escaped, seed_rows))}; column "seeds"): each '
+            "trained, or initialised, once per seed (seeds or repeats in the config). Their cells are the "
+            "mean over seeds ±its standard deviation (n - 1) [a 95% t-interval over the seeds: mean ± "
+            "t(0.975, n - 1) x std / sqrt(n)], an average's from each seed's average; the per-seed scores "
+            'are in the CSV and Parquet ("<column> per seed"). Such an interval covers the training '
+            "seed, not the choice of test items."
+        )
     significant = [c for c in _derived(table.columns) if c.endswith(f" {SIGNIFICANT}")]
     if compare_to is not None and significant:
         flags = table[significant]
         n, marked = int(flags.notna().sum().sum()), int(flags.fillna(False).astype(bool).sum().sum())
         families = [k for i in _sections(table) if (k := int(flags.iloc[i].notna().sum().sum()))]
-        family = (f"each data section's comparisons ({', '.join(map(str, families))})" if len(families) > 1
-                  else f"the table's {n} comparisons")
-        notes.append(f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), decided after "
-                     f"{CORRECTIONS[CORRECTION]} over {family}, the family: every cell with a difference interval. A "
-                     f"cell is marked where its adjusted p (\"<column> p adjusted\" in the CSV) is at most 0.05, "
-                     "so any false mark in a family has at most a 5% chance. Between two rows of one model each, "
-                     "the difference's interval is the 95% percentile interval of the paired bootstrap over the test "
-                     "items (the same resamples for both rows) and p is two-sided from the same resamples, "
-                     "2 min(#diff* <= 0 + 1, #diff* >= 0 + 1) / (B + 1). Where either row is over several seeds "
-                     "both noises count: the difference of the means over seeds ± t(0.975, df) x sqrt(items' "
-                     "variance + seeds' variance), the items' from the paired bootstrap (each row's mean over its "
-                     "seeds on each resample), the seeds' from the per-seed scores (var/n of each row's, or of the "
-                     "per-seed differences when both rows have the same seeds: a run's seed s starts from the "
-                     "untrained encoder's seed s), df by Welch-Satterthwaite; a row of one model adds no seed "
-                     "variance. The \"diff lo\", \"diff hi\" (CSV) are each cell's unadjusted 95% interval: one that "
-                     f"excludes 0 may stay unmarked. This table makes {n} such comparisons and marks {marked}.")
+        family = (
+            f"each data section's comparisons ({', '.join(map(str, families))})"
+            if len(families) > 1
+            else f"the table's {n} comparisons"
+        )
+        notes.append(
+            f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), decided after "
+            f"{CORRECTIONS[CORRECTION]} over {family}, the family: every cell with a difference interval. A "
+            f'cell is marked where its adjusted p ("<column> p adjusted" in the CSV) is at most 0.05, '
+            "so any false mark in a family has at most a 5% chance. Between two rows of one model each, "
+            "the difference's interval is the 95% percentile interval of the paired bootstrap over the test "
+            "items (the same resamples for both rows) and p is two-sided from the same resamples, "
+            "2 min(#diff* <= 0 + 1, #diff* >= 0 + 1) / (B + 1). Where either row is over several seeds "
+            "both noises count: the difference of the means over seeds ± t(0.975, df) x sqrt(items' "
+            "variance + seeds' variance), the items' from the paired bootstrap (each row's mean over its "
+            "seeds on each resample), the seeds' from the per-seed scores (var/n of each row's, or of the "
+            "per-seed differences when both rows have the same seeds: a run's seed s starts from the "
+            "untrained encoder's seed s), df by Welch-Satterthwaite; a row of one model adds no seed "
+            'variance. The "diff lo", "diff hi" (CSV) are each cell\'s unadjusted 95% interval: one that '
+            f"excludes 0 may stay unmarked. This table makes {n} such comparisons and marks {marked}."
+        )
     return notes
 
 
@@ -352,17 +390,22 @@ def _data_notes(table: pd.DataFrame) -> list[str]:
     if DOCUMENTS not in table.columns or "kind" not in table.columns:
         return []
     sections = _sections(table)
-    clauses = [f"on data {str(table[DATA].iat[index[0]])[:8]}: {said}" if len(sections) > 1 else said
-               for index in sections if (said := _trained_on(table.iloc[index]))]
+    clauses = [
+        f"on data {str(table[DATA].iat[index[0]])[:8]}: {said}" if len(sections) > 1 else said
+        for index in sections
+        if (said := _trained_on(table.iloc[index]))
+    ]
     if not clauses:
         return []
-    return ["Training data differs between compared rows: " + "; ".join(clauses) + ". Differences between them also "
-            "compare their data, not only their objectives and recipes (the recipe says how many pairs each run "
-            "read of which; column \"documents digest\" in the CSV, from each pairs dataset's manifest)."]
+    return [
+        "Training data differs between compared rows: " + "; ".join(clauses) + ". Differences between them also "
+        "compare their data, not only their objectives and recipes (the recipe says how many pairs each run "
+        'read of which; column "documents digest" in the CSV, from each pairs dataset\'s manifest).'
+    ]
 
 
 def _trained_on(rows: pd.DataFrame) -> str | None:
-    """"simcse, tsdae on 20,000 sentences of 96 documents (1a2b3c4d); declutr on 275 documents (5e6f7a8b)" for one
+    """ "simcse, tsdae on 20,000 sentences of 96 documents (1a2b3c4d); declutr on 275 documents (5e6f7a8b)" for one
     section's trained rows, or None when they are fewer than two or were all trained on the same documents."""
     trained = rows[rows["kind"] == "trained"]
     keys = trained[DOCUMENTS]
@@ -373,28 +416,33 @@ def _trained_on(rows: pd.DataFrame) -> str | None:
         digest = " + ".join(k[:8] for k in str(key).split(" + "))
         said.append(f"{', '.join(map(_escaped, group['model']))} on {group[TRAINED_ON].iat[0]} ({digest})")
     if (unknown := trained.loc[keys.isna(), "model"]).size:
-        said.append(f"{', '.join(map(_escaped, unknown))} on documents not known (pairs made before their manifest "
-                    "recorded the documents drawn; rebuilding the augment stage records them)")
+        said.append(
+            f"{', '.join(map(_escaped, unknown))} on documents not known (pairs made before their manifest "
+            "recorded the documents drawn; rebuilding the augment stage records them)"
+        )
     return "; ".join(said)
 
 
-def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_to: str | None = None
-           ) -> list[str]:
+def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_to: str | None = None) -> list[str]:
     columns = set(table.columns)
     notes = []
     if absent:
         notes.append(f"Absent from the evaluation data: {', '.join(absent)}.")
     similarity = {f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols}
     if columns & similarity or not _kind_columns(columns):  # said of every table but one of other kinds alone
-        notes.append("STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset "
-                     "Spearman of cosine similarity (SentEval's \"all\" mean); simcse = one Spearman of cosine over "
-                     "all subsets concatenated (SimCSE's \"all\"). STSB and SICKR: cosine = Spearman of cosine "
-                     "similarity (as SimCSE reports them); senteval = Spearman of SentEval's relatedness regressor on "
-                     "[|u-v|, u*v], trained on the train split and selected on dev (as DeCLUTR reports them).")
+        notes.append(
+            "STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset "
+            'Spearman of cosine similarity (SentEval\'s "all" mean); simcse = one Spearman of cosine over '
+            'all subsets concatenated (SimCSE\'s "all"). STSB and SICKR: cosine = Spearman of cosine '
+            "similarity (as SimCSE reports them); senteval = Spearman of SentEval's relatedness regressor on "
+            "[|u-v|, u*v], trained on the train split and selected on dev (as DeCLUTR reports them)."
+        )
     pair_columns = [c for c in table.columns if is_pair_column(c)]
     if pair_columns:
-        notes.append(f"STS pair files ({', '.join(pair_columns)}): Spearman x 100 on each file's pairs of the cosine "
-                     "similarity with its scores, the protocol of STSB cosine (and MTEB's), named by the file.")
+        notes.append(
+            f"STS pair files ({', '.join(pair_columns)}): Spearman x 100 on each file's pairs of the cosine "
+            "similarity with its scores, the protocol of STSB cosine (and MTEB's), named by the file."
+        )
     averages = []
     if AVG_PAIRS in columns:
         averages.append(f"{AVG_PAIRS} = mean of the STS pair file columns")
@@ -404,65 +452,86 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
         averages.append(f"{AVG_STS_SENTEVAL} = mean of STS12-16, STSB and SICKR senteval (DeCLUTR's protocol)")
     transfer = [avg_transfer(p) for p in TRANSFER_PROTOCOLS if avg_transfer(p) in columns]
     if transfer:
-        averages.append(f"{' and '.join(transfer)} = mean over the transfer tasks in this table, MRPC counted "
-                        "once as the mean of its accuracy and F1 (DeCLUTR)")
+        averages.append(
+            f"{' and '.join(transfer)} = mean over the transfer tasks in this table, MRPC counted "
+            "once as the mean of its accuracy and F1 (DeCLUTR)"
+        )
     if AVG_TRANSFER_SIMCSE in columns:
-        averages.append(f"{AVG_TRANSFER_SIMCSE} = mean of MR, CR, SUBJ, MPQA, SST2, TREC and MRPC accuracy under "
-                        "senteval (SimCSE's transfer average, its evaluation.py's)")
+        averages.append(
+            f"{AVG_TRANSFER_SIMCSE} = mean of MR, CR, SUBJ, MPQA, SST2, TREC and MRPC accuracy under "
+            "senteval (SimCSE's transfer average, its evaluation.py's)"
+        )
     if AVG_DOWNSTREAM_DECLUTR in columns:
-        averages.append(f"{AVG_DOWNSTREAM_DECLUTR} = mean of CR, MR, MPQA, SUBJ, SST2, TREC, MRPC (its accuracy and "
-                        "F1 averaged), SICKE, and SICKR, STSB and STS12-16 under senteval: DeCLUTR's \"Downstream "
-                        "(-SNLI)\" less SST5 and COCO, which are not scored here")
+        averages.append(
+            f"{AVG_DOWNSTREAM_DECLUTR} = mean of CR, MR, MPQA, SUBJ, SST2, TREC, MRPC (its accuracy and "
+            "F1 averaged), SICKE, and SICKR, STSB and STS12-16 under senteval: DeCLUTR's \"Downstream "
+            '(-SNLI)" less SST5 and COCO, which are not scored here'
+        )
     if averages:
         notes.append("; ".join(averages) + f". An average is {MISSING} when a row lacks any of its tasks.")
     if transfer:
-        notes.append("Transfer columns: test accuracy x 100 of a logistic regression on frozen embeddings; "
-                     "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
-                     "SentEval's scikit-learn path.")
+        notes.append(
+            "Transfer columns: test accuracy x 100 of a logistic regression on frozen embeddings; "
+            "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
+            "SentEval's scikit-learn path."
+        )
     if other := _kind_columns(table.columns):
-        main = ", ".join(f"{k} by {registry.main_metric(k)}" for k in registry.names()
-                         if registry.average(k) in columns)
-        notes.append(f"Other task kinds ({', '.join(other)}): each task's main metric x 100 on its test split ({main}; "
-                     "by cosine similarity as sentence-transformers' evaluators score them, clustering as V-measure of "
-                     "seeded k-means); \"avg <kind>\" = mean "
-                     f"over that kind's tasks, {MISSING} when a row lacks any. Their other metrics (MRR@10, "
-                     "Recall@100, MAP@100 of retrieval, accuracy and F1 of pairclass, ...) are in the evaluate "
-                     "datasets. Retrieval and reranking columns' intervals resample the queries; clustering and "
-                     "pair classification columns have none.")
+        main = ", ".join(
+            f"{k} by {registry.main_metric(k)}" for k in registry.names() if registry.average(k) in columns
+        )
+        notes.append(
+            f"Other task kinds ({', '.join(other)}): each task's main metric x 100 on its test split ({main}; "
+            "by cosine similarity as sentence-transformers' evaluators score them, clustering as V-measure of "
+            'seeded k-means); "avg <kind>" = mean '
+            f"over that kind's tasks, {MISSING} when a row lacks any. Their other metrics (MRR@10, "
+            "Recall@100, MAP@100 of retrieval, accuracy and F1 of pairclass, ...) are in the evaluate "
+            "datasets. Retrieval and reranking columns' intervals resample the queries; clustering and "
+            "pair classification columns have none."
+        )
     if columns & set(ANALYSIS):
-        notes.append("On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
-                     "better); anisotropy = mean cosine of random pairs of contextual token representations from "
-                     "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
-                     "sentences' embeddings.")
+        notes.append(
+            "On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
+            "better); anisotropy = mean cosine of random pairs of contextual token representations from "
+            "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
+            "sentences' embeddings."
+        )
     if "recipe" in columns and table["recipe"].astype(str).str.contains(SELECTED, regex=False).any():
-        notes.append(f"A recipe that says \"{SELECTED} N ... by X\" is a dev-selected run (train.eval_every, as "
-                     "SimCSE's load_best_model_at_end): its model is step N's, the best by X (train.select_by: "
-                     "sts-dev Spearman of cosine on the dev set, STS-B dev unless train.dev_set names another; "
-                     "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
-                     "a task's main metric on its dev split), not the last.")
+        notes.append(
+            f'A recipe that says "{SELECTED} N ... by X" is a dev-selected run (train.eval_every, as '
+            "SimCSE's load_best_model_at_end): its model is step N's, the best by X (train.select_by: "
+            "sts-dev Spearman of cosine on the dev set, STS-B dev unless train.dev_set names another; "
+            "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
+            "a task's main metric on its dev split), not the last."
+        )
     notes += _data_notes(table)
     notes += readout_notes(table, compare_to)
     notes += _interval_notes(table, compare_to)
     if DATA in columns:
-        notes.append(f"{DATA}: the hash of the evaluation data a row was scored on. Scores on different data are not "
-                     "comparable: the rows are in one section per data, the latest run's first, each ranked, and "
-                     "its intervals and differences computed, among its own rows alone; a section without the "
-                     "reference row has no differences.")
+        notes.append(
+            f"{DATA}: the hash of the evaluation data a row was scored on. Scores on different data are not "
+            "comparable: the rows are in one section per data, the latest run's first, each ranked, and "
+            "its intervals and differences computed, among its own rows alone; a section without the "
+            "reference row has no differences."
+        )
     if rank_by:
         notes.append(f"Ranked by {rank_by}{' within each data that has it' if len(_sections(table)) > 1 else ''}.")
     return notes
 
 
-def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None,
-                compare_to: str | None = None) -> str:
+def to_markdown(
+    table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None, compare_to: str | None = None
+) -> str:
     """GitHub-flavoured Markdown: missing scores as "—", intervals inside their score's cell, then notes on every
     column's protocol."""
     derived = _derived(table.columns) | {TRAINED_ON, DOCUMENTS}  # said in _data_notes
     columns = [c for c in table.columns if c not in derived]
     text = ("model", DATA, SEEDS, "kind", "objective", "corpus", READOUT, "recipe")
-    lines = [f"# {title}", "",
-             "| " + " | ".join(map(_escaped, columns)) + " |",
-             "|" + "|".join("---" if c in text else "---:" for c in columns) + "|"]
+    lines = [
+        f"# {title}",
+        "",
+        "| " + " | ".join(map(_escaped, columns)) + " |",
+        "|" + "|".join("---" if c in text else "---:" for c in columns) + "|",
+    ]
     for record in table.to_dict("records"):
         lines.append("| " + " | ".join(_score_cell(c, record) for c in columns) + " |")
     # Blank lines between notes, or Markdown renders them as one paragraph.
@@ -472,13 +541,21 @@ def to_markdown(table: pd.DataFrame, absent: list[str], title: str, rank_by: str
 def json_records(table: pd.DataFrame) -> list[dict]:
     """The table's rows as JSON values: missing as None, and a row over seeds's lists (its seeds, its per-seed
     scores; arrays when read back from Parquet) as lists."""
-    return [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in record.items()}
-            for record in table.astype(object).where(table.notna(), None).to_dict("records")]
+    return [
+        {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in record.items()}
+        for record in table.astype(object).where(table.notna(), None).to_dict("records")
+    ]
 
 
-def write_leaderboard(table: pd.DataFrame, absent: list[str], out_dir: str, title: str,
-                      name: str = "leaderboard", rank_by: str | None = None, compare_to: str | None = None
-                      ) -> dict[str, str]:
+def write_leaderboard(
+    table: pd.DataFrame,
+    absent: list[str],
+    out_dir: str,
+    title: str,
+    name: str = "leaderboard",
+    rank_by: str | None = None,
+    compare_to: str | None = None,
+) -> dict[str, str]:
     """Write <name>.md/.csv/.parquet/.png into out_dir (any fsspec URL), each file replaced whole;
     return their paths by format."""
     writers: dict[str, Callable[[str], object]] = {
@@ -522,8 +599,9 @@ def figure(table: pd.DataFrame, title: str, compare_to: str | None = None):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [c for c in table.columns
-                                                                             if is_pair_column(c)]
+    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [
+        c for c in table.columns if is_pair_column(c)
+    ]
     rows = table.iloc[::-1].reset_index(drop=True)
     panels = max(1, len(columns))
     down = -(-panels // PANELS_PER_ROW)
@@ -534,8 +612,9 @@ def figure(table: pd.DataFrame, title: str, compare_to: str | None = None):
     label_width = 0.3 + 0.075 * max((len(s) for s in labels), default=0)  # about a character's width at TICK_FONT
     width = max(4.5, label_width + PANEL_WIDTH * across)
     height = 1.4 + down * (PANEL_MARGIN + ROW_HEIGHT * max(1, len(rows)))
-    fig, axes = plt.subplots(down, across, sharey=True, squeeze=False, figsize=(width, height), dpi=DPI,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        down, across, sharey=True, squeeze=False, figsize=(width, height), dpi=DPI, layout="constrained"
+    )
     for ax in axes.flat[panels:]:  # the last row's empty places
         fig.delaxes(ax)
     for ax, column in zip(axes.flat, columns):
@@ -546,14 +625,22 @@ def figure(table: pd.DataFrame, title: str, compare_to: str | None = None):
         ax.grid(axis="x", alpha=0.3)
     axes[0][0].set_yticks(np.arange(len(rows)), labels)
     axes[0][0].set_ylim(-0.6, len(rows) - 0.4)
-    note = "" if compare_to is None else (f"; dashed: {compare_to}, green: significantly higher, hollow: "
-                                          "significantly lower")
-    whiskers = "" if not any(f"{c} {LO}" in rows.columns for c in columns) else \
-        ", 95% interval (t over seeds where a row has several, else bootstrap)" if _seed_rows(rows) else \
-        ", 95% bootstrap interval"
+    note = (
+        ""
+        if compare_to is None
+        else (f"; dashed: {compare_to}, green: significantly higher, hollow: significantly lower")
+    )
+    whiskers = (
+        ""
+        if not any(f"{c} {LO}" in rows.columns for c in columns)
+        else ", 95% interval (t over seeds where a row has several, else bootstrap)"
+        if _seed_rows(rows)
+        else ", 95% bootstrap interval"
+    )
     characters = int(width * 72 / (0.55 * CAPTION_FONT))  # a line's worth at the caption's size
-    fig.supxlabel(textwrap.fill(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", characters),
-                  fontsize=CAPTION_FONT)
+    fig.supxlabel(
+        textwrap.fill(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", characters), fontsize=CAPTION_FONT
+    )
     fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 12))), fontsize=12)
     return fig
 

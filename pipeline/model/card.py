@@ -25,9 +25,11 @@ from pipeline.train.config import TrainConfig
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 
 CARD = "README.md"
-LOSSES = {"nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
-          "info-nce": "InfoNCE (one direction, N-1 negatives)",
-          "denoising": "the decoder's cross-entropy over the original sentence's tokens (the decoder is not exported)"}
+LOSSES = {
+    "nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
+    "info-nce": "InfoNCE (one direction, N-1 negatives)",
+    "denoising": "the decoder's cross-entropy over the original sentence's tokens (the decoder is not exported)",
+}
 
 
 def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
@@ -45,15 +47,21 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
     sources = {name: _dataset(root, stages[name], fp) for name, fp in sorted(pairs["inputs"].items()) if name in stages}
     run = TrainConfig(**cfg)
     return {
-        "objective": cfg["objective"], "augmentation": run.views,
-        "contrastive": cfg["contrastive"], "loss": cfg["loss"], "temperature": cfg["temperature"],
-        "mlm": cfg["mlm"], "mlm_probability": cfg["mlm_probability"], "pooling": cfg["pooling"],
+        "objective": cfg["objective"],
+        "augmentation": run.views,
+        "contrastive": cfg["contrastive"],
+        "loss": cfg["loss"],
+        "temperature": cfg["temperature"],
+        "mlm": cfg["mlm"],
+        "mlm_probability": cfg["mlm_probability"],
+        "pooling": cfg["pooling"],
         "recipe": ran_recipe(run.recipe(), cfg, extra.get("steps"), pairs),
         "base_model": parent["base_model"] if parent else model.get("base"),
         "architecture": parent["architecture"] if parent else _architecture(model.get("base"), model_config),
         "parameters": parent["parameters"] if parent else init.get("parameters"),
         "continues": {"fingerprint": init["fingerprint"], "recipe": parent["recipe"]} if parent else None,
-        "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]}, "sources": sources,
+        "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]},
+        "sources": sources,
         **{k: extra.get(k) for k in ("steps", "final_loss", "best_step", "best_dev_spearman", "selected_by")},
     }
 
@@ -78,7 +86,7 @@ def ran_recipe(recipe: str, train: dict, steps: int | None, pairs: dict | None) 
 
 
 def ran(train: dict, steps: int, pairs: dict | None) -> str:
-    """"27 steps (max_steps 1000) on 1,728 of 1,750 pairs from 20,000 sentences of 96 documents": the steps taken,
+    """ "27 steps (max_steps 1000) on 1,728 of 1,750 pairs from 20,000 sentences of 96 documents": the steps taken,
     the pairs they read (batch_size x grad_accumulation a step) of the pairs dataset's, and what those were made
     from (drawn)."""
     ceiling = train.get("max_steps")
@@ -98,8 +106,10 @@ def drawn(pairs: dict) -> tuple[str | None, str | None]:
     if (record := pairs.get("drawn")) is not None:
         documents = f"{record['documents']:,} documents"
         sentences = record.get("sentences")
-        return (documents if sentences is None else f"{sentences:,} sentences of {documents}",
-                record["documents_digest"])
+        return (
+            documents if sentences is None else f"{sentences:,} sentences of {documents}",
+            record["documents_digest"],
+        )
     if "triplets" in pairs:
         files = json.dumps(pairs.get("config", {}).get("files"), sort_keys=True, default=str)
         return f"{pairs['triplets']:,} NLI triplets", f"nli-{hashlib.sha256(files.encode()).hexdigest()[:16]}"
@@ -109,6 +119,7 @@ def drawn(pairs: dict) -> tuple[str | None, str | None]:
 class TrainedRun(NamedTuple):
     """A leaderboard row's train run: its dataset, that dataset's manifest, its pairs dataset's manifest (None when
     that dataset is gone), and whether the row is the model post-processed (evaluate.baselines.postprocess)."""
+
     model_dir: str
     train: dict
     pairs: dict | None
@@ -127,8 +138,12 @@ def trained_runs(scores_inputs: dict[str, str], train_stage: str, pairs_stage: s
         model_dir = dataset_path(root, train_stage, manifest["inputs"]["model"])
         train = read_manifest(model_dir)
         pairs = dataset_path(root, pairs_stage, train["inputs"]["pairs"])
-        runs[manifest["config"]["model"]] = TrainedRun(model_dir, train, read_manifest(pairs) if complete(pairs) else
-                                                       None, bool(manifest["config"]["spec"].get("postprocess")))
+        runs[manifest["config"]["model"]] = TrainedRun(
+            model_dir,
+            train,
+            read_manifest(pairs) if complete(pairs) else None,
+            bool(manifest["config"]["spec"].get("postprocess")),
+        )
     return runs
 
 
@@ -159,8 +174,10 @@ def _row_recipe(recipe: str, train: dict, pairs: dict | None) -> str:
 
 def _architecture(base: str | None, config) -> str:
     """From the trained model's own (transformers) config, which says what was trained whatever the stage configs say."""
-    shape = (f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
-             f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}")
+    shape = (
+        f"{config.num_hidden_layers} layers, hidden size {config.hidden_size}, "
+        f"{config.num_attention_heads} heads, feed-forward {config.intermediate_size}"
+    )
     kind = type(config).__name__.removesuffix("Config")
     return f"{base} (continued pretraining; {kind}: {shape})" if base else f"{kind} from scratch: {shape}"
 
@@ -168,23 +185,57 @@ def _architecture(base: str | None, config) -> str:
 def render(info: dict, scores: dict | None = None) -> str:
     """The card: Hub metadata, then what the model was trained from and how, then its leaderboard scores
     (`scores`: leaderboard column -> value) or a line saying it has none yet."""
-    return "\n".join([*_metadata(info), "", f"# {info.get('name') or info['objective']}: a contrastive sentence "
-                      "encoder", "", "Trained by contrastive-pipeline. Sentence embeddings are the "
-                      f"{info['pooling']}-pooled last layer.", "", "## Training", "", "| | |", "|---|---|",
-                      *(f"| {k} | {v} |" for k, v in _training(info)), "", "## Evaluation", "", *_scores(scores),
-                      "", "## Usage", "", "```python", "from sentence_transformers import SentenceTransformer", "",
-                      'model = SentenceTransformer("path/to/this/directory")',
-                      'embeddings = model.encode(["A sentence.", "Another one."])', "```", ""])
+    return "\n".join(
+        [
+            *_metadata(info),
+            "",
+            f"# {info.get('name') or info['objective']}: a contrastive sentence encoder",
+            "",
+            f"Trained by contrastive-pipeline. Sentence embeddings are the {info['pooling']}-pooled last layer.",
+            "",
+            "## Training",
+            "",
+            "| | |",
+            "|---|---|",
+            *(f"| {k} | {v} |" for k, v in _training(info)),
+            "",
+            "## Evaluation",
+            "",
+            *_scores(scores),
+            "",
+            "## Usage",
+            "",
+            "```python",
+            "from sentence_transformers import SentenceTransformer",
+            "",
+            'model = SentenceTransformer("path/to/this/directory")',
+            'embeddings = model.encode(["A sentence.", "Another one."])',
+            "```",
+            "",
+        ]
+    )
 
 
 def _metadata(info: dict) -> list[str]:
-    tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "contrastive-learning",
-            info["objective"]]
+    tags = [
+        "sentence-transformers",
+        "sentence-similarity",
+        "feature-extraction",
+        "contrastive-learning",
+        info["objective"],
+    ]
     base = info.get("base_model")
     # The Hub's base_model names a Hub model; a local directory is not one.
     hub_base = base and not base.startswith(("/", ".", "~")) and not os.path.isdir(base)
-    return ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity", "tags:",
-            *(f"- {t}" for t in tags), *([f"base_model: {base}"] if hub_base else []), "---"]
+    return [
+        "---",
+        "library_name: sentence-transformers",
+        "pipeline_tag: sentence-similarity",
+        "tags:",
+        *(f"- {t}" for t in tags),
+        *([f"base_model: {base}"] if hub_base else []),
+        "---",
+    ]
 
 
 def _training(info: dict) -> list[tuple[str, str]]:
@@ -199,31 +250,49 @@ def _training(info: dict) -> list[tuple[str, str]]:
     if info["mlm"]:
         loss += f" + masked language modelling ({info['mlm_probability']:.0%} of tokens, 80/10/10)"
     pairs = info["pairs"]
-    sources = "; ".join(f"{s['stage']} {name} `{s['fingerprint']}`"
-                        + (f" ({s['rows']:,} rows)" if s.get("rows") is not None else "")
-                        for name, s in info["sources"].items())
-    best = (f"step {info['best_step']} by {info['selected_by']}" if info.get("selected_by") else
-            f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
-            if info.get("best_dev_spearman") is not None else "not evaluated during training")
+    sources = "; ".join(
+        f"{s['stage']} {name} `{s['fingerprint']}`" + (f" ({s['rows']:,} rows)" if s.get("rows") is not None else "")
+        for name, s in info["sources"].items()
+    )
+    best = (
+        f"step {info['best_step']} by {info['selected_by']}"
+        if info.get("selected_by")
+        else f"{info['best_dev_spearman']:.4f} Spearman at step {info['best_step']}"
+        if info.get("best_dev_spearman") is not None
+        else "not evaluated during training"
+    )
     rows = [("base model", info.get("base_model") or "none: from scratch"), ("architecture", info["architecture"])]
     if info.get("continues"):
         parent = info["continues"]
         rows.append(("continues", f"train run `{parent['fingerprint']}` ({parent['recipe']})"))
     if info.get("parameters"):
         rows.append(("parameters", f"{info['parameters']:,}"))
-    steps = f"{info['steps']}" + (f" (final loss {info['final_loss']:.4f})" if info.get("final_loss") is not None
-                                  else "")
-    return rows + [("objective", trained), ("loss", loss), ("recipe", info["recipe"]),
-                   ("training pairs", f"`{pairs['fingerprint']}`: {pairs['rows']:,} pairs"
-                    + (f", made from {sources}" if sources else "")),
-                   ("steps", steps), ("selected", best)]
+    steps = f"{info['steps']}" + (
+        f" (final loss {info['final_loss']:.4f})" if info.get("final_loss") is not None else ""
+    )
+    return rows + [
+        ("objective", trained),
+        ("loss", loss),
+        ("recipe", info["recipe"]),
+        (
+            "training pairs",
+            f"`{pairs['fingerprint']}`: {pairs['rows']:,} pairs" + (f", made from {sources}" if sources else ""),
+        ),
+        ("steps", steps),
+        ("selected", best),
+    ]
 
 
 def _scores(scores: dict | None) -> list[str]:
     if not scores:
         return ["Not scored yet: the pipeline's leaderboard stage writes this model's scores here."]
-    lines = ["Scores from the pipeline's leaderboard (Spearman or accuracy x 100 on test; the leaderboard's "
-             "notes give each column's protocol).", "", "| column | score |", "|---|---:|"]
+    lines = [
+        "Scores from the pipeline's leaderboard (Spearman or accuracy x 100 on test; the leaderboard's "
+        "notes give each column's protocol).",
+        "",
+        "| column | score |",
+        "|---|---:|",
+    ]
     return lines + [f"| {column} | {_value(column, v)} |" for column, v in scores.items()]
 
 

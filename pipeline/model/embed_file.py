@@ -19,10 +19,10 @@ from __future__ import annotations
 import csv
 import os
 import uuid
+from collections.abc import Iterator
 from contextlib import closing
 from itertools import islice
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -102,8 +102,16 @@ READERS = {
 }
 
 
-def embed_file(model_dir: str, input_path: str, output_path: str, batch_size: int = 128, max_length: int = 128,
-               text_column: str = "text", pooling: str | None = None, chunk_rows: int = 10_000) -> int:
+def embed_file(
+    model_dir: str,
+    input_path: str,
+    output_path: str,
+    batch_size: int = 128,
+    max_length: int = 128,
+    text_column: str = "text",
+    pooling: str | None = None,
+    chunk_rows: int = 10_000,
+) -> int:
     """Embed every sentence of `input_path` into the Parquet file `output_path`; return the row count.
 
     The output appears only when complete: it is written to a temporary sibling renamed at the end.
@@ -112,8 +120,9 @@ def embed_file(model_dir: str, input_path: str, output_path: str, batch_size: in
         raise ValueError(f"chunk_rows must be at least 1, not {chunk_rows}")
     suffix = Path(input_path).suffix.lower()
     if suffix not in READERS:
-        raise InputError(f"{input_path}: unknown input type {suffix or '(no extension)'!r} "
-                         f"(expected {', '.join(READERS)})")
+        raise InputError(
+            f"{input_path}: unknown input type {suffix or '(no extension)'!r} (expected {', '.join(READERS)})"
+        )
     if not os.path.isfile(input_path):
         raise InputError(f"{input_path}: no such file")
     with closing(READERS[suffix](input_path, text_column)) as texts:
@@ -134,11 +143,16 @@ def embed_file(model_dir: str, input_path: str, output_path: str, batch_size: in
             with pq.ParquetWriter(tmp, schema) as writer, tqdm(desc="embed", unit="row", mininterval=2) as bar:
                 while chunk:
                     emb = encoder.encode(chunk, batch_size=batch_size)
-                    writer.write_table(pa.table([
-                        pa.array(np.arange(rows, rows + len(chunk), dtype=np.int64)),
-                        pa.array(chunk, pa.string()),
-                        pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), dim),
-                    ], schema=schema))
+                    writer.write_table(
+                        pa.table(
+                            [
+                                pa.array(np.arange(rows, rows + len(chunk), dtype=np.int64)),
+                                pa.array(chunk, pa.string()),
+                                pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), dim),
+                            ],
+                            schema=schema,
+                        )
+                    )
                     rows += len(chunk)
                     bar.update(len(chunk))
                     chunk = list(islice(texts, chunk_rows))

@@ -32,8 +32,13 @@ def export_pooling(path: str) -> str | None:
                 settings = json.load(f)
             # sentence-transformers >= 5 writes "pooling_mode"; older versions one flag per mode.
             mode = settings.get("pooling_mode") or next(
-                (k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
-                 for k, on in settings.items() if k.startswith("pooling_mode_") and on), "mean")
+                (
+                    k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+                    for k, on in settings.items()
+                    if k.startswith("pooling_mode_") and on
+                ),
+                "mean",
+            )
             if mode not in ("mean", "cls"):
                 raise InputError(f"{config}: pooling {mode!r} is not supported here (mean or cls)")
             return mode
@@ -52,8 +57,15 @@ def eval_length(model_config, tokenizer, max_length: int) -> int:
 
 
 @torch.inference_mode()
-def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int, batch_size: int = 128,
-          head: torch.nn.Module | None = None) -> np.ndarray:
+def embed(
+    model,
+    tokenizer,
+    sentences: list[str],
+    pooling: str,
+    max_length: int,
+    batch_size: int = 128,
+    head: torch.nn.Module | None = None,
+) -> np.ndarray:
     """Sentence embeddings from a bare encoder (AutoModel, or an MLM's base_model), pooled by `pooling`,
     then through `head` where the model keeps one (pipeline.model.head)."""
     device = next(model.parameters()).device
@@ -62,8 +74,9 @@ def embed(model, tokenizer, sentences: list[str], pooling: str, max_length: int,
     out = np.empty((len(sentences), model.config.hidden_size), dtype=np.float32)
     for i in range(0, len(sentences), batch_size):
         idx = order[i : i + batch_size]
-        enc = tokenizer([sentences[j] for j in idx], padding=True, truncation=True,
-                        max_length=max_length, return_tensors="pt").to(device)
+        enc = tokenizer(
+            [sentences[j] for j in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        ).to(device)
         hidden = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
         pooled = pool(hidden, enc["attention_mask"], pooling)
         vectors = (head(pooled) if head is not None else pooled).float().cpu().numpy()
@@ -92,8 +105,10 @@ class Encoder:
             with quiet_transformers():
                 self.model, info = AutoModel.from_pretrained(hf, output_loading_info=True, trust_remote_code=False)
             if missing := [k for k in info["missing_keys"] if not k.startswith("pooler.")]:
-                raise InputError(f"{path}: {hf} lacks {len(missing)} of the encoder's weights "
-                                 f"({', '.join(sorted(missing)[:3])}{', ...' if len(missing) > 3 else ''})")
+                raise InputError(
+                    f"{path}: {hf} lacks {len(missing)} of the encoder's weights "
+                    f"({', '.join(sorted(missing)[:3])}{', ...' if len(missing) > 3 else ''})"
+                )
             self.model.eval()
             self.pooling = pooling or export_pooling(local) or "mean"
             modules = st_dir(local)
@@ -127,11 +142,18 @@ class Encoder:
         out: list[np.ndarray] = [np.empty((0, self.model.config.hidden_size), dtype=np.float32)] * len(sentences)
         for i in range(0, len(sentences), batch_size):
             idx = order[i : i + batch_size]
-            enc = self.tokenizer([sentences[j] for j in idx], padding=True, truncation=True, max_length=self.max_length,
-                                 return_special_tokens_mask=True, return_tensors="pt")
+            enc = self.tokenizer(
+                [sentences[j] for j in idx],
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_special_tokens_mask=True,
+                return_tensors="pt",
+            )
             words = (enc["attention_mask"].bool() & ~enc["special_tokens_mask"].bool()).numpy()
-            hidden = self.model(input_ids=enc["input_ids"].to(self.device),
-                                attention_mask=enc["attention_mask"].to(self.device)).last_hidden_state
+            hidden = self.model(
+                input_ids=enc["input_ids"].to(self.device), attention_mask=enc["attention_mask"].to(self.device)
+            ).last_hidden_state
             hidden = hidden.float().cpu().numpy()
             for row, j in enumerate(idx):
                 out[j] = hidden[row][words[row]]

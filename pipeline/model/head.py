@@ -22,7 +22,7 @@ ACTIVATIONS = {"Tanh": nn.Tanh, "ReLU": nn.ReLU, "Identity": nn.Identity}
 def dense_layers(head: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     """The head (projection_head's linear, tanh or mlp) as (Linear, activation) pairs, in order."""
     layers: list[tuple[nn.Linear, nn.Module]] = []
-    for module in (head if isinstance(head, nn.Sequential) else [head]):
+    for module in head if isinstance(head, nn.Sequential) else [head]:
         if isinstance(module, nn.Linear):
             layers.append((module, nn.Identity()))
         elif layers and isinstance(layers[-1][1], nn.Identity) and type(module).__name__ in ACTIVATIONS:
@@ -37,12 +37,12 @@ def _dense(folder: str) -> nn.Sequential:
         config = json.load(f)
     name = config.get("activation_function", DEFAULT_ACTIVATION)
     if not name.startswith("torch.nn.") or name.rsplit(".", 1)[-1] not in ACTIVATIONS:
-        raise InputError(f"{folder}/config.json: activation {name!r} is not supported here "
-                         f"({', '.join(ACTIVATIONS)})")
+        raise InputError(f"{folder}/config.json: activation {name!r} is not supported here ({', '.join(ACTIVATIONS)})")
     linear = nn.Linear(config["in_features"], config["out_features"], bias=config.get("bias", True))
     weights = f"{folder}/model.safetensors"
-    state = load_file(weights) if os.path.isfile(weights) else torch.load(f"{folder}/pytorch_model.bin",
-                                                                         weights_only=True)
+    state = (
+        load_file(weights) if os.path.isfile(weights) else torch.load(f"{folder}/pytorch_model.bin", weights_only=True)
+    )
     linear.load_state_dict({k.removeprefix("linear."): v for k, v in state.items()})
     return nn.Sequential(linear, ACTIVATIONS[name.rsplit(".", 1)[-1]]())
 

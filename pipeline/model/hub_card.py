@@ -26,8 +26,12 @@ DEFAULT_LICENSE = "apache-2.0"
 LANGUAGE = "en"  # the corpora and evaluation sets this pipeline reads are English
 TAGS = ["sentence-transformers", "sentence-similarity", "feature-extraction", "contrastive-pipeline"]
 # Where a corpus source comes from, by what its name holds: the Hub dataset that publishes the same text.
-HUB_DATASETS = {"urlsf_subset": "Skylion007/openwebtext", "openwebtext": "Skylion007/openwebtext",
-                "pages-articles": "wikimedia/wikipedia", "wikimedia/wikipedia": "wikimedia/wikipedia"}
+HUB_DATASETS = {
+    "urlsf_subset": "Skylion007/openwebtext",
+    "openwebtext": "Skylion007/openwebtext",
+    "pages-articles": "wikimedia/wikipedia",
+    "wikimedia/wikipedia": "wikimedia/wikipedia",
+}
 SIMILARITY_METRICS = {"spearman", "pearson"}
 CLASSIFICATION_METRICS = {"accuracy", "f1"}
 NOT_SCORES = {"alignment", "uniformity", "sentence_anisotropy", "anisotropy"}  # analysis: no Hub benchmark result
@@ -40,8 +44,9 @@ def st_folder(model: str) -> str:
             if why := why_not_a_model(folder):
                 raise InputError(why)
             return folder
-    raise InputError(f"{model}: no sentence-transformers model here (a train dataset directory, or a directory "
-                     "holding modules.json)")
+    raise InputError(
+        f"{model}: no sentence-transformers model here (a train dataset directory, or a directory holding modules.json)"
+    )
 
 
 def _datasets(root: str) -> list[dict]:
@@ -61,8 +66,9 @@ def model_scores(model: str, artifacts: str | None) -> pd.DataFrame:
     for d in sorted(found, key=lambda d: d.get("created") or 0):
         manifest = read_manifest(d["path"])
         spec = manifest.get("config", {}).get("spec") or {}
-        ours = manifest.get("inputs", {}).get("model") == fp or \
-            (isinstance(spec.get("path"), str) and os.path.realpath(spec["path"]) == here)
+        ours = manifest.get("inputs", {}).get("model") == fp or (
+            isinstance(spec.get("path"), str) and os.path.realpath(spec["path"]) == here
+        )
         if ours and "spec" in manifest.get("config", {}):
             frames.append(read_table(d["path"]).to_pandas())
     if not frames:
@@ -98,13 +104,25 @@ def _results(scores: pd.DataFrame) -> list:
     for row in scores.itertuples():
         if row.value is None or isinstance(row.value, float) and math.isnan(row.value):
             continue
-        task = ("sentence-similarity" if row.metric in SIMILARITY_METRICS else
-                "text-classification" if row.metric in CLASSIFICATION_METRICS else "feature-extraction")
+        task = (
+            "sentence-similarity"
+            if row.metric in SIMILARITY_METRICS
+            else "text-classification"
+            if row.metric in CLASSIFICATION_METRICS
+            else "feature-extraction"
+        )
         # x 100, as the leaderboard and the card's own table show them
-        results.append(EvalResult(task_type=task, dataset_type=str(row.task), dataset_name=str(row.task),
-                                  dataset_split="test", metric_type=f"{row.protocol}_{row.metric}".lower(),
-                                  metric_name=f"{row.metric} x 100 ({row.protocol})",
-                                  metric_value=round(float(row.value) * 100, 2)))
+        results.append(
+            EvalResult(
+                task_type=task,
+                dataset_type=str(row.task),
+                dataset_name=str(row.task),
+                dataset_split="test",
+                metric_type=f"{row.protocol}_{row.metric}".lower(),
+                metric_name=f"{row.metric} x 100 ({row.protocol})",
+                metric_value=round(float(row.value) * 100, 2),
+            )
+        )
     return results
 
 
@@ -141,8 +159,9 @@ def _staged(folder: str, stage: str, card: str) -> None:
         f.write(card)
 
 
-def push(model: str, repo_id: str, private: bool = False, license: str | None = None,
-         artifacts: str | None = None) -> str:
+def push(
+    model: str, repo_id: str, private: bool = False, license: str | None = None, artifacts: str | None = None
+) -> str:
     """Upload `model`'s sentence-transformers directory and its Hub card to `repo_id` (created if need be);
     returns the commit's URL. Every failure is one InputError line, without the token."""
     if not HUB_NAME.match(repo_id) or "/" not in repo_id:
@@ -154,15 +173,19 @@ def push(model: str, repo_id: str, private: bool = False, license: str | None = 
     token = huggingface_hub.get_token()
     if not token:
         raise InputError("no Hugging Face token: set HF_TOKEN or log in with `hf auth login`")
-    card = hub_card(_read(os.path.join(folder, CARD)), repo_id, license, corpus_sources(model),
-                    model_scores(model, artifacts))
+    card = hub_card(
+        _read(os.path.join(folder, CARD)), repo_id, license, corpus_sources(model), model_scores(model, artifacts)
+    )
     api = huggingface_hub.HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="cpipe-push-") as stage:
         _staged(folder, stage, card)
         try:
             api.create_repo(repo_id, private=private, exist_ok=True)
-            commit = api.upload_folder(repo_id=repo_id, folder_path=stage,
-                                       commit_message="Upload a sentence encoder trained by contrastive-pipeline")
+            commit = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=stage,
+                commit_message="Upload a sentence encoder trained by contrastive-pipeline",
+            )
         except (errors.HfHubHTTPError, OSError, ValueError) as e:
             raise InputError(f"push to {repo_id} failed: {_first_line(e).replace(token, '***')}") from None
     return str(commit.commit_url if hasattr(commit, "commit_url") else commit)

@@ -21,8 +21,19 @@ HUB_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 # The PyTorch weights transformers reads (one file, or an index of shards).
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # What a hub repo may hold beside them that nothing here reads: other frameworks' weights and exported runtimes.
-NOT_READ = ["*.h5", "*.msgpack", "*.ot", "*.onnx", "*.tflite", "onnx/*", "openvino/*", "coreml/*",
-            "tf_model*", "flax_model*", "rust_model*"]
+NOT_READ = [
+    "*.h5",
+    "*.msgpack",
+    "*.ot",
+    "*.onnx",
+    "*.tflite",
+    "onnx/*",
+    "openvino/*",
+    "coreml/*",
+    "tf_model*",
+    "flax_model*",
+    "rust_model*",
+]
 HF_DIR = "hf"  # where our exports keep the Hugging Face files, beside ST_DIR
 ST_DIR = "sentence-transformers"  # where they keep the sentence-transformers modules
 SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # preferred by transformers where present
@@ -36,7 +47,8 @@ SAFE_GLOBALS = re.compile(
     r"|_utils\._rebuild_(tensor(_v[23])?|parameter(_with_state)?|qtensor|sparse_tensor|nested_tensor"
     r"|meta_tensor_no_storage|wrapper_subclass|device_tensor_from_(cpu_tensor|numpy))"
     r"|(cuda\.)?(sparse\.)?[A-Z][A-Za-z0-9]*(Storage|Tensor)"
-    r"|u?int\d+|float\d\w*|bfloat16|complex\d+|bool|bits\w+|q(u)?int\w+|per_(tensor|channel)_\w+)")
+    r"|u?int\d+|float\d\w*|bfloat16|complex\d+|bool|bits\w+|q(u)?int\w+|per_(tensor|channel)_\w+)"
+)
 ZIP_MAGIC = b"PK\x03\x04"  # how torch.load tells its zip format from the legacy one
 LEGACY_PICKLES = 5  # torch's pre-zip format: magic number, protocol, system info, the object, its storages' keys
 
@@ -108,16 +120,22 @@ def _remote_code(hf: str) -> str | None:
         if not isinstance(settings, dict):
             return f"{file}: not a JSON object"
         if settings.get("auto_map"):
-            return (f"{file}: auto_map names the model's own code ({json.dumps(settings['auto_map'])[:120]}), "
-                    "which is never run here (trust_remote_code=False); use a model transformers implements")
+            return (
+                f"{file}: auto_map names the model's own code ({json.dumps(settings['auto_map'])[:120]}), "
+                "which is never run here (trust_remote_code=False); use a model transformers implements"
+            )
     return None
 
 
 def _pickled_weights(path: str, hf: str) -> list[str]:
     """The pickled weights files what loads `path` would read: hf's pytorch_model.bin (or its shards) when it
     has no safetensors, and each sentence-transformers Dense module's pytorch_model.bin likewise."""
-    folders = [hf] + [os.path.join(st, m["path"]) for st in (os.path.join(path, ST_DIR), path)
-                      for m in _modules(st) if str(m.get("type", "")).endswith("Dense")]
+    folders = [hf] + [
+        os.path.join(st, m["path"])
+        for st in (os.path.join(path, ST_DIR), path)
+        for m in _modules(st)
+        if str(m.get("type", "")).endswith("Dense")
+    ]
     files = []
     for folder in folders:
         if any(os.path.isfile(os.path.join(folder, name)) for name in SAFETENSORS):
@@ -140,8 +158,11 @@ def _modules(st: str) -> list[dict]:
             listed = json.load(f)
     except (OSError, ValueError):
         return []
-    return [m for m in listed if isinstance(m, dict) and isinstance(m.get("path"), str)] \
-        if isinstance(listed, list) else []
+    return (
+        [m for m in listed if isinstance(m, dict) and isinstance(m.get("path"), str)]
+        if isinstance(listed, list)
+        else []
+    )
 
 
 def why_unsafe_pickle(file: str) -> str | None:

@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 import warnings
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,9 +38,12 @@ TOLERANCE = 1e-4  # float32 kernels of two runtimes differ by ~1e-6 on these; a 
 # The modules a sentence-transformers model may list that the graph reproduces; any other would be left out.
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 # Short and long, so that a batch is padded; the last one runs past every model's length limit (truncated).
-CHECK_SENTENCES = ["A man is playing a guitar.", "Hi.",
-                   "The quick brown fox jumps over the lazy dog while the band plays on in the park nearby.",
-                   " ".join(["Long documents are truncated to the model's limit, and so is this one."] * 80)]
+CHECK_SENTENCES = [
+    "A man is playing a guitar.",
+    "Hi.",
+    "The quick brown fox jumps over the lazy dog while the band plays on in the park nearby.",
+    " ".join(["Long documents are truncated to the model's limit, and so is this one."] * 80),
+]
 
 
 class ExportMismatch(Exception):
@@ -80,8 +82,9 @@ def _modules(path: str) -> tuple[bool, int | None]:
     with open(f"{folder}/modules.json", encoding="utf-8") as f:
         kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in json.load(f)]
     if other := [k for k in kinds if k not in MODULES]:
-        raise InputError(f"{folder}/modules.json: module {other[0]} has no place in the ONNX graph "
-                         f"(it takes {', '.join(MODULES)})")
+        raise InputError(
+            f"{folder}/modules.json: module {other[0]} has no place in the ONNX graph (it takes {', '.join(MODULES)})"
+        )
     length = None
     if os.path.isfile(config := f"{folder}/sentence_bert_config.json"):
         with open(config, encoding="utf-8") as f:
@@ -112,9 +115,17 @@ def _export_graph(graph: nn.Module, encoder: Encoder, file: str) -> None:
     try:
         with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(graph, tuple(example[name] for name in INPUTS), file, input_names=list(INPUTS),
-                              output_names=[OUTPUT], dynamic_shapes=axes, dynamo=True, verbose=False,
-                              external_data=_large(graph))
+            torch.onnx.export(
+                graph,
+                tuple(example[name] for name in INPUTS),
+                file,
+                input_names=list(INPUTS),
+                output_names=[OUTPUT],
+                dynamic_shapes=axes,
+                dynamo=True,
+                verbose=False,
+                external_data=_large(graph),
+            )
     finally:
         exporter_log.setLevel(level)
 
@@ -158,8 +169,10 @@ def export_onnx(model: str, out: str) -> float:
         import onnxruntime  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError as e:
-        raise InputError(f"cpipe export --onnx needs the `onnx` extra ({e.name} is not installed): "
-                         "pip install 'contrastive-pipeline[onnx]'") from None
+        raise InputError(
+            f"cpipe export --onnx needs the `onnx` extra ({e.name} is not installed): "
+            "pip install 'contrastive-pipeline[onnx]'"
+        ) from None
     from pipeline.model.exported import Encoder
     from pipeline.model.transformer import portable_tokenizer
 
@@ -182,8 +195,10 @@ def export_onnx(model: str, out: str) -> float:
         encoder.model.config.save_pretrained(tmp)
         difference = max_difference(tmp, encoder, normalize)
         if not difference <= TOLERANCE:  # NaN fails too
-            raise ExportMismatch(f"{out}: the ONNX graph's embeddings differ from the PyTorch model's by up to "
-                                 f"{difference:.3g} (more than {TOLERANCE:g}); nothing written")
+            raise ExportMismatch(
+                f"{out}: the ONNX graph's embeddings differ from the PyTorch model's by up to "
+                f"{difference:.3g} (more than {TOLERANCE:g}); nothing written"
+            )
         _describe(tmp, model, encoder, normalize, difference)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
@@ -201,9 +216,17 @@ def _umask() -> int:
 
 
 def _describe(folder: str, model: str, encoder: Encoder, normalize: bool, difference: float) -> None:
-    description = {"model": conceal(model), "inputs": list(INPUTS), "output": OUTPUT, "pooling": encoder.pooling,
-                   "head": encoder.head is not None, "normalize": normalize, "dimension": encoder.dimension,
-                   "max_length": encoder.max_length, "checked_max_abs_difference": difference}
+    description = {
+        "model": conceal(model),
+        "inputs": list(INPUTS),
+        "output": OUTPUT,
+        "pooling": encoder.pooling,
+        "head": encoder.head is not None,
+        "normalize": normalize,
+        "dimension": encoder.dimension,
+        "max_length": encoder.max_length,
+        "checked_max_abs_difference": difference,
+    }
     with open(f"{folder}/{DESCRIPTION}", "w", encoding="utf-8") as f:
         json.dump(description, f, indent=2)
         f.write("\n")

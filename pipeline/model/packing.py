@@ -32,26 +32,41 @@ warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is 
 logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
-def packed_attention(module: nn.Module, query, key, value, attention_mask, dropout: float = 0.0,
-                     scaling: float | None = None, cu_seq_lens_q: torch.Tensor | None = None,
-                     max_length_q: int | None = None, min_length_q: int | None = None, **kwargs):
+def packed_attention(
+    module: nn.Module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    max_length_q: int | None = None,
+    min_length_q: int | None = None,
+    **kwargs,
+):
     """(batch 1, heads, tokens, dim) projections of a packed sequence whose rows start at `cu_seq_lens_q`
     (the longest and shortest rows' lengths given, so that a compiled model reads no tensor's value) ->
     (1, tokens, heads, dim), each row attending within itself. Without offsets: transformers' SDPA."""
     if cu_seq_lens_q is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    return _rowwise(query[0], key[0], value[0], cu_seq_lens_q, max_length_q, min_length_q, dropout,
-                    scaling).unsqueeze(0), None
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    return _rowwise(query[0], key[0], value[0], cu_seq_lens_q, max_length_q, min_length_q, dropout, scaling).unsqueeze(
+        0
+    ), None
 
 
 # Eager inside a compiled model (one graph break per layer): Dynamo does not trace SDPA on a nested tensor
 # (its CPU path reads sizes from tensors), and Flash's kernel gains nothing from compilation.
 @torch.compiler.disable
 def _rowwise(query, key, value, offsets, longest, shortest, dropout, scaling):
-    q, k, v = (torch.nested.nested_tensor_from_jagged(t.transpose(0, 1), offsets, min_seqlen=shortest,
-                                                      max_seqlen=longest).transpose(1, 2)
-               for t in (query, key, value))
+    q, k, v = (
+        torch.nested.nested_tensor_from_jagged(
+            t.transpose(0, 1), offsets, min_seqlen=shortest, max_seqlen=longest
+        ).transpose(1, 2)
+        for t in (query, key, value)
+    )
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling).transpose(1, 2).values()
 
 
@@ -82,7 +97,12 @@ def packed_hidden(mlm_model: nn.Module, input_ids: torch.Tensor, attention_mask:
     offsets = torch.tensor(starts, dtype=torch.int64).to(device)
     ids = input_ids.flatten().index_select(0, real).unsqueeze(0)
     hidden = mlm_model.base_model(
-        input_ids=ids, position_ids=(columns + first_position(mlm_model)).unsqueeze(0),
-        token_type_ids=torch.zeros_like(ids), cu_seq_lens_q=offsets, cu_seq_lens_k=offsets,
-        max_length_q=max(lengths), min_length_q=min(lengths)).last_hidden_state[0]
+        input_ids=ids,
+        position_ids=(columns + first_position(mlm_model)).unsqueeze(0),
+        token_type_ids=torch.zeros_like(ids),
+        cu_seq_lens_q=offsets,
+        cu_seq_lens_k=offsets,
+        max_length_q=max(lengths),
+        min_length_q=min(lengths),
+    ).last_hidden_state[0]
     return hidden.new_zeros(rows * width, hidden.size(-1)).index_copy(0, real, hidden).view(rows, width, -1)

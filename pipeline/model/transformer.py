@@ -32,7 +32,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """"mean" over real tokens (DeCLUTR), or "cls": the first token's state (<s> / [CLS])."""
+    """ "mean" over real tokens (DeCLUTR), or "cls": the first token's state (<s> / [CLS])."""
     return hidden[:, 0] if pooling == "cls" else mean_pool(hidden, attention_mask)
 
 
@@ -55,11 +55,19 @@ def projection_head(kind: str | None, dim: int, out: int | None = None) -> nn.Mo
 
 def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
     return RobertaConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg["hidden_size"], num_hidden_layers=cfg["num_layers"],
-        num_attention_heads=cfg["num_heads"], intermediate_size=cfg["intermediate_size"],
-        hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"],
-        max_position_embeddings=cfg["max_position_embeddings"], pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, type_vocab_size=1)
+        vocab_size=len(tokenizer),
+        hidden_size=cfg["hidden_size"],
+        num_hidden_layers=cfg["num_layers"],
+        num_attention_heads=cfg["num_heads"],
+        intermediate_size=cfg["intermediate_size"],
+        hidden_dropout_prob=cfg["dropout"],
+        attention_probs_dropout_prob=cfg["dropout"],
+        max_position_embeddings=cfg["max_position_embeddings"],
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        type_vocab_size=1,
+    )
 
 
 def build_model(cfg: dict, tokenizer) -> nn.Module:
@@ -109,13 +117,19 @@ def load_base(base: str) -> nn.Module:
     """The base model as a masked LM. A checkpoint without the MLM head (a sentence-transformers model, a
     bare BertModel) gets a freshly initialised one, from the torch seed the caller set; this says so once."""
     with quiet_transformers():
-        model, info = AutoModelForMaskedLM.from_pretrained(base_path(base), output_loading_info=True,
-                                                           trust_remote_code=False)
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            base_path(base), output_loading_info=True, trust_remote_code=False
+        )
     head = mlm_head_name(model)
     fresh = sorted(k for k in info["missing_keys"] if k.startswith(f"{head}."))
     if fresh:
-        log.info("init: %s has no masked-LM head (%d of its weights missing); MLM trains a freshly "
-                 "initialised %s.%s", base, len(fresh), type(model).__name__, head)
+        log.info(
+            "init: %s has no masked-LM head (%d of its weights missing); MLM trains a freshly initialised %s.%s",
+            base,
+            len(fresh),
+            type(model).__name__,
+            head,
+        )
     return model
 
 
@@ -145,9 +159,16 @@ class SpanEncoder(nn.Module):
     same forward so that DDP sees one forward a step; like the head, it is never exported.
     """
 
-    def __init__(self, mlm_model: nn.Module, pooling: str = "mean", projection: str | None = None,
-                 compile: bool = False, packing: bool = False, projection_dim: int | None = None,
-                 decoder: nn.Module | None = None):
+    def __init__(
+        self,
+        mlm_model: nn.Module,
+        pooling: str = "mean",
+        projection: str | None = None,
+        compile: bool = False,
+        packing: bool = False,
+        projection_dim: int | None = None,
+        decoder: nn.Module | None = None,
+    ):
         super().__init__()
         self.mlm_model = mlm_model
         self.head = getattr(mlm_model, mlm_head_name(mlm_model))
@@ -157,8 +178,10 @@ class SpanEncoder(nn.Module):
         self.packing = packing
         if packing:
             if not packable(mlm_model):
-                raise InputError(f"train.packing: {type(mlm_model).__name__} does not use transformers' attention "
-                                  "interface, which packing needs; set train.packing: false")
+                raise InputError(
+                    f"train.packing: {type(mlm_model).__name__} does not use transformers' attention "
+                    "interface, which packing needs; set train.packing: false"
+                )
             mlm_model.set_attn_implementation(PACKED)  # not saved: an exported model loads with the default
         if compile:
             # In place (nn.Module.compile): parameter names, state_dict and export stay the model's own.
@@ -177,10 +200,14 @@ class SpanEncoder(nn.Module):
         for rows, width in (None if self.packing else chunks) or [(input_ids.size(0), input_ids.size(1))]:
             block = slice(start, start + rows)
             # Copies with their own strides and offset 0: a compiled encoder guards on both, which cuts vary.
-            ids, mask = (t[block, :width].clone(memory_format=torch.contiguous_format)
-                         for t in (input_ids, attention_mask))
-            hidden = packed_hidden(self.mlm_model, ids, mask) if self.packing else \
-                self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+            ids, mask = (
+                t[block, :width].clone(memory_format=torch.contiguous_format) for t in (input_ids, attention_mask)
+            )
+            hidden = (
+                packed_hidden(self.mlm_model, ids, mask)
+                if self.packing
+                else self.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+            )
             pooled.append(pool(hidden, mask, self.pooling))
             if mlm_positions is not None:
                 # Rows picked by index, found where the mask is: on the host, the device never waits on it.
@@ -211,10 +238,17 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean",
         max_seq_length = min(tokenizer.model_max_length, position_limit(mlm_model))
         word = models.Transformer(hf, max_seq_length=max_seq_length)
         pooler = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
-        dense = [models.Dense(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                              activation_function=activation, init_weight=linear.weight.detach().clone(),
-                              init_bias=None if linear.bias is None else linear.bias.detach().clone())
-                 for linear, activation in (dense_layers(head) if head is not None else [])]
+        dense = [
+            models.Dense(
+                linear.in_features,
+                linear.out_features,
+                bias=linear.bias is not None,
+                activation_function=activation,
+                init_weight=linear.weight.detach().clone(),
+                init_bias=None if linear.bias is None else linear.bias.detach().clone(),
+            )
+            for linear, activation in (dense_layers(head) if head is not None else [])
+        ]
         SentenceTransformer(modules=[word, pooler, *dense], device="cpu").save(f"{out_dir}/{ST_DIR}")
     for folder in (hf, f"{out_dir}/{ST_DIR}"):
         portable_tokenizer(folder)

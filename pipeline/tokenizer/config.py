@@ -13,4 +13,3 @@ class TokenizerConfig(Strict):
     vocab_size: int = Field(8192, ge=300)
     min_frequency: int = Field(2, ge=1)
     max_length: int = Field(514, ge=16, description="model_max_length stored with the tokenizer")
-

@@ -53,7 +53,7 @@ def pieces(text: str, size: int) -> list[tuple[int, int]]:
 
 
 def collapse_whitespace(text: str) -> str:
-    """" ".join(text.split()), a piece at a time: the list of a long document's words is never built whole."""
+    """ " ".join(text.split()), a piece at a time: the list of a long document's words is never built whole."""
     parts: list[str] = []
     for start, end in pieces(text, PIECE_CHARS):
         if not (part := " ".join(text[start:end].split())):
@@ -110,5 +110,10 @@ def load_tokenizer(path: str):
 
 def add_deletion_token(tok) -> None:
     """DEL_TOKEN as a special token; lstrip takes the space before it, so " <del>" is that one id."""
-    tok.add_special_tokens({"additional_special_tokens": [
-        AddedToken(DEL_TOKEN, lstrip=True, rstrip=False, normalized=False, special=True)]})
+    tok.add_special_tokens(
+        {
+            "additional_special_tokens": [
+                AddedToken(DEL_TOKEN, lstrip=True, rstrip=False, normalized=False, special=True)
+            ]
+        }
+    )

@@ -40,16 +40,25 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     if config["base"]:
         tok = AutoTokenizer.from_pretrained(base_path(config["base"]), trust_remote_code=False)
         untruncated(tok.backend_tokenizer)
-        log.info("tokenizer: using %s's tokenizer (%d tokens), without truncation or padding", config["base"],
-                 len(tok))
+        log.info("tokenizer: using %s's tokenizer (%d tokens), without truncation or padding", config["base"], len(tok))
     else:
         bpe = ByteLevelBPETokenizer()
-        bpe.train_from_iterator(_texts(inputs["corpus"]), vocab_size=config["vocab_size"],
-                                min_frequency=config["min_frequency"], special_tokens=list(SPECIAL.values()))
+        bpe.train_from_iterator(
+            _texts(inputs["corpus"]),
+            vocab_size=config["vocab_size"],
+            min_frequency=config["min_frequency"],
+            special_tokens=list(SPECIAL.values()),
+        )
         bpe._tokenizer.post_processor = RobertaProcessing(
-            ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
-        tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, cls_token="<s>", sep_token="</s>",
-                                      model_max_length=config["max_length"], **SPECIAL)
+            ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
+        )
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=bpe._tokenizer,
+            cls_token="<s>",
+            sep_token="</s>",
+            model_max_length=config["max_length"],
+            **SPECIAL,
+        )
         log.info("tokenizer: trained byte-level BPE with %d tokens", len(tok))
     add_deletion_token(tok)
     tok.save_pretrained(out.local_dir)
@@ -60,5 +69,6 @@ def check(cfg: Config) -> None:
     check_base(cfg.model.base)
 
 
-STAGE = Stage(name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run,
-              check=check)
+STAGE = Stage(
+    name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run, check=check
+)

@@ -18,9 +18,9 @@ import json
 import math
 import re
 import warnings
-from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -67,12 +67,17 @@ class Store:
         if found is None:
             # A sqlite store's artifacts beside its file; MLflow's default is ./mlruns of whatever the working
             # directory is. A server keeps its own.
-            beside = f"{self.uri.split(':///', 1)[1].rsplit('/', 1)[0]}/mlartifacts" if self.uri.startswith(
-                "sqlite:") else None
+            beside = (
+                f"{self.uri.split(':///', 1)[1].rsplit('/', 1)[0]}/mlartifacts"
+                if self.uri.startswith("sqlite:")
+                else None
+            )
             return self.client.create_experiment(name, artifact_location=beside and f"{beside}/{name}")
         if found.lifecycle_stage != "active":
-            raise InputError(f"{KEY} {self.uri}: experiment {name!r} is deleted there; restore it (mlflow "
-                             "experiments restore) or set tracking.mlflow.experiment to another name")
+            raise InputError(
+                f"{KEY} {self.uri}: experiment {name!r} is deleted there; restore it (mlflow "
+                "experiments restore) or set tracking.mlflow.experiment to another name"
+            )
         return found.experiment_id
 
     @contextmanager
@@ -83,16 +88,19 @@ class Store:
         except InputError:
             raise
         except Exception as e:
-            if not (isinstance(e, (OSError, ImportError))
-                    or type(e).__module__.split(".")[0] in ("mlflow", "sqlalchemy", "alembic", "requests", "urllib3")):
+            if not (
+                isinstance(e, (OSError, ImportError))
+                or type(e).__module__.split(".")[0] in ("mlflow", "sqlalchemy", "alembic", "requests", "urllib3")
+            ):
                 raise
             raise InputError(f"{KEY} {self.uri}: {_first_line(e)}") from None
 
     def find(self, fp: str) -> str | None:
         """The run reported from the train dataset of fingerprint `fp`, if any."""
         with self.errors():
-            runs = self.client.search_runs([self.experiment], filter_string=f"tags.`{FINGERPRINT}` = '{fp}'",
-                                           max_results=1)
+            runs = self.client.search_runs(
+                [self.experiment], filter_string=f"tags.`{FINGERPRINT}` = '{fp}'", max_results=1
+            )
         return runs[0].info.run_id if runs else None
 
 
@@ -121,8 +129,12 @@ def report_leaderboard(settings: MlflowConfig, path: str) -> dict[str, str]:
             if tag in store.client.get_run(run_id).data.tags:
                 continue
             # A failure here leaves the run as it was (its training's record) and untagged: the next report redoes it.
-            store.client.log_batch(run_id, metrics=_metrics({
-                f"leaderboard/{_key(c)}": v for c, v in own_scores(table, model).items()}, _ms(manifest["created"])))
+            store.client.log_batch(
+                run_id,
+                metrics=_metrics(
+                    {f"leaderboard/{_key(c)}": v for c, v in own_scores(table, model).items()}, _ms(manifest["created"])
+                ),
+            )
             store.client.set_tag(run_id, "cpipe.leaderboard_row", split_seeded(model)[0])
             _log_file(store, run_id, f"{run.model_dir.rstrip('/')}/{ST_DIR}/{CARD}", "model_card")
             _log_file(store, run_id, f"{path.rstrip('/')}/leaderboard.md", f"leaderboards/{manifest['fingerprint']}")
@@ -139,9 +151,17 @@ def _training(store: Store, path: str, row: str) -> str:
     start = manifest["created"] - seconds  # the run's steps on its own clock, ending when the dataset was written
     name = seeded(split_seeded(row)[0], manifest["config"]["train"]["seed"])
     with store.errors():
-        run = store.client.create_run(store.experiment, start_time=_ms(start), run_name=name, tags={
-            "cpipe.run": split_seeded(row)[0], "cpipe.seed": str(manifest["config"]["train"]["seed"]),
-            "cpipe.row": row, "cpipe.dataset": path})
+        run = store.client.create_run(
+            store.experiment,
+            start_time=_ms(start),
+            run_name=name,
+            tags={
+                "cpipe.run": split_seeded(row)[0],
+                "cpipe.seed": str(manifest["config"]["train"]["seed"]),
+                "cpipe.row": row,
+                "cpipe.dataset": path,
+            },
+        )
         run_id = run.info.run_id
         with _failing(store, run_id):
             _log_training(store, run_id, path, manifest, rows, start)
@@ -153,11 +173,12 @@ def _training(store: Store, path: str, row: str) -> str:
 def _log_training(store: Store, run_id: str, path: str, manifest: dict, rows: list[dict], start: float) -> None:
     items = sorted(recipe_params(path, manifest).items())
     for i in range(0, len(items), 100):  # MLflow takes at most 100 params a batch
-        store.client.log_batch(run_id, params=[_param(k, v) for k, v in items[i:i + 100]])
+        store.client.log_batch(run_id, params=[_param(k, v) for k, v in items[i : i + 100]])
     metrics = curve_metrics(rows, start) + _metrics(
-        {f"result/{k}": manifest[k] for k in RESULTS if _number(manifest.get(k))}, _ms(manifest["created"]))
+        {f"result/{k}": manifest[k] for k in RESULTS if _number(manifest.get(k))}, _ms(manifest["created"])
+    )
     for i in range(0, len(metrics), 1000):  # and 1000 metrics
-        store.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        store.client.log_batch(run_id, metrics=metrics[i : i + 1000])
     for file, where in ((f"{ST_DIR}/{CARD}", "model_card"), (PNG, None)):
         if _exists(path, file):
             _log_file(store, run_id, f"{path.rstrip('/')}/{file}", where)
@@ -172,8 +193,9 @@ def recipe_params(path: str, manifest: dict) -> dict[str, str]:
     card = manifest.get("card") or {}
     pairs = dataset_path(dataset_parts(path)[0], augment.STAGE.name, manifest["inputs"]["pairs"])
     if card.get("recipe"):
-        params["recipe"] = ran_recipe(card["recipe"], config["train"], manifest.get("steps"),
-                                      read_manifest(pairs) if complete(pairs) else None)
+        params["recipe"] = ran_recipe(
+            card["recipe"], config["train"], manifest.get("steps"), read_manifest(pairs) if complete(pairs) else None
+        )
     params.update({k: card[k] for k in CARD_FACTS if card.get(k) is not None})
     params.update({f"input.{k}": fp for k, fp in manifest["inputs"].items()})
     return {k: _text(v) for k, v in params.items()}
@@ -182,16 +204,18 @@ def recipe_params(path: str, manifest: dict) -> dict[str, str]:
 def curve_metrics(rows: list[dict], start: float) -> list:
     """Every curve of train's per-step rows as MLflow metrics, each point at its step and at its wall time."""
     seconds = {int(r["step"]): r.get("seconds") for r in rows}
-    return [m for tag, (steps, values) in series(rows).items()
-            for m in _metrics_at(tag, steps, values, [_ms(start + (seconds.get(s) or 0.0)) for s in steps])]
+    return [
+        m
+        for tag, (steps, values) in series(rows).items()
+        for m in _metrics_at(tag, steps, values, [_ms(start + (seconds.get(s) or 0.0)) for s in steps])
+    ]
 
 
 def own_scores(table: pd.DataFrame, model: str) -> dict[str, float]:
     """`model`'s scores on the leaderboard: its row's, or, for a repeat of a row over several seeds
     ("<row> (seed s)"), its own seed's (the "<column> per seed" values; the table keeps none for the analysis
     columns). Score columns: those a leaderboard ranks by, the analysis ones and any with an interval."""
-    columns = [c for c in table.columns
-               if c in (*rankable_columns(), *ANALYSIS) or f"{c} {LO}" in table.columns]
+    columns = [c for c in table.columns if c in (*rankable_columns(), *ANALYSIS) or f"{c} {LO}" in table.columns]
     rows = table.set_index("model")
     if model in rows.index:
         values = {c: rows.at[model, c] for c in columns}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import fasttext
 import numpy as np
@@ -26,9 +26,16 @@ def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ").lower()
 
 
-def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim, epoch: int = DEFAULTS.epoch,
-                   min_count: int = DEFAULTS.min_count, threads: int = DEFAULTS.threads,
-                   bucket: int = DEFAULTS.bucket, seed: int = 0) -> str:
+def train_fasttext(
+    texts: Iterable[str],
+    out_path: str,
+    dim: int = DEFAULTS.dim,
+    epoch: int = DEFAULTS.epoch,
+    min_count: int = DEFAULTS.min_count,
+    threads: int = DEFAULTS.threads,
+    bucket: int = DEFAULTS.bucket,
+    seed: int = 0,
+) -> str:
     """Train skipgram vectors on texts (lowercased, one document per line); save the binary model to out_path.
 
     fastText 0.9.3 takes no seed for unsupervised training (it always uses 0), and several threads are not
@@ -37,8 +44,9 @@ def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim,
     makes an ~800 MB model at dim 100.
     """
     if threads < FASTTEXT_MIN_THREADS:
-        raise ValueError(f"fastText needs threads >= {FASTTEXT_MIN_THREADS} here (fewer gives NaN vectors), "
-                         f"got {threads}")
+        raise ValueError(
+            f"fastText needs threads >= {FASTTEXT_MIN_THREADS} here (fewer gives NaN vectors), got {threads}"
+        )
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     # The corpus file sits beside the model: a filtered corpus can outgrow /tmp.
@@ -57,8 +65,8 @@ def train_fasttext(texts: Iterable[str], out_path: str, dim: int = DEFAULTS.dim,
         if seed:
             _shuffle_lines(corpus, seed)
         model = fasttext.train_unsupervised(
-            corpus, model="skipgram", dim=dim, epoch=epoch, minCount=min_count,
-            thread=threads, bucket=bucket, verbose=0)
+            corpus, model="skipgram", dim=dim, epoch=epoch, minCount=min_count, thread=threads, bucket=bucket, verbose=0
+        )
         model.save_model(tmp_model)
         os.replace(tmp_model, out)
     finally:

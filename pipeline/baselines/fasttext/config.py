@@ -19,4 +19,3 @@ class FastTextBaseline(Strict):
     min_count: int = Field(2, ge=1)
     bucket: int = Field(200_000, ge=1000, description="subword hash buckets (fastText's 2M default: ~800 MB models)")
     threads: int = Field(12, ge=FASTTEXT_MIN_THREADS, description="fasttext 0.9.3 gives NaNs with fewer (DESIGN.md)")
-

@@ -35,12 +35,29 @@ def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[st
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    texts = (t for batch in iter_batches(inputs["documents"], columns=["text"]) for t in batch.column("text").to_pylist())
-    train_fasttext(texts, f"{out.local_dir}/{MODEL_FILE}", dim=config["dim"], epoch=config["epoch"],
-                   min_count=config["min_count"], threads=config["threads"], bucket=config["bucket"],
-                   seed=config.get("seed", 0))
+    texts = (
+        t for batch in iter_batches(inputs["documents"], columns=["text"]) for t in batch.column("text").to_pylist()
+    )
+    train_fasttext(
+        texts,
+        f"{out.local_dir}/{MODEL_FILE}",
+        dim=config["dim"],
+        epoch=config["epoch"],
+        min_count=config["min_count"],
+        threads=config["threads"],
+        bucket=config["bucket"],
+        seed=config.get("seed", 0),
+    )
     log.info("baseline: fastText skipgram, %d dimensions", config["dim"])
 
 
-STAGE = Stage(name="baseline", version="1", flow="evaluate", section="evaluate", config=config, inputs=inputs,
-              instances=instances, run=run)
+STAGE = Stage(
+    name="baseline",
+    version="1",
+    flow="evaluate",
+    section="evaluate",
+    config=config,
+    inputs=inputs,
+    instances=instances,
+    run=run,
+)

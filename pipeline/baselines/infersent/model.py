@@ -43,8 +43,15 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
-from pipeline.evaluate.sts_data import (SCORED_SPLITS, SICK_FILES, StsSubset, find_file, same_pair, scored_splits,
-                                       sick_rows)
+from pipeline.evaluate.sts_data import (
+    SCORED_SPLITS,
+    SICK_FILES,
+    StsSubset,
+    find_file,
+    same_pair,
+    scored_splits,
+    sick_rows,
+)
 from pipeline.jsonlines import json_objects
 from storage import local_copy
 
@@ -69,9 +76,13 @@ class NliPairs:
     labels: list[int]
     dropped: int = 0  # rows without a gold label ("-")
 
-    def __add__(self, other: "NliPairs") -> "NliPairs":
-        return NliPairs(self.premise + other.premise, self.hypothesis + other.hypothesis,
-                        self.labels + other.labels, self.dropped + other.dropped)
+    def __add__(self, other: NliPairs) -> NliPairs:
+        return NliPairs(
+            self.premise + other.premise,
+            self.hypothesis + other.hypothesis,
+            self.labels + other.labels,
+            self.dropped + other.dropped,
+        )
 
 
 def _label(value, path, lineno: int) -> int:
@@ -112,8 +123,9 @@ def nli_files(paths: list[str], eval_data: str | None) -> dict[str, list[str]] |
     SICK its dev file *trial*), or SICK's train and trial files under eval_data; None when there are none.
     A file that copies a split the evaluation scores is refused by its content (refuse_scored_copy)."""
     if not paths:
-        found = {split: find_file(Path(eval_data), SICK_FILES[split]) if eval_data else None
-                 for split in ("train", "dev")}
+        found = {
+            split: find_file(Path(eval_data), SICK_FILES[split]) if eval_data else None for split in ("train", "dev")
+        }
         if None in found.values():
             return None
         files = {split: [str(p)] for split, p in found.items()}
@@ -126,14 +138,16 @@ def nli_files(paths: list[str], eval_data: str | None) -> dict[str, list[str]] |
             files["dev" if "dev" in name or "trial" in name else "train"].append(path)
         for split, found_files in files.items():
             if not found_files:
-                raise InputError(f"NLI files {', '.join(paths)}: no {split} file "
-                                 "(dev files have 'dev' or 'trial' in their names)")
+                raise InputError(
+                    f"NLI files {', '.join(paths)}: no {split} file (dev files have 'dev' or 'trial' in their names)"
+                )
     scored = scored_pairs(eval_data)
     for split, found_files in files.items():
         for path in found_files:
             # Selecting on a scored dev split is what it is for; training on it is not.
-            refuse_scored_copy(path, scored, SCORED_SPLITS if split == "train" else ("test",),
-                               f"InferSent's {split} file")
+            refuse_scored_copy(
+                path, scored, SCORED_SPLITS if split == "train" else ("test",), f"InferSent's {split} file"
+            )
     return files
 
 
@@ -159,7 +173,8 @@ def refuse_scored_copy(path: str, scored: list[tuple[StsSubset, set]], splits: t
             raise NliDataError(
                 f"{what} {path}: {both} of its {len(pairs)} pairs ({both / smaller:.0%} of the smaller, above "
                 f"{SHARED_LIMIT:.0%}) are in the {subset.split} split {subset.task} {subset.name} the evaluation "
-                "scores; a scored split is never trained or selected on")
+                "scores; a scored split is never trained or selected on"
+            )
 
 
 def tokens(sentence: str, lowercase: bool) -> list[str]:
@@ -234,8 +249,9 @@ class NliNet(nn.Module):
         super().__init__()
         self.encoder = encoder
         # train_nli.py's default classifier (nonlinear_fc 0): linear layers with nothing between them.
-        self.classifier = nn.Sequential(nn.Linear(4 * encoder.dim, fc_dim), nn.Linear(fc_dim, fc_dim),
-                                        nn.Linear(fc_dim, classes))
+        self.classifier = nn.Sequential(
+            nn.Linear(4 * encoder.dim, fc_dim), nn.Linear(fc_dim, fc_dim), nn.Linear(fc_dim, classes)
+        )
 
     def forward(self, a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         return self.classifier(features(self.encoder(*a), self.encoder(*b)))
@@ -330,10 +346,24 @@ def train(train_data: Encoded, dev_data: Encoded, vectors: np.ndarray, s: Settin
             correct += int((logits.argmax(1) == target).sum())
             losses.append(loss.item())
         dev = accuracy(net, dev_data, s.batch_size)
-        history.append({"epoch": epoch, "lr": lr, "loss": float(np.mean(losses)), "train_accuracy": correct / len(y),
-                        "dev_accuracy": dev, "seconds": round(time.monotonic() - started, 2)})
-        log.info("infersent: epoch %d, lr %.3g, loss %.4f, train %.3f, dev %.3f", epoch, lr,
-                 history[-1]["loss"], history[-1]["train_accuracy"], dev)
+        history.append(
+            {
+                "epoch": epoch,
+                "lr": lr,
+                "loss": float(np.mean(losses)),
+                "train_accuracy": correct / len(y),
+                "dev_accuracy": dev,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
+        log.info(
+            "infersent: epoch %d, lr %.3g, loss %.4f, train %.3f, dev %.3f",
+            epoch,
+            lr,
+            history[-1]["loss"],
+            history[-1]["train_accuracy"],
+            dev,
+        )
         if dev > best:
             best = dev
             best_state = {k: v.clone() for k, v in net.encoder.lstm.state_dict().items()}
@@ -352,8 +382,15 @@ def export(encoder: BiLstmMax, vectors: Vectors, out_dir: str) -> None:
     with open(f"{out_dir}/{VOCAB}", "w", encoding="utf-8") as f:
         json.dump(vectors.words, f, ensure_ascii=False)
     with open(f"{out_dir}/{SETTINGS}", "w") as f:
-        json.dump({"hidden": encoder.lstm.hidden_size, "word_dim": encoder.embeddings.embedding_dim,
-                   "lowercase": vectors.lowercase, "pooling": "max"}, f)
+        json.dump(
+            {
+                "hidden": encoder.lstm.hidden_size,
+                "word_dim": encoder.embeddings.embedding_dim,
+                "lowercase": vectors.lowercase,
+                "pooling": "max",
+            },
+            f,
+        )
 
 
 class InferSentEncoder:

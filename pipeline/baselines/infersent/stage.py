@@ -36,8 +36,10 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, int]:
     if not cfg.evaluate.baselines.infersent.enabled:
         return {}
     if _nli(cfg) is None:
-        log.warning("infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under evaluate.data, no "
-                    "evaluate.baselines.infersent.nli): row left out")
+        log.warning(
+            "infersent: no NLI data (no SICK_train.txt and SICK_trial.txt under evaluate.data, no "
+            "evaluate.baselines.infersent.nli): row left out"
+        )
         return {}
     return {infersent_label(s): s for s in cfg.baseline_seeds()}
 
@@ -53,9 +55,14 @@ def config(cfg: Config, key: int | None = None) -> dict:
     settings, files = cfg.evaluate.baselines.infersent.model_dump(), _nli(cfg)
     settings["seed"] += key or 0
     watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
-    return {"nli": files, "vectors": settings["vectors"], "vocab_size": settings["vocab_size"],
-            "max_pairs": settings["max_pairs"], **{k: settings[k] for k in TRAINING},
-            "snapshot": {path: snapshot(path) for path in watched}}
+    return {
+        "nli": files,
+        "vectors": settings["vectors"],
+        "vocab_size": settings["vocab_size"],
+        "max_pairs": settings["max_pairs"],
+        **{k: settings[k] for k in TRAINING},
+        "snapshot": {path: snapshot(path) for path in watched},
+    }
 
 
 def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[str, str]:
@@ -68,10 +75,12 @@ def about(config: dict) -> dict:
     names = [os.path.basename(p) for p in config["nli"]["train"]]
     data = "SICK-E train" if names == ["SICK_train.txt"] else ", ".join(names)
     vectors = os.path.basename(config["vectors"]) if config["vectors"] else "corpus fastText"
-    return {"objective": f"InferSent (NLI: {data})",
-            "recipe": f"BiLSTM-max {config['hidden']}x2, linear classifier {config['fc_dim']}, "
-                      f"SGD lr {config['lr']:g} batch {config['batch_size']}, <= {config['epochs']} epochs "
-                      f"dev-selected, vectors: {vectors}"}
+    return {
+        "objective": f"InferSent (NLI: {data})",
+        "recipe": f"BiLSTM-max {config['hidden']}x2, linear classifier {config['fc_dim']}, "
+        f"SGD lr {config['lr']:g} batch {config['batch_size']}, <= {config['epochs']} epochs "
+        f"dev-selected, vectors: {vectors}",
+    }
 
 
 def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
@@ -84,17 +93,24 @@ def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     train_pairs, dev_pairs = _read(config["nli"]["train"], config["max_pairs"]), _read(config["nli"]["dev"])
     if config["vectors"]:
-        needed = {w for p in (train_pairs, dev_pairs) for s in p.premise + p.hypothesis
-                  for w in infersent.tokens(s, lowercase=False)}
+        needed = {
+            w
+            for p in (train_pairs, dev_pairs)
+            for s in p.premise + p.hypothesis
+            for w in infersent.tokens(s, lowercase=False)
+        }
         vectors = infersent.file_vectors(config["vectors"], config["vocab_size"], needed)
     else:
         vectors = infersent.corpus_vectors(f"{inputs['vectors']}/{MODEL_FILE}", config["vocab_size"])
     vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
-    (train_data, empty_train), (dev_data, empty_dev) = (infersent.encode_pairs(p, vocab)
-                                                        for p in (train_pairs, dev_pairs))
+    (train_data, empty_train), (dev_data, empty_dev) = (
+        infersent.encode_pairs(p, vocab) for p in (train_pairs, dev_pairs)
+    )
     if not train_data[2] or not dev_data[2]:
-        raise infersent.NliDataError(f"{', '.join(config['nli']['train'] + config['nli']['dev'])}: no pair left "
-                                     "whose two sentences have a word with a vector")
+        raise infersent.NliDataError(
+            f"{', '.join(config['nli']['train'] + config['nli']['dev'])}: no pair left "
+            "whose two sentences have a word with a vector"
+        )
     settings = infersent.Settings(**{k: config[k] for k in TRAINING})
     encoder, history = infersent.train(train_data, dev_data, vectors.matrix, settings)
     infersent.export(encoder, vectors, out.local_dir)
@@ -109,5 +125,13 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 
 
 # 2: train_nli.py's defaults: the linear classifier (nonlinear_fc 0), 20 epochs, zero padding in the max-pool.
-STAGE = Stage(name="infersent", version="2", flow="evaluate", section="evaluate", config=config, inputs=inputs,
-              instances=instances, run=run)
+STAGE = Stage(
+    name="infersent",
+    version="2",
+    flow="evaluate",
+    section="evaluate",
+    config=config,
+    inputs=inputs,
+    instances=instances,
+    run=run,
+)
