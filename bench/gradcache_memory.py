@@ -49,17 +49,17 @@ class _Vocab:
 
 def child(mode: str, device: str, scale: int, steps: int, threads: int | None) -> dict:
     cfg = load_config("configs/default.yaml")
-    run = cfg.run_configs()["declutr"].model_dump()
-    torch.set_num_threads(threads or run["torch_threads"] or os.cpu_count())
-    torch.manual_seed(run["seed"])
+    run = cfg.run_configs()["declutr"]
+    torch.set_num_threads(threads or run.torch_threads or os.cpu_count())
+    torch.manual_seed(run.seed)
     vocab = cfg.tokenizer.vocab_size
     mlm_model = AutoModelForMaskedLM.from_config(scratch_config(cfg.model.model_dump(), _Vocab(vocab)))
-    model = SpanEncoder(mlm_model, run["pooling"], run["projection"])
+    model = SpanEncoder(mlm_model, run.pooling, run.projection)
     model.to(device).train()
     optimizer, scheduler = make_optimizer(model, run, steps)
     special = {**SPECIAL, "vocab": vocab}
-    generator = torch.Generator().manual_seed(run["seed"])
-    b, k, length = scale * run["batch_size"], cfg.augment.num_positives, cfg.augment.max_length
+    generator = torch.Generator().manual_seed(run.seed)
+    b, k, length = scale * run.batch_size, cfg.augment.num_positives, cfg.augment.max_length
 
     def spans(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.randint(5, vocab, (n, length), generator=generator)
@@ -67,8 +67,8 @@ def child(mode: str, device: str, scale: int, steps: int, threads: int | None) -
         return ids, torch.ones_like(ids)
 
     batch = {"anchors": spans(b), "positives": spans(b * k), "num_positives": k}
-    chunk = run["batch_size"] * (1 + k)
-    run["grad_cache"] = chunk if mode == "cached" else None
+    chunk = run.batch_size * (1 + k)
+    run = run.model_copy(update={"grad_cache": chunk if mode == "cached" else None})
     cuda = device.startswith("cuda")
     baseline = torch.cuda.memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if cuda:

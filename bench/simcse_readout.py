@@ -65,7 +65,7 @@ def mean_pairwise_cosine(init: str, ids: list[list[int]], pooling: str) -> tuple
 def curve(init: str, dev_file: Path, ids: list[list[int]], settings: dict, steps: int, every: int) -> list:
     settings = dict(settings)
     dropout = settings.pop("dropout", None)
-    cfg = TrainConfig(**{"objective": "simcse", "lr": 1e-3, "batch_size": 16, "max_length": 130, **settings}).model_dump()
+    cfg = TrainConfig(**{"objective": "simcse", "lr": 1e-3, "batch_size": 16, "max_length": 130, **settings})
     mlm = load_mlm(init)
     if dropout is not None:
         for module in mlm.modules():
@@ -77,12 +77,12 @@ def curve(init: str, dev_file: Path, ids: list[list[int]], settings: dict, steps
     model = make_encoder(mlm, cfg)
     model.train()
     optimizer, scheduler = make_optimizer(model, cfg, steps)
-    score = dev_scorer(model, tokenizer, cfg["pooling"], {"subset": read_dev(dev_file), "max_length": 128})
+    score = dev_scorer(model, tokenizer, cfg.pooling, {"subset": read_dev(dev_file), "max_length": 128})
     generator, points = torch.Generator().manual_seed(0), [(0, score(), None)]
     for step in range(1, steps + 1):
-        rows = [ids[(step * cfg["batch_size"] + i) % len(ids)] for i in range(cfg["batch_size"])]
+        rows = [ids[(step * cfg.batch_size + i) % len(ids)] for i in range(cfg.batch_size)]
         batch = collate(pa.table({"anchor_ids": rows, "positive_ids": [[r] for r in rows]}), special,
-                        cfg["max_length"], True)
+                        cfg.max_length, True)
         loss = train_step(model, optimizer, scheduler, batch, cfg, special, generator)["loss"]
         if step % every == 0:
             points.append((step, score(), loss))

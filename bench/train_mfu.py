@@ -46,6 +46,7 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 from pipeline.augment.spans import span_length
 from pipeline.config import load_config
 from pipeline.train.batching import collate
+from pipeline.train.config import TrainConfig
 from pipeline.train.losses import nt_xent
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import autocast, make_encoder, make_scaler, train_step
@@ -84,31 +85,31 @@ def model_flops(batch: dict, shape: dict, layers: int, head: int, masked: float)
     return float(6 * layers * lengths.sum() + 12 * n_layers * d * (lengths ** 2).sum() + 6 * head * masked)
 
 
-def reference_loop(model, run: dict, batch: dict, special: dict, device: str, compiled: bool, generator):
+def reference_loop(model, run: TrainConfig, batch: dict, special: dict, device: str, compiled: bool, generator):
     """One step of the plain loop: every row padded to one width in one forward, NT-Xent between anchors
     and their positives' mean, MLM on 15% of the anchors' tokens (drawn once: the batch repeats), AdamW."""
     b, p = batch["anchors"][0].size(0), batch["num_positives"]
     ids, mask = (torch.cat([a, q]).to(device) for a, q in zip(batch["anchors"], batch["positives"]))
-    chosen = (torch.rand(ids.shape, generator=generator) < run["mlm_probability"]).to(device) & mask.bool()
+    chosen = (torch.rand(ids.shape, generator=generator) < run.mlm_probability).to(device) & mask.bool()
     chosen[b:] = False
     index, labels = chosen.flatten().nonzero().squeeze(1), ids[chosen]
     ids = ids.masked_fill(chosen, special["mask"])
     optimizer, _ = make_optimizer(model, run, 1)
 
     def loss_fn():
-        with autocast(run["precision"], torch.device(device).type):
+        with autocast(run.precision, torch.device(device).type):
             hidden = model.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
             logits = model.head(hidden.flatten(0, 1).index_select(0, index))
         m = mask.unsqueeze(-1).float()
         z = (hidden.float() * m).sum(1) / m.sum(1)
-        return nt_xent(z[:b], z[b:].view(b, p, -1).mean(1), run["temperature"]) + F.cross_entropy(logits.float(), labels)
+        return nt_xent(z[:b], z[b:].view(b, p, -1).mean(1), run.temperature) + F.cross_entropy(logits.float(), labels)
 
     forward = torch.compile(loss_fn) if compiled else loss_fn
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         forward().backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), run["grad_clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
         optimizer.step()
 
     return step
@@ -158,14 +159,14 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     cfg = load_config("configs/declutr-small.yaml")
-    run = {**cfg.run_configs()["declutr"].model_dump(), "precision": args.precision, "grad_cache": None,
-           "use_gpu": args.device.startswith("cuda")}
+    run = cfg.run_configs()["declutr"].model_copy(update={"precision": args.precision, "grad_cache": None,
+                                                          "use_gpu": args.device.startswith("cuda")})
     shape = TINY if args.tiny else DISTILROBERTA
     l_min, l_max = cfg.augment.min_length, cfg.augment.max_length
-    anchors, positives = (4 if args.tiny else run["batch_size"]), cfg.augment.num_positives
+    anchors, positives = (4 if args.tiny else run.batch_size), cfg.augment.num_positives
     vocab = shape["vocab_size"]
     special = {"bos": 0, "pad": 1, "eos": 2, "mask": vocab - 1, "vocab": vocab, "positions": l_max}  # RoBERTa's ids
-    rng = np.random.default_rng(run["seed"])
+    rng = np.random.default_rng(run.seed)
     batches = {"fixed": collate(spans_table(anchors, positives, lambda a, b: l_max, vocab, rng), special, l_max, True),
                "paper": collate(spans_table(anchors, positives, lambda a, b: span_length(rng, a, b, l_min, l_max),
                                             vocab, rng), special, l_max, True)}
@@ -173,19 +174,20 @@ def main() -> None:
                            layer_norm_eps=1e-5, attn_implementation="sdpa")
 
     def fresh(compiled: bool, packing: bool = False):
-        torch.manual_seed(run["seed"])
-        return make_encoder(AutoModelForMaskedLM.from_config(config), {**run, "compile": compiled, "packing": packing}) \
-            .to(args.device).train()
+        torch.manual_seed(run.seed)
+        settings = run.model_copy(update={"compile": compiled, "packing": packing})
+        return make_encoder(AutoModelForMaskedLM.from_config(config), settings).to(args.device).train()
 
     def stepper(name: str, compiled: bool, blocks: int | None, packing: bool = False):
         model = fresh(compiled, packing)
-        optimizer, scheduler = make_optimizer(model, {**run, "compile": compiled}, args.warmup + args.steps)
+        optimizer, scheduler = make_optimizer(model, run.model_copy(update={"compile": compiled}),
+                                              args.warmup + args.steps)
         scaler = make_scaler(args.precision, torch.device(args.device).type)
-        generator = torch.Generator().manual_seed(run["seed"])
+        generator = torch.Generator().manual_seed(run.seed)
 
         def step():
-            return train_step(model, optimizer, scheduler, batches[name],
-                              {**run, "packing": packing, "block_tokens": blocks}, special, generator, scaler=scaler)
+            settings = run.model_copy(update={"packing": packing, "block_tokens": blocks})
+            return train_step(model, optimizer, scheduler, batches[name], settings, special, generator, scaler=scaler)
         return step
 
     cases = [("train_step, every span l_max", "fixed", stepper("fixed", False, None)),
@@ -222,7 +224,7 @@ def main() -> None:
         batch = batches[name]
         real = int(batch["anchors"][1].sum() + batch["positives"][1].sum())
         slots = metrics["padded_tokens"] if metrics else batch["anchors"][0].numel() + batch["positives"][0].numel()
-        masked = run["mlm_probability"] * float((batch["anchors"][1].sum(1) - 2).sum())  # <s>, </s> never masked
+        masked = run.mlm_probability * float((batch["anchors"][1].sum(1) - 2).sum())  # <s>, </s> never masked
         flops = model_flops(batch, shape, layers, head, masked)
         t = medians[label] = statistics.median(times)
         mfu = f", real-token MFU {flops / t / peak:.1%}" if peak else ""

@@ -44,12 +44,12 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
 
     cfg = load_config("configs/declutr-small.yaml")
-    base = {**cfg.run_configs()["declutr"].model_dump(), "grad_cache": None, "use_gpu": cuda}
+    base = cfg.run_configs()["declutr"].model_copy(update={"grad_cache": None, "use_gpu": cuda})
     shape = TINY if args.tiny else DISTILROBERTA
-    anchors = 4 if args.tiny else base["batch_size"]
+    anchors = 4 if args.tiny else base.batch_size
     special = {"bos": 0, "pad": 1, "eos": 2, "mask": shape["vocab_size"] - 1, "vocab": shape["vocab_size"],
                "positions": cfg.augment.max_length}
-    rng = np.random.default_rng(base["seed"])
+    rng = np.random.default_rng(base.seed)
     batches = [collate(spans_table(anchors, cfg.augment.num_positives,
                                    lambda a, b: span_length(rng, a, b, cfg.augment.min_length, cfg.augment.max_length),
                                    shape["vocab_size"], rng), special, cfg.augment.max_length, True)
@@ -57,11 +57,12 @@ def main() -> None:
     config = RobertaConfig(**shape, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                            layer_norm_eps=1e-5, attn_implementation="sdpa", hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0)
-    torch.manual_seed(base["seed"])
+    torch.manual_seed(base.seed)
     weights = AutoModelForMaskedLM.from_config(config).state_dict()
 
     def losses(precision: str, compiled: bool, packing: bool, blocks: int | None, ddp: bool) -> list[float]:
-        run = {**base, "precision": precision, "compile": compiled, "packing": packing, "block_tokens": blocks}
+        run = base.model_copy(update={"precision": precision, "compile": compiled, "packing": packing,
+                                      "block_tokens": blocks})
         mlm = AutoModelForMaskedLM.from_config(config)
         mlm.load_state_dict(weights)
         model = make_encoder(mlm, run).to(args.device).train()
@@ -69,7 +70,7 @@ def main() -> None:
         if ddp:  # as ray.train.torch.prepare_model wraps it
             model = DistributedDataParallel(model, device_ids=[0] if cuda else None, **ddp_options(run))
         scaler = make_scaler(precision, torch.device(args.device).type)
-        generator = torch.Generator().manual_seed(base["seed"])
+        generator = torch.Generator().manual_seed(base.seed)
         return [train_step(model, optimizer, scheduler, batch, run, special, generator, scaler=scaler)["loss"]
                 for batch in batches]
 

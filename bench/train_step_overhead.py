@@ -32,6 +32,7 @@ from pipeline.stage import run_stage
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import stage as train
 from pipeline.train.batching import collate, special_ids
+from pipeline.train.config import TrainConfig
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from storage import read_table
@@ -49,28 +50,28 @@ def prepare(work: str, cfg: Config) -> tuple[str, str]:
     return inputs["pairs"], inputs["init"]
 
 
-def plain_loop(pairs: str, init_path: str, cfg: dict, steps: int) -> list[float]:
-    torch.set_num_threads(cfg["torch_threads"] or os.cpu_count())
-    torch.manual_seed(cfg["seed"])
+def plain_loop(pairs: str, init_path: str, cfg: TrainConfig, steps: int) -> list[float]:
+    torch.set_num_threads(cfg.torch_threads or os.cpu_count())
+    torch.manual_seed(cfg.seed)
     model = SpanEncoder(load_mlm(f"{init_path}/{HF_DIR}")).train()
     optimizer, scheduler = make_optimizer(model, cfg, steps)
     special = special_ids(load_tokenizer(f"{init_path}/{HF_DIR}"))
     table = read_table(pairs, columns=["anchor_ids", "positive_ids"])
-    generator = torch.Generator().manual_seed(cfg["seed"])
+    generator = torch.Generator().manual_seed(cfg.seed)
     times = []
     for step in range(steps):
         start = time.perf_counter()
-        batch = collate(table.slice(step * cfg["batch_size"], cfg["batch_size"]), special, cfg["max_length"], True)
+        batch = collate(table.slice(step * cfg.batch_size, cfg.batch_size), special, cfg.max_length, True)
         train_step(model, optimizer, scheduler, batch, cfg, special, generator)
         times.append(time.perf_counter() - start)
     return times[WARMUP:]
 
 
-def ray_loop(pairs: str, init_path: str, cfg: dict, steps: int, work: str,
+def ray_loop(pairs: str, init_path: str, cfg: TrainConfig, steps: int, work: str,
              attempt: int) -> tuple[list[float], float, float]:
     start = time.perf_counter()
-    path = run_stage(train.STAGE, {"train": {**cfg, "max_steps": steps, "checkpoint_every": steps}, "attempt": attempt},
-                     {"pairs": pairs, "init": init_path}, work)
+    settings = {**cfg.model_dump(), "max_steps": steps, "checkpoint_every": steps}
+    path = run_stage(train.STAGE, {"train": settings, "attempt": attempt}, {"pairs": pairs, "init": init_path}, work)
     wall = time.perf_counter() - start
     metrics = pd.read_parquet(f"{path}/metrics.parquet")
     seconds = metrics["seconds"].to_numpy()
@@ -89,7 +90,7 @@ def main() -> None:
     sotu = shared_corpus()  # the evaluation data beside it: what decontaminate keeps out
     cfg = load_config("configs/default.yaml", [f"corpus.sources=[{sotu}]", f"evaluate.data={sotu.parents[1]}/eval/senteval",
                                                "seeds=[0]", "runs={declutr: {}}"])
-    run_cfg = cfg.run_configs()["declutr"].model_dump()
+    run_cfg = cfg.run_configs()["declutr"]
     work = tempfile.mkdtemp(prefix="bench-train-")
     try:
         pairs, init_path = prepare(work, cfg)
@@ -102,7 +103,7 @@ def main() -> None:
             startup.append(overhead)
             walls.append(wall)
         p, r = statistics.median(plain), statistics.median(ray_steps)
-        print(f"batch {run_cfg['batch_size']} anchors x {cfg.augment.num_positives} positives, "
+        print(f"batch {run_cfg.batch_size} anchors x {cfg.augment.num_positives} positives, "
               f"{args.steps} steps x {args.repeats} repeats, {WARMUP} warm-up steps dropped each")
         print(f"plain torch loop: median step {p * 1000:.1f} ms")
         print(f"Ray Train worker: median step {r * 1000:.1f} ms")

@@ -4,7 +4,8 @@ A stage module ends in one declaration, `STAGE = Stage(...)`, naming its parts:
 - `name`, `version` (bump it when the output would change), `schema` (None for stages that write files, such
   as models), the `flow` that builds it (data, train or evaluate), and its config `section` (a `Config` field);
 - `runtime`: the settings that change how the dataset is built, not what it holds, with their defaults; a
-  stage config keeps them under "runtime", which the fingerprint leaves out (`runtime()` reads them);
+  stage config keeps them under "runtime", which the fingerprint leaves out (`runtime()` reads them); a typed
+  section declares them on its fields, and `declared_settings` splits it (`section_from` joins it back);
 - `config(cfg, key) -> dict`: the stage config, the part of the whole `Config` (mostly its section) that the
   fingerprint hashes;
 - `inputs(cfg, done, key) -> {name: dataset path}`: its input datasets, from the paths of the stages done so far;
@@ -104,6 +105,37 @@ def runtime(config: dict[str, Any], declared: Mapping[str, Any]) -> dict[str, An
         raise InputError(f"unknown runtime setting(s) {', '.join(unknown)} (this stage has: "
                          f"{', '.join(declared) or 'none'})")
     return {**declared, **given}
+
+
+def _declared(section: type) -> tuple[list[str], dict[str, Any]]:
+    """A typed section's (pydantic model class's) runtime fields, and {field: the value at which the fingerprint
+    omits it}, as each field declares in its json_schema_extra ({"runtime": True}, {"fingerprint_omits": v})."""
+    extras = {name: f.json_schema_extra or {} for name, f in section.model_fields.items()}
+    return ([name for name, x in extras.items() if x.get("runtime")],
+            {name: x["fingerprint_omits"] for name, x in extras.items() if "fingerprint_omits" in x})
+
+
+def declared_settings(section: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A typed section's settings as a stage config holds them: (what the fingerprint hashes, the runtime
+    settings). Its fields declare what stays out (`_declared`), and so may the section for its current values
+    (an `inert()` method naming fields that decide nothing here); no stage keeps a list of its own."""
+    runtime_names, omits = _declared(type(section))
+    inert = section.inert() if hasattr(section, "inert") else set()
+    settings = section.model_dump()
+    content = {k: v for k, v in settings.items()
+               if k not in runtime_names and k not in inert and not (k in omits and v == omits[k])}
+    return content, {k: settings[k] for k in runtime_names}
+
+
+def runtime_defaults(section: type) -> dict[str, Any]:
+    """A typed section's runtime settings at their defaults: its stage's `runtime`."""
+    return {name: section.model_fields[name].default for name in _declared(section)[0]}
+
+
+def section_from(section: type, content: dict[str, Any], runtime_settings: dict[str, Any]) -> Any:
+    """The typed section back from what `declared_settings` kept (or a full dump, as a hand-written stage config
+    may be): the omitted settings at the values they were omitted at, the inert ones at their defaults."""
+    return section(**{**_declared(section)[1], **runtime_settings, **content})
 
 
 def input_fingerprints(inputs: dict[str, str]) -> dict[str, str]:

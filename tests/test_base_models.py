@@ -31,6 +31,7 @@ from pipeline.stage import run_stage
 from pipeline.init import stage as init
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
+from pipeline.train.loop import WorkerConfig
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, make_document
 from tests.test_precision import run_train_loop
@@ -194,12 +195,12 @@ def train_and_export(built: dict, base: Path, tmp_path, max_length: int) -> tupl
     hf = f"{init_dir}/{HF_DIR}"
     tok = load_tokenizer(hf)
     cfg = TrainConfig(objective="declutr", batch_size=4, lr=1e-3, max_length=max_length, checkpoint_every=2,
-                      torch_threads=1).model_dump()
-    config = {"train": cfg, "init": hf, "total_steps": 2, "special": special_ids(tok, max_length)}
+                      torch_threads=1)
+    config = WorkerConfig(train=cfg, init=hf, total_steps=2, special=special_ids(tok, max_length))
     reports = run_train_loop(config, read_table(built["augment"]))
-    encoder = SpanEncoder(build_model({"base": hf, "seed": 0}, tok), cfg["pooling"], cfg["projection"])
+    encoder = SpanEncoder(build_model({"base": hf, "seed": 0}, tok), cfg.pooling, cfg.projection)
     encoder.load_state_dict(reports[-1]["model"])
-    export(encoder.mlm_model, tok, str(tmp_path), cfg["pooling"])
+    export(encoder.mlm_model, tok, str(tmp_path), cfg.pooling)
     return tmp_path, reports[-1]["metrics"]
 
 
@@ -352,14 +353,14 @@ def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_tra
     hf = f"{init_dir}/{HF_DIR}"
     tok = load_tokenizer(hf)
     train = TrainConfig(objective="tsdae", batch_size=4, lr=1e-3, max_length=64, checkpoint_every=2,
-                        torch_threads=1).model_dump()
-    reports = run_train_loop({"train": train, "init": hf, "total_steps": 2, "special": special_ids(tok, 64)},
+                        torch_threads=1)
+    reports = run_train_loop(WorkerConfig(train=train, init=hf, total_steps=2, special=special_ids(tok, 64)),
                              read_table(pairs))
     assert [m["step"] for m in reports[-1]["metrics"]] == [1, 2]
     assert all(np.isfinite(m["reconstruction_loss"]) and m["reconstruction_loss"] > 0 for m in reports[-1]["metrics"])
     encoder = make_encoder(build_model({"base": hf, "seed": 0}, tok), train)  # as the train stage exports
     encoder.load_state_dict(reports[-1]["model"])
-    export(encoder.mlm_model, tok, str(tmp_path), train["pooling"])
+    export(encoder.mlm_model, tok, str(tmp_path), train.pooling)
     with safe_open(str(tmp_path / HF_DIR / "model.safetensors"), "pt") as f:
         assert not any("crossattention" in name for name in f.keys())
     st = SentenceTransformer(str(tmp_path / ST_DIR), device="cpu")

@@ -36,23 +36,23 @@ def tsdae_pairs(tok) -> pa.Table:
                                  for i, ids in enumerate(rows)])
 
 
-def step(tok, rank: int, world: int, cfg: dict) -> tuple[float, dict]:
+def step(tok, rank: int, world: int, cfg: TrainConfig) -> tuple[float, dict]:
     """Two steps on this worker's half (or all) of one batch of 8 pairs; the second step's loss and gradients
     (and the key encoder's weights, with MoCo). simcse-sup's first: the gradients of its hard negatives' few
     extra embedding rows are float noise, and after one update the second step's differ by 1%."""
     model = make_encoder(tiny_encoder(tok).mlm_model, cfg)  # with its head, and TSDAE's decoder
-    key = MomentumEncoder(model, cfg["momentum"]) if cfg["momentum"] else None
+    key = MomentumEncoder(model, cfg.momentum) if cfg.momentum else None
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_options(cfg))
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     special = special_ids(tok)
     rows = {"tsdae": lambda: tsdae_pairs(tok), "simcse-sup": lambda: with_negatives(pairs(tok, n=8))}.get(
-        cfg["objective"], lambda: pairs(tok, n=8))()
+        cfg.objective, lambda: pairs(tok, n=8))()
     share = rows.num_rows // world
     batch = collate(rows.slice(rank * share, share), special, 64, True)
-    bank = run_bank(cfg, cfg["projection_dim"] or 32)  # the head's width, as the loop sizes it
+    bank = run_bank(cfg, cfg.projection_dim or 32)  # the head's width, as the loop sizes it
     metrics = [train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
-               for _ in range(1 if cfg["objective"] == "simcse-sup" else 2)][-1]
+               for _ in range(1 if cfg.objective == "simcse-sup" else 2)][-1]
     module = model.module if world > 1 else model
     result = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
     if key is not None:
@@ -75,8 +75,8 @@ CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_b
 SCALE = {"unscaled": 0.5}  # DeCLUTR's (scale_fix false): the contrastive gradient over the 2 workers
 
 
-def configs() -> dict[str, dict]:
-    return {name: TrainConfig(**{**CFG, **overrides}).model_dump() for name, overrides in CASES.items()}
+def configs() -> dict[str, TrainConfig]:
+    return {name: TrainConfig(**{**CFG, **overrides}) for name, overrides in CASES.items()}
 
 
 def worker(rank: int, world: int, port: int, tok, out: str) -> None:

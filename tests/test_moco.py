@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pipeline.model.transformer import SpanEncoder, load_mlm
+from pipeline.train import loop
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import run_bank
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def setup(tok, **overrides):
-    cfg = TrainConfig(**{"objective": "cert", "lr": 1e-2, "batch_size": 8, **overrides}).model_dump()
-    model = tiny_encoder(tok, pooling=cfg["pooling"], projection=cfg["projection"])
+    cfg = TrainConfig(**{"objective": "cert", "lr": 1e-2, "batch_size": 8, **overrides})
+    model = tiny_encoder(tok, pooling=cfg.pooling, projection=cfg.projection)
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     special = special_ids(tok)
     return cfg, model, optimizer, scheduler, special, collate(pairs(tok), special, 64, True)
@@ -50,7 +51,7 @@ def test_moco_scores_each_query_against_its_own_key_and_the_random_initial_queue
     # tau 1: a loss of order 1, where the batch's other keys, were they negatives, would move it visibly
     cfg, model, optimizer, scheduler, special, batch = setup(tokenizer, momentum=0.99, memory_bank=20, seed=3,
                                                              temperature=1.0)
-    assert cfg["loss"] == "moco"  # MoCo's builder wherever momentum is on and the loss is not named
+    assert cfg.loss == "moco"  # MoCo's builder wherever momentum is on and the loss is not named
     key, bank = MomentumEncoder(model, 0.99), run_bank(cfg, 32)
     queue = bank.negatives().clone()
     assert queue.shape == (20, 32)
@@ -67,15 +68,15 @@ def test_moco_scores_each_query_against_its_own_key_and_the_random_initial_queue
 
 
 def test_the_initial_queue_is_unit_norm_and_drawn_from_the_runs_seed():
-    cfg = TrainConfig(objective="cert", momentum=0.999, memory_bank=64, seed=5).model_dump()
+    cfg = TrainConfig(objective="cert", momentum=0.999, memory_bank=64, seed=5)
     queue = run_bank(cfg, 16).negatives()
     assert queue.shape == (64, 16)
     torch.testing.assert_close(queue.norm(dim=1), torch.ones(64, dtype=queue.dtype))
     assert torch.equal(run_bank(cfg, 16).negatives(), queue)  # every worker, and a rerun, starts from it
-    assert not torch.allclose(run_bank({**cfg, "seed": 6}, 16).negatives(), queue)
+    assert not torch.allclose(run_bank(cfg.model_copy(update={"seed": 6}), 16).negatives(), queue)
     assert queue.std() > 0.1 and abs(queue.mean()) < 0.1  # spread over the sphere, not a constant
     for other in ({"loss": "moco-inbatch"}, {"momentum": None, "loss": "info-nce"}):  # XBM, in-batch MoCo: empty
-        assert len(run_bank({**cfg, **other}, 16)) == 0
+        assert len(run_bank(cfg.model_copy(update=other), 16)) == 0
 
 
 def test_moco_inbatch_is_infonce_of_queries_against_keys_and_the_queue(tokenizer):
@@ -102,8 +103,7 @@ def test_a_checkpoint_restores_the_key_encoder_and_the_queue(tokenizer, tmp_path
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
     cfg = TrainConfig(objective="cert", momentum=0.9, memory_bank=6, batch_size=4, lr=1e-3, max_length=64,
                       checkpoint_every=2, torch_threads=1)
-    config = {"train": cfg.model_dump(), "init": str(tmp_path / "init"), "total_steps": 4,
-              "special": special_ids(tokenizer)}
+    config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=4, special=special_ids(tokenizer))
     table = pairs(tokenizer, n=16)
     calm = run_train_loop(config, table)
     first = calm[0]["key_encoder"]["module"]

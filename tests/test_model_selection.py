@@ -84,8 +84,8 @@ def setup(tmp_path_factory):
 @pytest.mark.ray
 def test_the_export_is_the_checkpoint_with_the_best_dev_score(setup, local_ray):
     cfg = TrainConfig(batch_size=4, max_steps=STEPS, lr=3e-3, max_length=34, checkpoint_every=100, log_every=1000,
-                      eval_every=EVAL_EVERY).model_dump()
-    config = {"train": cfg, "dev": devset.stage_config(cfg, setup["eval"], 64)}
+                      eval_every=EVAL_EVERY)
+    config = {"train": cfg.model_dump(), "dev": devset.stage_config(cfg, setup["eval"], 64)}
     path = run_stage(train.STAGE, config, setup["inputs"], str(setup["root"] / "art"))
 
     metrics = pd.read_parquet(f"{path}/{train.METRICS}")

@@ -193,13 +193,13 @@ def _dev_dir(root):
 
 def test_select_by_names_the_missing_task_not_another_tasks_missing_dev_split(tmp_path):
     dev = _dev_dir(tmp_path / "dev")
-    train = TrainConfig(eval_every=5, select_by="p9", dev_set=dev).model_dump()
+    train = TrainConfig(eval_every=5, select_by="p9", dev_set=dev)
     one_line(r"^train\.select_by 'p9': no task of that name in .*dev \(tasks there: r1, p1\)",
              selection.stage_config, train, None, 64)
-    found = selection.stage_config({**train, "select_by": "p1"}, None, 64)  # r1's dev split is not p1's business
+    found = selection.stage_config(train.model_copy(update={"select_by": "p1"}), None, 64)  # r1's dev split is not p1's business
     assert (found["task"], found["kind"]) == ("p1", "pairclass")
     one_line(r"r1: a retrieval task \(BEIR's layout\) without qrels/dev\.tsv", selection.stage_config,
-             {**train, "select_by": "r1"}, None, 64, error=InputError)
+             train.model_copy(update={"select_by": "r1"}), None, 64, error=InputError)
 
 
 # --- the command line: one line, exit 2, before torch, Prefect or Ray -----------------------------------------

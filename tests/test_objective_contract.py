@@ -77,18 +77,18 @@ def test_a_toy_objective_trains_with_its_own_defaults(toy, tokenizer):
     pooling), the same steps as a simcse run given those settings explicitly."""
     special = special_ids(tokenizer)
 
-    def steps(cfg: dict) -> list[dict]:
+    def steps(cfg: TrainConfig) -> list[dict]:
         torch.manual_seed(0)
         model = make_encoder(tiny_encoder(tokenizer).mlm_model, cfg)
         optimizer, scheduler = make_optimizer(model, cfg, 10)
-        batch = collate(pairs(tokenizer, positives=1), special, cfg["max_length"], cfg["contrastive"])
+        batch = collate(pairs(tokenizer, positives=1), special, cfg.max_length, cfg.contrastive)
         generator = torch.Generator().manual_seed(0)
         return [train_step(model, optimizer, scheduler, batch, cfg, special, generator) for _ in range(3)]
 
-    trained = steps(TrainConfig(objective="toy").model_dump())
-    explicit = steps(TrainConfig(objective="simcse", **DEFAULTS).model_dump())
+    trained = steps(TrainConfig(objective="toy"))
+    explicit = steps(TrainConfig(objective="simcse", **DEFAULTS))
     assert all(set(s) >= {"contrastive_loss"} and "mlm_loss" not in s for s in trained)
     assert [s["loss"] for s in trained] == [s["loss"] for s in explicit]
-    simcse_defaults = steps(TrainConfig(objective="simcse", lr=1e-3, batch_size=8).model_dump())
+    simcse_defaults = steps(TrainConfig(objective="simcse", lr=1e-3, batch_size=8))
     assert trained[0]["loss"] != pytest.approx(simcse_defaults[0]["loss"])
     assert trained[-1]["contrastive_loss"] < trained[0]["contrastive_loss"]

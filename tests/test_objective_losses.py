@@ -37,8 +37,8 @@ def del_tokenizer(tokenizer):
 
 
 def test_simcse_step_is_cl_forward_over_a_tanh_head_on_cls(tokenizer):
-    cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8).model_dump()
-    model = tiny_encoder(tokenizer, pooling=cfg["pooling"], projection=cfg["projection"])
+    cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8)
+    model = tiny_encoder(tokenizer, pooling=cfg.pooling, projection=cfg.projection)
     special = special_ids(tokenizer)
     batch = collate(pairs(tokenizer, positives=1), special, 64, True)
     dense = model.projection[0]
@@ -68,7 +68,7 @@ def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(token
         return info_nce(queries, keys, temperature, negatives)
 
     monkeypatch.setitem(LOSSES, "info-nce", recording)
-    cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8, grad_cache=grad_cache).model_dump()
+    cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8, grad_cache=grad_cache)
     special = special_ids(tokenizer)
     table = pairs(tokenizer, positives=1)
     batch = collate(pa.table({"anchor_ids": table["anchor_ids"], "positive_ids": [[a] for a in
@@ -79,7 +79,7 @@ def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(token
         torch.manual_seed(0)
         model = SpanEncoder(build_model({"base": None, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
                                          "intermediate_size": 64, "dropout": dropout, "max_position_embeddings": 66,
-                                         "seed": 0}, tokenizer), cfg["pooling"], cfg["projection"])
+                                         "seed": 0}, tokenizer), cfg.pooling, cfg.projection)
         model.train()
         optimizer, scheduler = make_optimizer(model, cfg, 10)
         train_step(model, optimizer, scheduler, batch, cfg, special, torch.Generator().manual_seed(0))
@@ -97,7 +97,7 @@ def test_the_learning_rate_follows_the_objectives_paper(tokenizer, objective):
     DeCLUTR under ULMFiT's slanted triangular one (Howard & Ruder eq. 3: cut = floor(T cut_frac), rising to
     the peak over the first cut steps, from and back down to peak / ratio)."""
     total, peak = 20, 1e-3
-    cfg = TrainConfig(objective=objective, lr=peak).model_dump()
+    cfg = TrainConfig(objective=objective, lr=peak)
     optimizer, scheduler = make_optimizer(tiny_encoder(tokenizer), cfg, total)
     seen = []
     for _ in range(total):
@@ -111,7 +111,7 @@ def test_the_learning_rate_follows_the_objectives_paper(tokenizer, objective):
         ps = [t / cut if t < cut else 1 - (t - cut) / (cut * (1 / 0.1 - 1)) for t in range(total)]
         expected = [peak * (1 + p * (ratio - 1)) / ratio for p in ps]
     assert seen == pytest.approx(expected, rel=1e-9)
-    assert cfg["schedule"] in TrainConfig(objective=objective, lr=peak).recipe()
+    assert cfg.schedule in TrainConfig(objective=objective, lr=peak).recipe()
 
 
 def clear_pairs(tok, del_id: int, n: int = 6) -> pa.Table:
@@ -130,7 +130,7 @@ def clear_pairs(tok, del_id: int, n: int = 6) -> pa.Table:
 def test_clear_mlm_masks_the_original_sentence_and_never_the_views(del_tokenizer):
     special = special_ids(del_tokenizer)
     table = clear_pairs(del_tokenizer, special["del"])
-    cfg = TrainConfig(objective="clear").model_dump()
+    cfg = TrainConfig(objective="clear")
     generator = torch.Generator().manual_seed(0)
     n, masked = table.num_rows, 0
     for _ in range(20):
@@ -155,8 +155,8 @@ def test_clear_mlm_masks_the_original_sentence_and_never_the_views(del_tokenizer
 def test_clear_step_trains_both_terms_and_refuses_pairs_without_originals(del_tokenizer):
     special = special_ids(del_tokenizer)
     table = clear_pairs(del_tokenizer, special["del"])
-    cfg = TrainConfig(objective="clear", lr=1e-3, batch_size=6).model_dump()
-    model = tiny_encoder(del_tokenizer, pooling=cfg["pooling"], projection=cfg["projection"])
+    cfg = TrainConfig(objective="clear", lr=1e-3, batch_size=6)
+    model = tiny_encoder(del_tokenizer, pooling=cfg.pooling, projection=cfg.projection)
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     metrics = train_step(model, optimizer, scheduler, collate(table, special, 64, True), cfg, special,
                          torch.Generator().manual_seed(0))
@@ -175,7 +175,7 @@ def test_mlm_never_targets_the_deletion_token(del_tokenizer):
         rows.append({"anchor_ids": [special["del"] if rng.random() < 0.4 else t for t in ids],
                      "positive_ids": [ids[:20]]})
     batch = collate(pa.Table.from_pylist(rows), special, 64, True)
-    cfg = TrainConfig().model_dump()  # DeCLUTR: MLM on the anchors
+    cfg = TrainConfig()  # DeCLUTR: MLM on the anchors
     generator = torch.Generator().manual_seed(0)
     anchors, mask = batch["anchors"]
     is_del = anchors == special["del"]

@@ -39,20 +39,20 @@ def uneven_pairs(tok, n=8) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-def reference(model, x: dict, cfg: dict, n_masked: int) -> torch.Tensor:
+def reference(model, x: dict, cfg: TrainConfig, n_masked: int) -> torch.Tensor:
     """The padded path from the papers' formulas: every row at the common width in one forward, pooled over
     its real tokens (or its first), NT-Xent over anchors and their positives' means, MLM's mean
     cross-entropy over the masked tokens."""
     ids, mask, original = (x[k][x["unsort"]] for k in ("ids", "mask", "original"))
     hidden = model.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
-    if cfg["pooling"] == "cls":
+    if cfg.pooling == "cls":
         z = hidden[:, 0]
     else:
         z = torch.stack([hidden[i, :int(mask[i].sum())].mean(0) for i in range(len(ids))])
     b, p = x["anchors"], 2
     views = torch.cat([z[:b], z[b:b + b * p].view(b, p, -1).mean(1)])
     views = views / views.norm(dim=1, keepdim=True)
-    sim = views @ views.T / cfg["temperature"]
+    sim = views @ views.T / cfg.temperature
     loss = 0.0
     for i in range(2 * b):
         partner = (i + b) % (2 * b)
@@ -76,11 +76,11 @@ def grads(model) -> dict:
 def test_blocks_and_packing_give_the_padded_batch_loss_and_gradients(tokenizer, mlm, grad_cache, pooling,
                                                                       packing):
     cfg = TrainConfig(batch_size=8, mlm=mlm, grad_cache=grad_cache, pooling=pooling, projection="none",
-                      packing=packing, block_tokens=0).model_dump()  # a block per width that differs by over 1/8
+                      packing=packing, block_tokens=0)  # a block per width that differs by over 1/8
     special = special_ids(tokenizer)
     batch = collate(uneven_pairs(tokenizer), special, 64, True)
     model = make_encoder(build_model(MODEL, tokenizer), cfg).eval()
-    padded_model = make_encoder(build_model(MODEL, tokenizer), {**cfg, "packing": False}).eval()  # same seed
+    padded_model = make_encoder(build_model(MODEL, tokenizer), cfg.model_copy(update={"packing": False})).eval()  # same seed
     x = step_inputs(batch, cfg, special, torch.Generator().manual_seed(0))
     n_masked = int(x["positions"].sum()) if mlm else 0
     assert not mlm or n_masked > 5
@@ -147,7 +147,7 @@ def test_length_blocks():
 
 
 def test_step_counts_real_and_padded_tokens(tokenizer):
-    cfg = TrainConfig(batch_size=8, mlm=False).model_dump()
+    cfg = TrainConfig(batch_size=8, mlm=False)
     special = special_ids(tokenizer)
     table = uneven_pairs(tokenizer)
     real = sum(min(len(a), 62) + 2 for a in table.column("anchor_ids").to_pylist()) + sum(
@@ -157,10 +157,10 @@ def test_step_counts_real_and_padded_tokens(tokenizer):
     model = make_encoder(build_model(MODEL, tokenizer), cfg)
     metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, cfg, special, None)
     assert metrics["tokens"] == real and metrics["padded_tokens"] == 24 * widest  # one block: the default
-    metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, {**cfg, "block_tokens": 0}, special, None)
+    metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, cfg.model_copy(update={"block_tokens": 0}), special, None)
     assert metrics["tokens"] == real < metrics["padded_tokens"] < 0.7 * 24 * widest
-    packed = make_encoder(build_model(MODEL, tokenizer), {**cfg, "packing": True})
-    metrics = train_step(packed, *make_optimizer(packed, cfg, 2), batch, {**cfg, "packing": True}, special, None)
+    packed = make_encoder(build_model(MODEL, tokenizer), cfg.model_copy(update={"packing": True}))
+    metrics = train_step(packed, *make_optimizer(packed, cfg, 2), batch, cfg.model_copy(update={"packing": True}), special, None)
     assert metrics["tokens"] == real == metrics["padded_tokens"]  # packed: no slot is padding
 
 
@@ -176,7 +176,7 @@ def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch, packing):
     for compiled in (False, True):
         # block_tokens 0: blocks of changing shapes, which must not recompile every step
         cfg = TrainConfig(batch_size=4, lr=3e-3, compile=compiled, mlm=True, packing=packing,
-                          block_tokens=0).model_dump()
+                          block_tokens=0)
         torch._dynamo.reset()
         model = make_encoder(build_model(MODEL, tokenizer), cfg)
         optimizer, scheduler = make_optimizer(model, cfg, 4)

@@ -37,7 +37,7 @@ def micro_batches(tok, n: int = 2, contrastive: bool = True) -> list[dict]:
 
 def step(tok, batches, generator=None, scaler=None, **overrides):
     """A fresh tiny encoder (the same weights every call) takes one train_step; its gradients and metrics."""
-    cfg = TrainConfig(**{**NO_CLIP, **overrides}).model_dump()
+    cfg = TrainConfig(**{**NO_CLIP, **overrides})
     model = tiny_encoder(tok)
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     generator = generator or torch.Generator().manual_seed(0)
@@ -72,7 +72,7 @@ def test_accumulated_step_takes_the_mean_of_its_micro_batches_gradients(tokenize
 
 def test_accumulated_mlm_is_the_mean_over_every_masked_token_of_the_step(tokenizer):
     """As GradCache's chunks do, micro-batches share the step's MLM mean by their masked tokens, not equally."""
-    cfg = TrainConfig(**NO_CLIP, contrastive=False).model_dump()
+    cfg = TrainConfig(**NO_CLIP, contrastive=False)
     b1, b2 = micro_batches(tokenizer, contrastive=False)
     generator = torch.Generator().manual_seed(0)
     counts = [int(step_inputs(b, cfg, special_ids(tokenizer), generator)["positions"].sum()) for b in (b1, b2)]
@@ -100,7 +100,7 @@ def test_bf16_runs_the_encoder_in_bf16_and_the_losses_in_fp32(tokenizer, monkeyp
     model = tiny_encoder(tokenizer)
     model.mlm_model.base_model.encoder.layer[0].output.dense.register_forward_hook(
         lambda module, args, out: dtypes["layer"].append(out.dtype))
-    cfg = TrainConfig(**NO_CLIP, precision="bf16").model_dump()
+    cfg = TrainConfig(**NO_CLIP, precision="bf16")
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     bf16 = train_step(model, optimizer, scheduler, batch, cfg, special_ids(tokenizer), torch.Generator().manual_seed(0))
     assert dtypes["layer"] == [torch.bfloat16]
@@ -134,7 +134,7 @@ def test_fp16_scales_the_loss_and_skips_an_overflowed_step(tokenizer):
 def test_the_loss_scale_is_checkpointed_and_restored(tokenizer):
     batch = micro_batches(tokenizer, n=1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # not make_scaler's defaults
-    cfg = TrainConfig(**NO_CLIP, precision="fp16").model_dump()
+    cfg = TrainConfig(**NO_CLIP, precision="fp16")
     model = tiny_encoder(tokenizer)
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     generator = torch.Generator().manual_seed(0)
@@ -169,7 +169,7 @@ def test_grad_cache_keeps_the_gradients_in_mixed_precision(tokenizer, precision,
 
 def accumulated_step(tok, rank: int = 0, world: int = 1) -> tuple[float, dict]:
     """Two micro-batches of 8 pairs, this worker's share of each, in one step; its loss and gradients."""
-    cfg = TrainConfig(**{**NO_CLIP, "batch_size": 8}, mlm=False, grad_cache=5, grad_accumulation=2).model_dump()
+    cfg = TrainConfig(**{**NO_CLIP, "batch_size": 8}, mlm=False, grad_cache=5, grad_accumulation=2)
     model = tiny_encoder(tok)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, **ddp_options(cfg))
@@ -206,7 +206,7 @@ def test_two_workers_accumulate_the_same_step_as_one(tokenizer, tmp_path):
             torch.testing.assert_close(rank_grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def run_train_loop(config: dict, table: pa.Table, saved: dict | None = None) -> list[dict]:
+def run_train_loop(config: loop.WorkerConfig, table: pa.Table, saved: dict | None = None) -> list[dict]:
     """The training loop of one worker, in this process, resuming from `saved` if given: the checkpoints it
     reports. Its micro-batches are `table`'s rows as one worker's shard gives them: fixed-size tables in order,
     the short last one dropped."""
@@ -224,8 +224,7 @@ def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_pa
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
     cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="fp16", max_length=64, checkpoint_every=2,
                       torch_threads=1)
-    config = {"train": cfg.model_dump(), "init": str(tmp_path / "init"), "total_steps": 4,
-              "special": special_ids(tokenizer)}
+    config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=4, special=special_ids(tokenizer))
     table = pairs(tokenizer, n=34)  # 4 steps of 2 micro-batches of 4 pairs; 2 pairs left over
     calm = run_train_loop(config, table)
     assert [r["step"] for r in calm] == [2, 4]

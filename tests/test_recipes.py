@@ -93,7 +93,7 @@ def test_adamw_without_bias_correction_is_the_hf_update():
     model = torch.nn.Linear(3, 2).double()
     weight, bias = model.weight.detach().flatten().tolist(), model.bias.detach().tolist()
     grads = [(torch.randn(2, 3, dtype=torch.float64), torch.randn(2, dtype=torch.float64)) for _ in range(4)]
-    cfg = {**TrainConfig(objective="declutr", lr=0.01, weight_decay=0.1).model_dump(), "schedule": "linear"}
+    cfg = TrainConfig(objective="declutr", lr=0.01, weight_decay=0.1).model_copy(update={"schedule": "linear"})
     optimizer, _ = make_optimizer(model, cfg, 1000)  # the schedule is not stepped: lr stays 0.01
     for gw, gb in grads:
         model.weight.grad, model.bias.grad = gw.clone(), gb.clone()
@@ -109,7 +109,7 @@ def test_adamw_without_bias_correction_is_the_hf_update():
 
 def test_cert_trains_with_sgd_momentum_decaying_every_weight():
     model = torch.nn.Linear(3, 2)
-    optimizer, _ = make_optimizer(model, TrainConfig(objective="cert").model_dump(), 10)
+    optimizer, _ = make_optimizer(model, TrainConfig(objective="cert"), 10)
     assert isinstance(optimizer, torch.optim.SGD) and len(optimizer.param_groups) == 1
     group = optimizer.param_groups[0]
     assert (group["momentum"], group["weight_decay"], group["lr"]) == (0.9, 1e-5, pytest.approx(4e-5))
@@ -118,7 +118,7 @@ def test_cert_trains_with_sgd_momentum_decaying_every_weight():
 @pytest.mark.parametrize("schedule", ["cosine", "allennlp-lazy"])
 def test_cosine_and_allennlp_lazy_schedules_follow_their_formulas(schedule):
     total, peak = 20, 1e-3
-    cfg = TrainConfig(objective="cert", lr=peak, schedule=schedule).model_dump()
+    cfg = TrainConfig(objective="cert", lr=peak, schedule=schedule)
     optimizer, scheduler = make_optimizer(torch.nn.Linear(2, 2), cfg, total)
     seen = []
     for _ in range(total):

@@ -27,8 +27,8 @@ from tests.conftest import make_document
 MORE = "give Ray more CPUs (ray.num_cpus)"
 
 
-def settings(**kw) -> dict:
-    return TrainConfig(**kw).model_dump()
+def settings(**kw) -> TrainConfig:
+    return TrainConfig(**kw)
 
 
 @pytest.mark.parametrize("overrides, key", [
@@ -93,7 +93,7 @@ def test_a_local_ray_refuses_and_a_cluster_warns_once(caplog):
 def test_preflight_checks_every_run_against_the_local_ray_it_will_start(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # which would mean a cluster
     cfg = load_config(None, ["ray.num_cpus=2", "runs.contrastive-only.num_workers=4"])
-    runs = {name: r.model_dump() for name, r in cfg.run_configs().items()}
+    runs = cfg.run_configs()
     with pytest.raises(InputError, match=r"^runs.contrastive-only: train.num_workers=4 needs 4 CPUs"):
         check_before_ray(runs, cfg.ray.num_cpus, cpu_count=64)
     check_before_ray(runs, None, cpu_count=4)  # without ray.num_cpus, Ray takes the machine's CPUs

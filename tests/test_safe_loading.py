@@ -85,8 +85,8 @@ def test_every_part_of_a_real_checkpoint_round_trips_through_the_safe_loader(tok
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
     cfg = TrainConfig(batch_size=4, max_length=64, checkpoint_every=1, eval_every=1, torch_threads=1,
                       select_by="heldout-loss", momentum=0.99, memory_bank=8, precision="fp16")
-    config = {"train": cfg.model_dump(), "init": str(tmp_path / "init"), "total_steps": 2,
-              "special": special_ids(tokenizer), "dev": {"by": "heldout-loss"}}
+    config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=2, special=special_ids(tokenizer),
+                              dev={"by": "heldout-loss"})
     table = pairs(tokenizer, n=8)
     reports = []
 

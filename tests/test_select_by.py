@@ -160,8 +160,8 @@ def test_the_loop_exports_the_lowest_heldout_loss_scored_on_its_own_clock(tokeni
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
     cfg = TrainConfig(batch_size=4, max_length=64, lr=3e-3, checkpoint_every=3, eval_every=2, torch_threads=1,
                       select_by="heldout-loss")
-    config = {"train": cfg.model_dump(), "init": str(tmp_path / "init"), "total_steps": 8,
-              "special": special_ids(tokenizer), "dev": {"by": "heldout-loss"}}
+    config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=8, special=special_ids(tokenizer),
+                              dev={"by": "heldout-loss"})
     table = pairs(tokenizer, n=32)
     losses = {2: 0.9, 4: 0.5, 6: 0.7, 8: 0.6}
     weights = {}
@@ -214,17 +214,17 @@ def test_select_by_errors_are_one_line(tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "mine.pairclass.jsonl").write_text('{"sentence1": "a", "sentence2": "b", "label": 1}\n'
                                                        '{"sentence1": "c", "sentence2": "d", "label": 0}\n')
-    train = TrainConfig(eval_every=5, select_by="theirs", dev_set=str(tmp_path / "dev")).model_dump()
+    train = TrainConfig(eval_every=5, select_by="theirs", dev_set=str(tmp_path / "dev"))
     one_line_error(r"select_by 'theirs': no task of that name in .*dev \(tasks there: mine\)",
                    selection.stage_config, train, None, 64)
-    found = selection.stage_config({**train, "select_by": "mine"}, None, 64)
+    found = selection.stage_config(train.model_copy(update={"select_by": "mine"}), None, 64)
     assert found["kind"] == "pairclass" and found["task"] == "mine"
     # The same file as evaluation data is its test split, whether found there or copied into dev_set.
     one_line_error(r"mine\.pairclass\.jsonl is the pairclass task's test split", selection.stage_config,
-                   {**train, "select_by": "mine", "dev_set": None}, str(tmp_path / "dev"), 64)
+                   train.model_copy(update={"select_by": "mine", "dev_set": None}), str(tmp_path / "dev"), 64)
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "other.pairclass.jsonl").write_bytes((tmp_path / "dev" / "mine.pairclass.jsonl").read_bytes())
-    one_line_error(r"is a copy of a test file", selection.stage_config, {**train, "select_by": "mine"},
+    one_line_error(r"is a copy of a test file", selection.stage_config, train.model_copy(update={"select_by": "mine"}),
                    str(tmp_path / "eval"), 64)
 
 
@@ -239,9 +239,8 @@ def test_a_retrieval_task_selects_on_its_dev_queries_by_its_own_scorer(tokenizer
     (task_dir / "queries.jsonl").write_text('{"_id": "q0", "text": "kabar mifen"}\n{"_id": "q1", "text": "rami"}\n')
     (task_dir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tp0\t1\nq1\tp1\t1\n")
     (task_dir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tp3\t1\nq1\tp2\t1\n")
-    train = TrainConfig(eval_every=5, select_by="mine").model_dump()
-    config = {"train": train, "dev": selection.stage_config(train, str(tmp_path / "eval"), 64)}
-    dev = selection.load(config, "unused", special_ids(tokenizer))
+    train = TrainConfig(eval_every=5, select_by="mine")
+    dev = selection.load(train, selection.stage_config(train, str(tmp_path / "eval"), 64), "unused", special_ids(tokenizer))
     model = tiny_encoder(tokenizer, pooling="mean")
     model.train()
     got = make_scorer(model, tokenizer, train, dev)()

@@ -137,8 +137,8 @@ def test_the_train_step_scores_hard_negatives_as_cl_forward(tokenizer, weight, g
     """The first step's loss against the loop over embeddings taken here from the same encoder (no dropout):
     anchors, entailments and contradictions each through [CLS] and the Linear+Tanh head."""
     cfg = TrainConfig(objective="simcse-sup", batch_size=6, hard_negative_weight=weight,
-                      grad_cache=grad_cache).model_dump()
-    model = tiny_encoder(tokenizer, pooling=cfg["pooling"], projection=cfg["projection"])
+                      grad_cache=grad_cache)
+    model = tiny_encoder(tokenizer, pooling=cfg.pooling, projection=cfg.projection)
     special = special_ids(tokenizer)
     batch = collate(with_negatives(pairs(tokenizer, n=6, positives=1)), special, 32, True)
 

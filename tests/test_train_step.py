@@ -31,11 +31,11 @@ def tiny_encoder(tokenizer, **kwargs) -> SpanEncoder:
 
 
 def run_steps(tokenizer, steps=15, model=None, bank=None, **overrides):
-    cfg = TrainConfig(lr=3e-3, batch_size=8, **overrides).model_dump()
-    model = model or tiny_encoder(tokenizer, pooling=cfg["pooling"], projection=cfg["projection"])
+    cfg = TrainConfig(lr=3e-3, batch_size=8, **overrides)
+    model = model or tiny_encoder(tokenizer, pooling=cfg.pooling, projection=cfg.projection)
     optimizer, scheduler = make_optimizer(model, cfg, steps)
     special = special_ids(tokenizer)
-    batch = collate(pairs(tokenizer), special, 64, cfg["contrastive"])
+    batch = collate(pairs(tokenizer), special, 64, cfg.contrastive)
     generator = torch.Generator().manual_seed(0)
     return [train_step(model, optimizer, scheduler, batch, cfg, special, generator, bank) for _ in range(steps)]
 

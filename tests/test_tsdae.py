@@ -40,11 +40,11 @@ def test_deletion_keeps_forty_percent_in_order_and_never_nothing():
     assert {tuple(s) for s in short} >= {(1,), (2,), (3,)}  # the kept token is drawn, not always the first
 
 
-def tsdae_cfg(**overrides) -> dict:
-    return TrainConfig(**{"objective": "tsdae", "lr": 1e-3, "batch_size": 4, **overrides}).model_dump()
+def tsdae_cfg(**overrides) -> TrainConfig:
+    return TrainConfig(**{"objective": "tsdae", "lr": 1e-3, "batch_size": 4, **overrides})
 
 
-def bert_encoder(tokenizer, cfg: dict) -> SpanEncoder:
+def bert_encoder(tokenizer, cfg: TrainConfig) -> SpanEncoder:
     torch.manual_seed(0)
     bert = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
                                       num_attention_heads=2, intermediate_size=64, max_position_embeddings=66,
@@ -53,7 +53,7 @@ def bert_encoder(tokenizer, cfg: dict) -> SpanEncoder:
     return make_encoder(bert, cfg)
 
 
-def roberta_encoder(tokenizer, cfg: dict) -> SpanEncoder:
+def roberta_encoder(tokenizer, cfg: TrainConfig) -> SpanEncoder:
     return make_encoder(tiny_encoder(tokenizer).mlm_model, cfg)
 
 
@@ -208,7 +208,7 @@ def test_export_holds_the_encoder_only_and_loads_in_sentence_transformers(tokeni
     # As the train stage does: the checkpoint's state into a freshly built encoder (with its decoder), then export.
     restored = make_encoder(tiny_encoder(tokenizer).mlm_model, cfg)
     restored.load_state_dict(model.state_dict())
-    export(restored.mlm_model, tokenizer, str(tmp_path), cfg["pooling"])
+    export(restored.mlm_model, tokenizer, str(tmp_path), cfg.pooling)
     with safe_open(str(tmp_path / "hf" / "model.safetensors"), "pt") as f:
         names = set(f.keys())
     assert not any("crossattention" in n or n.startswith("decoder") for n in names)

@@ -35,7 +35,7 @@ class Objective:
     - `views`: the default of train.augmentation where a run picks its pairs' views (CLEAR's), else None;
     - `hard_negatives`: its pairs carry a hard negative per anchor (negative_ids), which the contrastive loss reads;
     - `mlm_on_originals`: its MLM term reads the pairs' original sentences (original_ids), not the anchors;
-    - `decoder(mlm_model, cfg)`: a training-only module its loss needs (TSDAE's), never exported; such an
+    - `decoder(mlm_model, run)`: a training-only module its loss needs (TSDAE's), never exported; such an
       objective trains the `denoising` loss, and that loss only such an objective;
     - `check(run)`: what is wrong with a run of it within the train section, or None;
       `check_config(cfg, run)`: what is wrong with it across sections (the augment, backtranslate ones), or None.
@@ -52,7 +52,7 @@ class Objective:
     views: str | None = None
     hard_negatives: bool = False
     mlm_on_originals: bool = False
-    decoder: Callable[[Any, dict], Any] | None = None
+    decoder: Callable[[Any, TrainConfig], Any] | None = None
     check: Callable[[TrainConfig], str | None] = _fits
     check_config: Callable[[Config, TrainConfig], str | None] = _fits
 

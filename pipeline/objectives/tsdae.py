@@ -66,11 +66,11 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), config["epochs"], 100 * ratio)
 
 
-def decoder(mlm_model, cfg: dict):
+def decoder(mlm_model, cfg: TrainConfig):
     """The decoder that rebuilds each sentence from its damaged copy's embedding (pipeline.objectives.tsdae_decoder)."""
     from pipeline.objectives.tsdae_decoder import TsdaeDecoder  # torch: not at the config's import
 
-    return TsdaeDecoder(mlm_model, cfg["seed"], cfg["tie_decoder"])
+    return TsdaeDecoder(mlm_model, cfg.seed, cfg.tie_decoder)
 
 
 def denoising_alone(run: TrainConfig) -> str | None:

@@ -9,6 +9,7 @@ at a time, and `padded_tokens` counts the slots that computes.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import torch
@@ -18,6 +19,9 @@ from pipeline.errors import InputError
 from pipeline.objectives import objective
 from pipeline.tokenizer.loading import DEL_TOKEN
 from pipeline.train.losses import mask_tokens
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 log = logging.getLogger("cpipe")
 
@@ -70,7 +74,7 @@ def collate(batch: pa.Table, special: dict, max_length: int, with_positives: boo
     return out
 
 
-def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
+def step_inputs(batch: dict, cfg: TrainConfig, special: dict, generator) -> dict:
     """The rows the trained encoder embeds: anchors; their positives, unless a momentum encoder embeds
     those (`keys`); hard negatives where the pairs have them (from row `hard`; as cl_forward, the trained
     encoder embeds them); for CLEAR's MLM, the original sentences. MLM masks the originals where there are any
@@ -79,15 +83,15 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
     TSDAE's positives are the original sentences its decoder rebuilds (`targets`), not encoded.
     The rows are sorted longest first (`lengths`), so that consecutive rows encode together with little
     padding (length_blocks); `unsort` puts their embeddings back in the order above (targets come sorted)."""
-    moco = cfg["contrastive"] and cfg["momentum"] is not None
-    denoise = cfg["contrastive"] and cfg["loss"] == "denoising"
-    if cfg["mlm"] and objective(cfg["objective"]).mlm_on_originals and "originals" not in batch:
+    moco = cfg.contrastive and cfg.momentum is not None
+    denoise = cfg.contrastive and cfg.loss == "denoising"
+    if cfg.mlm and objective(cfg.objective).mlm_on_originals and "originals" not in batch:
         raise InputError("train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
                          "rebuild the augment stage, or set mlm: false")
-    target = ("originals" if "originals" in batch else "anchors") if cfg["mlm"] else None
-    parts = [name for name, wanted in (("anchors", cfg["contrastive"] or target == "anchors"),
-                                       ("positives", cfg["contrastive"] and not (moco or denoise)),
-                                       ("negatives", cfg["contrastive"] and "negatives" in batch),
+    target = ("originals" if "originals" in batch else "anchors") if cfg.mlm else None
+    parts = [name for name, wanted in (("anchors", cfg.contrastive or target == "anchors"),
+                                       ("positives", cfg.contrastive and not (moco or denoise)),
+                                       ("negatives", cfg.contrastive and "negatives" in batch),
                                        ("originals", target == "originals")) if wanted]
     width = max(batch[name][0].size(1) for name in parts)
     ids, masks, originals, positions = [], [], [], []
@@ -96,7 +100,7 @@ def step_inputs(batch: dict, cfg: dict, special: dict, generator) -> dict:
         chosen, corrupted = torch.zeros_like(part, dtype=torch.bool), part
         if name == target:
             corrupted, chosen = mask_tokens(part, maskable(part, mask, special), special["mask"], special["vocab"],
-                                            cfg["mlm_probability"], generator)
+                                            cfg.mlm_probability, generator)
         ids.append(_widen(corrupted, width, special["pad"]))
         originals.append(_widen(part, width, special["pad"]))
         masks.append(_widen(mask, width, 0))
@@ -128,19 +132,19 @@ def length_blocks(lengths: list[int], min_tokens: int | None) -> list[tuple[int,
     return [(rows, width) for rows, width in blocks]
 
 
-def encode_ranges(n: int, cfg: dict) -> list[tuple[int, int]]:
+def encode_ranges(n: int, cfg: TrainConfig) -> list[tuple[int, int]]:
     """The row ranges [start, end) the encoder sees at a time: grad_cache's chunks when it caches, else all."""
-    if cfg["contrastive"] and cfg["grad_cache"] and cfg["grad_cache"] < n:
-        return [(start, min(start + cfg["grad_cache"], n)) for start in range(0, n, cfg["grad_cache"])]
+    if cfg.contrastive and cfg.grad_cache and cfg.grad_cache < n:
+        return [(start, min(start + cfg.grad_cache, n)) for start in range(0, n, cfg.grad_cache)]
     return [(0, n)]
 
 
-def padded_tokens(x: dict, cfg: dict) -> int:
+def padded_tokens(x: dict, cfg: TrainConfig) -> int:
     """Token slots the encoders compute for one micro-batch's step_inputs (once each, though GradCache
     encodes every row twice), padding included; against the real tokens, the share spent on padding."""
-    slots = sum(x["lengths"]) if cfg["packing"] else sum(
+    slots = sum(x["lengths"]) if cfg.packing else sum(
         rows * width for start, end in encode_ranges(len(x["lengths"]), cfg)
-        for rows, width in length_blocks(x["lengths"][start:end], cfg["block_tokens"]))
+        for rows, width in length_blocks(x["lengths"][start:end], cfg.block_tokens))
     return slots + (x["keys"][0].numel() if x["keys"] is not None else 0)
 
 

@@ -22,6 +22,20 @@ RECIPE_KEYS = ("lr", "batch_size", "max_length", "weight_decay", "optimizer", "a
                "sgd_momentum", "projection_dim")
 
 
+# How a setting enters the train stage's fingerprint, declared on its field (pipeline.stage.declared_settings reads
+# them). RUNTIME: it changes how the model is trained (how often to log and checkpoint, how many failures to
+# survive, threads and CPUs), not the model, so it stays out. num_workers and use_gpu stay in: the workers split
+# each batch (and seed and shard by rank), and a GPU computes other floats; checkpoint_every is out, scored
+# steps keep their own weights whatever it is.
+RUNTIME = {"runtime": True}
+
+
+def added_at(value: Any) -> dict:
+    """A setting added after version 5 at `value`, the one every run trained with before it: left out of the
+    fingerprint at that value, so that runs it leaves as they were keep their datasets."""
+    return {"fingerprint_omits": value}
+
+
 def uneven_batch(batch_size: int, num_workers: int) -> str:
     """Why batch_size cannot be split among num_workers, and the nearest values that can: each worker takes
     batch_size / num_workers rows a step, so a remainder would be dropped from every step, unsaid."""
@@ -63,14 +77,15 @@ class TrainConfig(Strict):
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps; null = one pass over the pairs")
     lr: float = Field(5e-5, gt=0, description="the peak learning rate; the objective's paper's unless set")
     weight_decay: float = Field(0.1, ge=0, description="the objective's paper's unless set")
-    optimizer: Literal["adamw", "sgd"] = Field("adamw", description=(
+    optimizer: Literal["adamw", "sgd"] = Field("adamw", json_schema_extra=added_at("adamw"), description=(
         "adamw (decoupled weight decay, biases and LayerNorm undecayed, as BERT) or sgd (with sgd_momentum, "
         "weight decay on every weight: CERT's MOCO.py); the objective's paper's unless set"))
-    adam_eps: float = Field(1e-8, gt=0, description="AdamW's epsilon (DeCLUTR: 1e-6)")
-    correct_bias: bool = Field(True, description=(
+    adam_eps: float = Field(1e-8, gt=0, json_schema_extra=added_at(1e-8), description="AdamW's epsilon (DeCLUTR: 1e-6)")
+    correct_bias: bool = Field(True, json_schema_extra=added_at(True), description=(
         "AdamW's bias correction; false is the HF AdamW's correct_bias=False that DeCLUTR's configs train with"))
-    sgd_momentum: float = Field(0.0, ge=0, lt=1, description="sgd's momentum (CERT: 0.9)")
-    tie_decoder: bool = Field(True, description=(
+    sgd_momentum: float = Field(0.0, ge=0, lt=1, json_schema_extra=added_at(0.0),
+                                description="sgd's momentum (CERT: 0.9)")
+    tie_decoder: bool = Field(True, json_schema_extra=added_at(False), description=(
         "tsdae: the decoder's transformer is the encoder's, weight for weight (the paper's, and sentence-"
         "transformers' tie_encoder_decoder=True); false: a copy of it sharing only the embedding matrix"))
     schedule: Literal["slanted-triangular", "linear", "cosine", "allennlp-lazy", "constant"] | None = Field(
@@ -99,7 +114,7 @@ class TrainConfig(Strict):
     hard_negative_weight: float = Field(0.0, description=(
         "simcse-sup: added to the logit of each anchor's own hard negative (SimCSE's --hard_negative_weight, "
         "a log-space weight; 0 as its scripts)"))
-    projection_dim: int | None = Field(None, ge=1, description=(
+    projection_dim: int | None = Field(None, ge=1, json_schema_extra=added_at(None), description=(
         "the head's output width (CERT's moco-dim: 128); null = the encoder's hidden size"))
     momentum: float | None = Field(None, gt=0, lt=1, description=(
         "MoCo: a key encoder kept as this exponential moving average of the trained one embeds the positives "
@@ -114,7 +129,7 @@ class TrainConfig(Strict):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="the encoder's forward under autocast "
                                                         "(fp16 with loss scaling); weights and losses stay float32")
     num_workers: int = Field(1, ge=1)
-    scale_fix: bool = Field(True, description=(
+    scale_fix: bool = Field(True, json_schema_extra=added_at(True), description=(
         "with num_workers > 1, the contrastive gradient is the global batch's, as with one worker; false "
         "scales it by 1 / num_workers against MLM's, as DeCLUTR's multi-GPU runs did (its scale_fix: false)"))
     use_gpu: bool = False
@@ -130,9 +145,10 @@ class TrainConfig(Strict):
         "encode a step's rows packed end to end with per-row (variable-length) attention, computing no padding; "
         "Flash attention's varlen kernel on a GPU. Off: rows encode in length-sorted blocks each padded to its "
         "longest row. Same mathematics either way; needs a model on transformers' attention interface"))
-    cpus_per_worker: int = Field(1, ge=1)
-    torch_threads: int | None = Field(None, ge=1, description="null = every core of the machine")
-    checkpoint_every: int = Field(100, ge=1)
+    cpus_per_worker: int = Field(1, ge=1, json_schema_extra=RUNTIME)
+    torch_threads: int | None = Field(None, ge=1, json_schema_extra=RUNTIME,
+                                      description="null = every core of the machine")
+    checkpoint_every: int = Field(100, ge=1, json_schema_extra=RUNTIME)
     eval_every: int | None = Field(None, ge=1, description=(
         "model selection (SimCSE's load_best_model_at_end): every this many steps and at the last, score the "
         "model by select_by and export the best-scoring step's weights, not the last; checkpoints for resuming "
@@ -148,8 +164,8 @@ class TrainConfig(Strict):
         "holding it (null = evaluate.data, for a retrieval task's dev qrels)"))
     dev_split: str = Field("dev", description="select_by a retrieval task: the qrels read, qrels/<dev_split>.tsv "
                            "(BEIR's dev queries); never test")
-    max_failures: int = Field(2, ge=0, description="worker failures Ray Train recovers from")
-    log_every: int = Field(10, ge=1)
+    max_failures: int = Field(2, ge=0, json_schema_extra=RUNTIME, description="worker failures Ray Train recovers from")
+    log_every: int = Field(10, ge=1, json_schema_extra=RUNTIME)
     seed: StrictInt = 0
 
     @field_validator("objective", mode="before")
@@ -224,6 +240,15 @@ class TrainConfig(Strict):
             if why := unknown_augmentation(self.augmentation):  # the rule clear_operations.operations applies
                 raise ValueError(why)
         return self
+
+    def inert(self) -> set[str]:
+        """The settings this run's fingerprint leaves out whatever their value (pipeline.stage.declared_settings):
+        init_from, whose parent's dataset is an input (so its fingerprint is the child's, and renaming the parent
+        rebuilds nothing), and the settings that select nothing here (select_by without eval_every, tie_decoder
+        without a decoder, dev_split but for a task), so that runs configured before them keep their datasets."""
+        task = self.eval_every and self.select_by not in (None, STS_DEV, HELDOUT_LOSS)
+        return {"init_from", *(() if self.eval_every else ("select_by",)),
+                *(() if self.loss == "denoising" else ("tie_decoder",)), *(() if task else ("dev_split",))}
 
     @property
     def views(self) -> str | None:

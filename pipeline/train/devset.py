@@ -12,10 +12,14 @@ refuses one by its name; refuse_test_copy, by its content).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate.sts import score_sts
 from pipeline.evaluate.sts_data import StsSubset, data_hash, find_file, read_stsb_split, same_pair, scored_splits
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 DEFAULT_DEV = "sts-dev.csv"
 # The share of a dev set's pairs that one test file may hold before the dev set counts as a copy of it.
@@ -62,13 +66,13 @@ def read_dev(path: str | Path) -> StsSubset:
     return read_stsb_split(Path(path), "dev")
 
 
-def stage_config(train: dict, eval_data: str | None, max_length: int) -> dict | None:
+def stage_config(train: TrainConfig, eval_data: str | None, max_length: int) -> dict | None:
     """What the train stage's config holds of the dev set, None without eval_every: the file, its content's
     hash (so an edited dev set retrains; its path alone would not) and the evaluation's max_length, which
     its sentences are truncated to as the evaluation truncates them."""
-    if train["eval_every"] is None:
+    if train.eval_every is None:
         return None
-    path = find_dev(train["dev_set"], eval_data)
+    path = find_dev(train.dev_set, eval_data)
     return {"file": str(path.resolve()), "hash": data_hash([read_dev(path)]), "max_length": max_length}
 
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import pyarrow as pa
 import torch
@@ -37,9 +38,26 @@ from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.shard import rank_batches
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
+from pipeline.train.config import TrainConfig
 from storage import iter_batches
 
 STATE = "state.pt"  # a checkpoint directory's file
+WORKER = "worker"  # train_loop_config's one key: the WorkerConfig
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the driver gives every worker: the run's settings, the init model's directory, the step count, the
+    tokenizer's special ids, what rank 0 scores with (selection.load's; None without eval_every), and the pairs'
+    dataset and the columns its steps read (train_loop's: run_loop is given its shard)."""
+
+    train: TrainConfig
+    init: str
+    total_steps: int
+    special: dict
+    dev: dict | None = None
+    pairs: str | None = None
+    columns: tuple[str, ...] = ()
 
 
 def train_loop(config: dict) -> None:
@@ -60,31 +78,30 @@ def train_loop(config: dict) -> None:
     def report(metrics: dict, directory: str | None) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
 
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    run_loop(config, rank=rank, world=world, saved=saved,
-             shard=lambda rows: rank_batches(iter_batches(config["pairs"], config["columns"], rows * world),
+    rank, world, job = ctx.get_world_rank(), ctx.get_world_size(), config[WORKER]
+    run_loop(job, rank=rank, world=world, saved=saved,
+             shard=lambda rows: rank_batches(iter_batches(job.pairs, list(job.columns), rows * world),
                                              rows, rank, world),
              prepare_model=lambda model, ddp: ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp),
              report=report)
 
 
-def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
+def run_loop(config: WorkerConfig, *, rank: int, world: int, saved: dict | None,
              shard: Callable[[int], Iterable[pa.Table]], prepare_model, report, scorer=None) -> None:
-    """Worker `rank` of `world`'s training: `config` is the driver's (train's settings, the init model, the
-    step count, the special ids, the dev set). `saved`: the state to resume from (load_state of the latest
-    checkpoint), or None. `shard(rows)`: this worker's pairs in tables of `rows`, in order, a short last
-    one dropped. `prepare_model(model, ddp_kwargs)`: the model placed on the worker's device (and wrapped in
+    """Worker `rank` of `world`'s training: `config` is the driver's. `saved`: the state to resume from
+    (load_state of the latest checkpoint), or None. `shard(rows)`: this worker's pairs in tables of `rows`, in
+    order, a short last one dropped. `prepare_model(model, ddp_kwargs)`: the model placed on the worker's device (and wrapped in
     DDP where there are several workers). `report(metrics, directory)`: every worker's at every checkpoint;
     rank 0 passes the checkpoint's directory, which lasts as long as the call, the others None.
     `scorer(model)`: rank 0's function scoring the placed model every eval_every steps, () -> {column: value}
-    (None: pipeline.train.scorers.make_scorer of config["dev"], selection.load's)."""
-    cfg = config["train"]
-    torch.set_num_threads(cfg["torch_threads"] or max(1, (os.cpu_count() or 1) // world))
-    torch.manual_seed(cfg["seed"] + rank)
-    model = make_encoder(load_mlm(config["init"]), cfg)
+    (None: pipeline.train.scorers.make_scorer of config.dev)."""
+    cfg, total_steps = config.train, config.total_steps
+    torch.set_num_threads(cfg.torch_threads or max(1, (os.cpu_count() or 1) // world))
+    torch.manual_seed(cfg.seed + rank)
+    model = make_encoder(load_mlm(config.init), cfg)
     model.train()
-    optimizer, scheduler = make_optimizer(model, cfg, config["total_steps"])
-    bank = run_bank(cfg, cfg["projection_dim"] or model.mlm_model.config.hidden_size)
+    optimizer, scheduler = make_optimizer(model, cfg, total_steps)
+    bank = run_bank(cfg, cfg.projection_dim or model.mlm_model.config.hidden_size)
     state = {"step": 0, "metrics": [], "best": None}
     if saved is not None:
         model.load_state_dict(saved["model"])
@@ -98,32 +115,32 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
             print(f"resuming from step {saved['step']}", flush=True)
     model = prepare_model(model, ddp_options(cfg))
     # A copy of the (restored, placed) encoder, as MoCo initialises its key encoder; then its own state.
-    key_encoder = MomentumEncoder(getattr(model, "module", model), cfg["momentum"]) if cfg["momentum"] else None
-    scaler = make_scaler(cfg["precision"], next(model.parameters()).device.type)
-    generator = torch.Generator().manual_seed(cfg["seed"] * 7919 + rank)  # MLM masks
+    key_encoder = MomentumEncoder(getattr(model, "module", model), cfg.momentum) if cfg.momentum else None
+    scaler = make_scaler(cfg.precision, next(model.parameters()).device.type)
+    generator = torch.Generator().manual_seed(cfg.seed * 7919 + rank)  # MLM masks
     if saved is not None:
         scaler.load_state_dict(saved["scaler"])
         if key_encoder is not None:
             key_encoder.load_state_dict(saved["key_encoder"])
         generator.set_state(saved["generator"])  # so a resumed run masks as an unbroken one would
-    dev = config.get("dev")
+    dev = config.dev
     if dev and rank == 0:
-        scorer = (scorer or (lambda m: make_scorer(m, load_tokenizer(config["init"]), cfg, dev)))(model)
+        scorer = (scorer or (lambda m: make_scorer(m, load_tokenizer(config.init), cfg, dev)))(model)
     unscored = {k: None for k in columns(dev["by"])} if dev else {}
-    micro_batches = shard(cfg["batch_size"] // world)
-    progress = Progress(config["total_steps"], state["step"], cfg["log_every"], bar_kind()) if rank == 0 else None
+    micro_batches = shard(cfg.batch_size // world)
+    progress = Progress(total_steps, state["step"], cfg.log_every, bar_kind()) if rank == 0 else None
     # "seconds" counts training time across restarts, not since the latest one.
     step, started = 0, time.perf_counter() - (state["metrics"][-1]["seconds"] if state["metrics"] else 0.0)
     waited = time.perf_counter()
-    for tables in grouped(micro_batches, cfg["grad_accumulation"]):
-        if step >= config["total_steps"]:
+    for tables in grouped(micro_batches, cfg.grad_accumulation):
+        if step >= total_steps:
             break
         step += 1
         if step <= state["step"]:
             continue  # resumed: these micro-batches were trained on before the checkpoint
         data_seconds = time.perf_counter() - waited  # time blocked reading pairs: is training input-bound?
-        batches = [collate(table, config["special"], cfg["max_length"], cfg["contrastive"]) for table in tables]
-        metrics = train_step(model, optimizer, scheduler, batches, cfg, config["special"], generator, bank, scaler,
+        batches = [collate(table, config.special, cfg.max_length, cfg.contrastive) for table in tables]
+        metrics = train_step(model, optimizer, scheduler, batches, cfg, config.special, generator, bank, scaler,
                              key_encoder)
         # "batch" identifies the rows trained on: a resumed run must neither repeat nor skip any.
         state["metrics"].append({"step": step, **metrics,
@@ -131,12 +148,12 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
                                  "data_seconds": data_seconds, "seconds": time.perf_counter() - started,
                                  **unscored})
         state["step"] = step
-        if rank == 0 and dev and scoring_due(step, cfg, config["total_steps"]):
+        if rank == 0 and dev and scoring_due(step, cfg, total_steps):
             state["metrics"][-1].update(plain(scorer()))
             keep_best(state, getattr(model, "module", model), dev["by"])
             key = score_key(dev["by"])
-            progress.write(f"step {step}/{config['total_steps']} {key} {state['metrics'][-1][key]:.4f}")
-        if checkpoint_due(step, cfg, config["total_steps"]):
+            progress.write(f"step {step}/{total_steps} {key} {state['metrics'][-1][key]:.4f}")
+        if checkpoint_due(step, cfg, total_steps):
             _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, generator, state, rank)
         if progress is not None:
             progress.step(step, metrics)
@@ -145,14 +162,14 @@ def run_loop(config: dict, *, rank: int, world: int, saved: dict | None,
         progress.close()
 
 
-def checkpoint_due(step: int, cfg: dict, total_steps: int) -> bool:
+def checkpoint_due(step: int, cfg: TrainConfig, total_steps: int) -> bool:
     """Every checkpoint_every steps and at the last (what a restart resumes from, and what the export reads)."""
-    return step == total_steps or step % cfg["checkpoint_every"] == 0
+    return step == total_steps or step % cfg.checkpoint_every == 0
 
 
-def scoring_due(step: int, cfg: dict, total_steps: int) -> bool:
+def scoring_due(step: int, cfg: TrainConfig, total_steps: int) -> bool:
     """Every eval_every steps and at the last, whatever checkpoint_every is."""
-    return bool(cfg["eval_every"]) and (step == total_steps or step % cfg["eval_every"] == 0)
+    return bool(cfg.eval_every) and (step == total_steps or step % cfg.eval_every == 0)
 
 
 def keep_best(state: dict, module, by: str) -> None:

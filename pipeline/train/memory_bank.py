@@ -20,7 +20,12 @@ starts from the same queue and a rerun from the same one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 
 class MemoryBank:
@@ -56,8 +61,8 @@ class MemoryBank:
         self.queue = state["queue"][-self.size:]
 
 
-def run_bank(cfg: dict, dim: int) -> MemoryBank | None:
+def run_bank(cfg: TrainConfig, dim: int) -> MemoryBank | None:
     """The run's bank of `dim`-wide embeddings: none without train.memory_bank; MoCo's random queue with loss moco."""
-    if not cfg["memory_bank"]:
+    if not cfg.memory_bank:
         return None
-    return MemoryBank(cfg["memory_bank"], dim, seed=cfg["seed"] if cfg["loss"] == "moco" else None)
+    return MemoryBank(cfg.memory_bank, dim, seed=cfg.seed if cfg.loss == "moco" else None)

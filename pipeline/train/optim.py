@@ -4,38 +4,42 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
-def make_optimizer(model, cfg: dict, total_steps: int):
+
+def make_optimizer(model, cfg: TrainConfig, total_steps: int):
     """AdamW with BERT's two groups (biases and LayerNorm undecayed): torch's, fused into one kernel launch a
     step on a GPU (use_gpu, or a model already placed there; the same update as the per-parameter loop, up to
     rounding), or without bias correction the HF AdamW's update (UncorrectedAdamW). SGD as CERT's MOCO.py
     builds it: one group, every weight decayed."""
-    if cfg["optimizer"] == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["sgd_momentum"],
-                                    weight_decay=cfg["weight_decay"])
+    if cfg.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.sgd_momentum,
+                                    weight_decay=cfg.weight_decay)
     else:
         decay = [p for n, p in model.named_parameters() if p.ndim > 1]
         no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
-        groups = [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
-        if cfg["correct_bias"]:
-            fused = bool(cfg["use_gpu"] or next(model.parameters()).is_cuda) or None
-            optimizer = torch.optim.AdamW(groups, lr=cfg["lr"], eps=cfg["adam_eps"], fused=fused)
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if cfg.correct_bias:
+            fused = bool(cfg.use_gpu or next(model.parameters()).is_cuda) or None
+            optimizer = torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=fused)
         else:
-            optimizer = UncorrectedAdamW(groups, lr=cfg["lr"], eps=cfg["adam_eps"])
+            optimizer = UncorrectedAdamW(groups, lr=cfg.lr, eps=cfg.adam_eps)
 
     def peak_share(step: int) -> float:
-        if cfg["schedule"] == "constant":  # TSDAE's (sentence-transformers' constantlr, no warmup)
+        if cfg.schedule == "constant":  # TSDAE's (sentence-transformers' constantlr, no warmup)
             return 1.0
-        if cfg["schedule"] == "linear":
+        if cfg.schedule == "linear":
             return linear_decay(step, total_steps)
-        if cfg["schedule"] == "cosine":
+        if cfg.schedule == "cosine":
             return cosine(step, total_steps)
-        if cfg["schedule"] == "allennlp-lazy":
-            return allennlp_lazy(step, cfg["lr_ratio"])
-        return slanted_triangular(step, total_steps, cfg["cut_frac"], cfg["lr_ratio"])
+        if cfg.schedule == "allennlp-lazy":
+            return allennlp_lazy(step, cfg.lr_ratio)
+        return slanted_triangular(step, total_steps, cfg.cut_frac, cfg.lr_ratio)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, peak_share)
     return optimizer, scheduler

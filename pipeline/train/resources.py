@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pipeline.errors import InputError
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 log = logging.getLogger("cpipe")
 _warned: set[str] = set()
 
 
-def cpu_shortfall(train: Mapping, cpus: float, more: str) -> str | None:
+def cpu_shortfall(train: TrainConfig, cpus: float, more: str) -> str | None:
     """One line saying what CPUs `train` (a run's settings) needs beyond `cpus` and what to set instead, or
     None when it fits. `more`: how to give Ray more CPUs."""
-    workers, per_worker = train["num_workers"], train["cpus_per_worker"]
+    workers, per_worker = train.num_workers, train.cpus_per_worker
     needed = workers * per_worker
     if needed <= cpus:
         return None
@@ -34,16 +38,16 @@ def cpu_shortfall(train: Mapping, cpus: float, more: str) -> str | None:
     return f"train.num_workers={workers} needs {needed:g} CPUs ({held}); Ray has {cpus:g}: {fixes}"
 
 
-def gpu_shortfall(train: Mapping, gpus: float) -> str | None:
+def gpu_shortfall(train: TrainConfig, gpus: float) -> str | None:
     """The same for GPUs: a worker of a use_gpu run holds one."""
-    workers = train["num_workers"]
-    if not train["use_gpu"] or workers <= gpus:
+    workers = train.num_workers
+    if not train.use_gpu or workers <= gpus:
         return None
     fix = f"train.num_workers<={int(gpus)}" if gpus >= 1 else "train.use_gpu=false"
     return f"train.num_workers={workers} with train.use_gpu needs {workers} GPUs; Ray has {gpus:g}: set {fix}"
 
 
-def check_resources(train: Mapping, resources: Mapping[str, float], local: bool) -> None:
+def check_resources(train: TrainConfig, resources: Mapping[str, float], local: bool) -> None:
     """Before any worker starts: refuse (InputError) a run that Ray's `resources` (ray.cluster_resources())
     cannot hold when Ray is a `local` instance; on a cluster, warn once per shortfall."""
     more = "give Ray more CPUs (ray.num_cpus)" if local else "add nodes to the cluster"
@@ -57,7 +61,7 @@ def check_resources(train: Mapping, resources: Mapping[str, float], local: bool)
         log.warning("train: %s; until the cluster scales up, the run waits", why)
 
 
-def check_before_ray(runs: Mapping[str, Mapping], num_cpus: int | None, cpu_count: int) -> None:
+def check_before_ray(runs: Mapping[str, TrainConfig], num_cpus: int | None, cpu_count: int) -> None:
     """Pre-flight, before a local Ray starts: each run against ray.num_cpus (`num_cpus`), else the machine's
     `cpu_count`, the most Ray takes (fewer under a container's quota, which check_resources then sees)."""
     for name, train in runs.items():

@@ -14,7 +14,7 @@ import torch
 
 from pipeline.evaluate import kinds
 from pipeline.model.exported import embed, eval_length
-from pipeline.train.config import HELDOUT_LOSS, STS_DEV
+from pipeline.train.config import HELDOUT_LOSS, STS_DEV, TrainConfig
 from pipeline.train.devset import dev_spearman
 from pipeline.train.heldout import heldout_scores
 from pipeline.train.selection import TASK_SCORE
@@ -54,13 +54,13 @@ def task_score(task: kinds.Task, encode, seed: int = 0) -> float:
     return row["value"]
 
 
-def make_scorer(model, tokenizer, cfg: dict, dev: dict) -> Callable[[], dict]:
+def make_scorer(model, tokenizer, cfg: TrainConfig, dev: dict) -> Callable[[], dict]:
     """The run's scorer: () -> {metrics column: value}; `dev` is pipeline.train.selection.load's."""
     module = getattr(model, "module", model)
     if dev["by"] == HELDOUT_LOSS:
-        return _in_eval_mode(module, lambda: heldout_scores(module, dev["batches"], cfg["loss"], cfg["temperature"]))
+        return _in_eval_mode(module, lambda: heldout_scores(module, dev["batches"], cfg.loss, cfg.temperature))
     if dev["by"] == STS_DEV:
-        spearman = dev_scorer(model, tokenizer, cfg["pooling"], dev, cfg["keep_head"])
+        spearman = dev_scorer(model, tokenizer, cfg.pooling, dev, cfg.keep_head)
         return lambda: {"dev_spearman": spearman()}
-    encode = _encode(module, tokenizer, cfg["pooling"], dev["max_length"], cfg["keep_head"])
+    encode = _encode(module, tokenizer, cfg.pooling, dev["max_length"], cfg.keep_head)
     return _in_eval_mode(module, lambda: {TASK_SCORE: task_score(dev["task"], encode)})

@@ -24,15 +24,15 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import kinds
 from pipeline.file_snapshot import rglob
 from pipeline.train import devset
-from pipeline.train.config import HELDOUT_LOSS, STS_DEV
+from pipeline.train.config import HELDOUT_LOSS, STS_DEV, TrainConfig
 from pipeline.train.heldout import COLUMNS, heldout_batches
 
 TASK_SCORE = "dev_score"  # a task's main metric, in the metrics rows
 RETRIEVAL = "retrieval"  # its tasks are read by split
 
 
-def select_by(train: dict) -> str:
-    return train["select_by"] or STS_DEV
+def select_by(train: TrainConfig) -> str:
+    return train.select_by or STS_DEV
 
 
 def score_key(by: str) -> str:
@@ -104,29 +104,28 @@ def find_task(name: str, dev_set: str | None, split: str, eval_data: str | None)
     return task
 
 
-def stage_config(train: dict, eval_data: str | None, max_length: int) -> dict | None:
+def stage_config(train: TrainConfig, eval_data: str | None, max_length: int) -> dict | None:
     """The train stage config's "dev": what the selection reads; None without eval_every, or for heldout-loss,
     whose pairs are the pairs dataset's (an input, fingerprinted as one)."""
-    if train["eval_every"] is None or select_by(train) == HELDOUT_LOSS:
+    if train.eval_every is None or select_by(train) == HELDOUT_LOSS:
         return None
     by = select_by(train)
     if by == STS_DEV:
         return devset.stage_config(train, eval_data, max_length)
-    task = find_task(by, train["dev_set"], train["dev_split"], eval_data)
-    return {"task": by, "kind": task.kind, "dir": train["dev_set"] or eval_data, "split": train["dev_split"],
+    task = find_task(by, train.dev_set, train.dev_split, eval_data)
+    return {"task": by, "kind": task.kind, "dir": train.dev_set or eval_data, "split": train.dev_split,
             "hash": kinds.data_hash([task]), "max_length": max_length}
 
 
-def load(config: dict, pairs: str, special: dict) -> dict | None:
-    """What the workers score with, read once on the driver: None without eval_every."""
-    train = config["train"]
-    if train["eval_every"] is None:
+def load(train: TrainConfig, dev: dict | None, pairs: str, special: dict) -> dict | None:
+    """What the workers score with, read once on the driver: None without eval_every. `dev`: the train stage
+    config's "dev" (stage_config's)."""
+    if train.eval_every is None:
         return None
     by = select_by(train)
     if by == HELDOUT_LOSS:
         table = read_heldout(pairs, columns=["anchor_ids", "positive_ids"])
-        return {"by": by, "batches": heldout_batches(table, special, train["max_length"], train["batch_size"])}
-    dev = config.get("dev")
+        return {"by": by, "batches": heldout_batches(table, special, train.max_length, train.batch_size)}
     if not dev:
         raise InputError("train: eval_every is set but the stage config names no dev data "
                          "(pipeline.train.selection.stage_config builds it)")

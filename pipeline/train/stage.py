@@ -27,13 +27,13 @@ from pipeline.model.card import train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.objectives import objective
 from pipeline.ray_session import ray_init, started_here
-from pipeline.stage import Stage, runtime
+from pipeline.stage import Stage, declared_settings, runtime, runtime_defaults, section_from
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import resume, selection
 from pipeline.train.batching import special_ids
-from pipeline.train.config import HELDOUT_LOSS, STS_DEV, TrainConfig
+from pipeline.train.config import STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
-from pipeline.train.loop import load_state, train_loop
+from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
@@ -41,15 +41,8 @@ from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifes
 # Ray is imported where the driver uses it (run, checkpoint_config): the stage registry, which imports every
 # stage (the CLI, the flows), does not wait for it.
 
-# How often to log and checkpoint, how many failures to survive, threads and CPUs: the same model either way.
-# num_workers and use_gpu stay in the fingerprint: the workers split each batch (and seed and shard by rank),
-# and a GPU computes other floats. checkpoint_every too: scored steps keep their own weights whatever it is.
-RUNTIME = {k: TrainConfig.model_fields[k].default
-           for k in ("log_every", "checkpoint_every", "max_failures", "torch_threads", "cpus_per_worker")}
-# Settings added after version 5, at the value every run trained with before them, stay out of the stage config
-# (and so the fingerprint), which run() fills them back into: runs they leave as they were keep their datasets.
-UNCHANGED = {"optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True, "sgd_momentum": 0.0,
-             "projection_dim": None, "scale_fix": True, "tie_decoder": False}
+# What TrainConfig's fields declare runtime (how often to log and checkpoint, failures, threads, CPUs).
+RUNTIME = runtime_defaults(TrainConfig)
 METRICS = "metrics.parquet"
 log = logging.getLogger("cpipe")
 
@@ -60,22 +53,16 @@ def instances(cfg: Config, done: dict[str, str]) -> dict[str, str]:
 
 
 def config(cfg: Config, row: str) -> dict:
-    """The repeat's settings (its seed the repeat's); a dev-selected run's hold its dev data. init_from stays out:
-    the parent's dataset is an input, so its fingerprint is part of the child's, and renaming the parent rebuilds
-    nothing. So do the selection's settings where they select nothing (no eval_every; dev_split but for a
-    task), so that runs configured before them keep their fingerprints."""
+    """The repeat's settings (its seed the repeat's) as TrainConfig declares them (pipeline.stage.declared_settings:
+    runtime ones apart, those added since at their old value and those that decide nothing left out); a
+    dev-selected run's hold its dev data."""
     run = cfg.trainings()[row].config
-    unused = {"init_from", *(() if run.eval_every else ("select_by",)),
-              *(() if run.loss == "denoising" else ("tie_decoder",)),
-              *(() if run.eval_every and run.select_by not in (None, STS_DEV, HELDOUT_LOSS) else ("dev_split",))}
-    settings = run.model_dump(exclude=unused)
-    left = [*RUNTIME, *(k for k, v in UNCHANGED.items() if settings.get(k, v) == v)]
-    dev = selection.stage_config(run.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
+    settings, runtime_settings = declared_settings(run)
+    dev = selection.stage_config(run, cfg.evaluate.data, cfg.evaluate.max_length)
     # Several workers split each batch by rank (pipeline.train.shard) since Ray Data stopped reading the pairs;
     # one worker reads what it read before, so only its runs keep their datasets.
     split = {"shard": "rank slices of each batch"} if run.num_workers > 1 else {}
-    return {"train": {k: v for k, v in settings.items() if k not in left}, **({"dev": dev} if dev else {}),
-            **split, "runtime": {k: settings[k] for k in RUNTIME}}
+    return {"train": settings, **({"dev": dev} if dev else {}), **split, "runtime": runtime_settings}
 
 
 def inputs(cfg: Config, done: dict[str, str], row: str) -> dict[str, str]:
@@ -94,10 +81,10 @@ def check(cfg: Config) -> None:
     Ray the run will start can hold every run's workers (a cluster's resources are seen only once connected)."""
     runs = cfg.run_configs()
     for r in runs.values():
-        selection.stage_config(r.model_dump(), cfg.evaluate.data, cfg.evaluate.max_length)
+        selection.stage_config(r, cfg.evaluate.data, cfg.evaluate.max_length)
     ray = sys.modules.get("ray")  # already up in this process: the stage sees what it is
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS") or (ray and ray.is_initialized())):
-        check_before_ray({name: r.model_dump() for name, r in runs.items()}, cfg.ray.num_cpus, os.cpu_count() or 1)
+        check_before_ray(runs, cfg.ray.num_cpus, os.cpu_count() or 1)
 
 
 def checkpoint_config():
@@ -136,22 +123,22 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
-    cfg = {**UNCHANGED, **runtime(config, RUNTIME), **config["train"]}  # the loop reads all three
+    cfg = section_from(TrainConfig, config["train"], runtime(config, RUNTIME))  # typed from here to the step
     pairs = inputs["pairs"]
     rows = read_manifest(pairs)["rows"]
-    per_step = cfg["batch_size"] * cfg["grad_accumulation"]
-    total_steps = min(rows // per_step, cfg["max_steps"] or rows)
+    per_step = cfg.batch_size * cfg.grad_accumulation
+    total_steps = min(rows // per_step, cfg.max_steps or rows)
     if total_steps < 1:
         raise InputError(f"train: {rows} pairs are fewer than one step of {per_step} "
-                         f"(batch_size {cfg['batch_size']} x grad_accumulation {cfg['grad_accumulation']})")
-    if not cfg["use_gpu"]:
-        make_scaler(cfg["precision"], "cpu")  # a precision the CPU cannot run fails here, before Ray starts
+                         f"(batch_size {cfg.batch_size} x grad_accumulation {cfg.grad_accumulation})")
+    if not cfg.use_gpu:
+        make_scaler(cfg.precision, "cpu")  # a precision the CPU cannot run fails here, before Ray starts
     ray_init(None, None)  # a no-op when the caller already connected to Ray
     check_resources(cfg, ray.cluster_resources(), started_here())
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
-    special = special_ids(tokenizer, cfg["max_length"])
-    dev = selection.load(config, pairs, special)
-    columns = objective(cfg["objective"]).columns(cfg["contrastive"], cfg["mlm"])
+    special = special_ids(tokenizer, cfg.max_length)
+    dev = selection.load(cfg, config.get("dev"), pairs, special)
+    columns = objective(cfg.objective).columns(cfg.contrastive, cfg.mlm)
     # CLEAR's MLM term reads the original sentences, which pairs built before they were kept lack.
     if "original_ids" in columns and "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
         raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
@@ -163,20 +150,21 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     storage_path = fsspec.core.url_to_fs(runs)[1]
     trainer = _trainer_class()(
         train_loop,
-        train_loop_config={"train": cfg, "init": f"{inputs['init']}/{HF_DIR}", "total_steps": total_steps,
-                           "special": special, "dev": dev, "pairs": pairs, "columns": columns},
-        scaling_config=ScalingConfig(num_workers=cfg["num_workers"], use_gpu=cfg["use_gpu"],
-                                     resources_per_worker={"CPU": cfg["cpus_per_worker"]}),
+        # One object, pickled to the workers as it is (Ray Train wants a dict around it).
+        train_loop_config={WORKER: WorkerConfig(train=cfg, init=f"{inputs['init']}/{HF_DIR}", total_steps=total_steps,
+                                                special=special, dev=dev, pairs=pairs, columns=tuple(columns))},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                     resources_per_worker={"CPU": cfg.cpus_per_worker}),
         run_config=RunConfig(name=name, storage_path=storage_path,
                              storage_filesystem=arrow_filesystem(runs),
                              checkpoint_config=checkpoint_config(),
-                             failure_config=FailureConfig(max_failures=cfg["max_failures"]),
+                             failure_config=FailureConfig(max_failures=cfg.max_failures),
                              # Train's own INFO lines (resources requested, each report and checkpoint) are
                              # noise on the user's terminal; our steps are logged by the loop.
                              logging_config=LoggingConfig(log_level="WARNING")),
     )
-    log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg["num_workers"],
-             cfg["precision"])
+    log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg.num_workers,
+             cfg.precision)
     if resume.started_over(run_dir):
         log.warning("train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",
                     run_dir, resume.SNAPSHOT)
@@ -190,7 +178,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     saved = load_state(result.checkpoint.path, result.checkpoint.filesystem)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
     # The trained modules (the head, TSDAE's decoder) to load the checkpoint into; the encoder alone is exported.
-    encoder = make_encoder(mlm_model, {**cfg, "compile": False, "packing": False})
+    encoder = make_encoder(mlm_model, cfg.model_copy(update={"compile": False, "packing": False}))
     if dev is None:
         encoder.load_state_dict(saved["model"])
     else:
@@ -202,14 +190,14 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
                           "selected_by": chosen, **({"best_dev_spearman": best["score"]} if by == STS_DEV else {})})
         log.info("train: exporting step %d, by %s", best["step"], chosen)
     # The projection head stays behind, unless the objective evaluates through it (keep_head); TSDAE's decoder always.
-    export(encoder.mlm_model, tokenizer, out.local_dir, cfg["pooling"], encoder.projection if cfg["keep_head"] else None)
+    export(encoder.mlm_model, tokenizer, out.local_dir, cfg.pooling, encoder.projection if cfg.keep_head else None)
     metrics = pa.Table.from_pylist(saved["metrics"])
     pq.write_table(metrics, f"{out.local_dir}/{METRICS}")
     write_curves(saved["metrics"], out.local_dir)
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
-    out.extra["card"] = train_info(cfg, inputs, out.extra, encoder.mlm_model.config)  # kept in the manifest for the leaderboard's rewrite
+    out.extra["card"] = train_info(cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config)  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(run_dir)

@@ -19,11 +19,12 @@ from pipeline.errors import InputError
 from pipeline.model.transformer import SpanEncoder
 from pipeline.objectives import objective
 from pipeline.train.batching import encode_ranges, length_blocks, padded_tokens, step_inputs
+from pipeline.train.config import TrainConfig
 from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import LOSSES, denoising
 
 
-def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, generator, bank=None,
+def train_step(model, optimizer, scheduler, batches, cfg: TrainConfig, special: dict, generator, bank=None,
                scaler=None, key_encoder=None) -> dict:
     """One optimizer step over `batches`: a micro-batch or a list of them (train.grad_accumulation),
     whose gradients add up to those of the step's loss: the micro-batches' mean contrastive loss
@@ -34,7 +35,7 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
     the learning-rate schedule advanced (as the HF Trainer and Accelerate do): the schedule counts updates."""
     batches = [batches] if isinstance(batches, dict) else batches
     if scaler is None:
-        if cfg["precision"] == "fp16":
+        if cfg.precision == "fp16":
             raise ValueError("fp16 needs the run's GradScaler, kept across steps: pass make_scaler(...)")
         scaler = torch.amp.GradScaler(next(model.parameters()).device.type, enabled=False)
     inputs = [step_inputs(batch, cfg, special, generator) for batch in batches]
@@ -52,7 +53,7 @@ def train_step(model, optimizer, scheduler, batches, cfg: dict, special: dict, g
         return {"loss": 0.0, "grad_norm": 0.0, "lr": scheduler.get_last_lr()[0], "skipped": True,
                 "grad_scale": scaler.get_scale(), **tokens}
     scaler.unscale_(optimizer)  # so that the norm is clipped on the true gradients
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     scale = scaler.get_scale()
     scaler.step(optimizer)  # skips the update if the gradients hold an inf or a NaN (fp16 only)
     scaler.update()
@@ -73,7 +74,7 @@ def _tokens(keys) -> int:
     return int(keys[1].sum()) if keys is not None else 0
 
 
-def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, bank, scale, last: bool,
+def accumulate(model, batch: dict, x: dict, cfg: TrainConfig, n_masked: int, k: int, bank, scale, last: bool,
                key_encoder=None, n_targets: int = 0) -> dict:
     """Forward and backward of one of a step's `k` micro-batches: the rows of step_inputs through the
     encoder; the run's contrastive loss (train.loss) between each anchor and the mean of its positives
@@ -97,9 +98,9 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         # Under DDP, only the step's last backward all-reduces the accumulated gradients.
         sync = last and end == n
         with model.no_sync() if not sync and hasattr(model, "no_sync") else nullcontext(), \
-                autocast(cfg["precision"], device.type):
+                autocast(cfg.precision, device.type):
             pooled, logits = model(x["ids"][rows].to(device), x["mask"][rows].to(device), positions,
-                                   length_blocks(x["lengths"][start:end], cfg["block_tokens"]))
+                                   length_blocks(x["lengths"][start:end], cfg.block_tokens))
         if not n_masked:
             return pooled.float()
         labels = x["original"][rows][positions].to(device)
@@ -112,19 +113,19 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
         if bank is not None:
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
         hard = {} if x["hard"] is None else {"hard_negatives": gather(z[x["hard"]:x["hard"] + b]),
-                                             "hard_negative_weight": cfg["hard_negative_weight"]}
-        loss = LOSSES[cfg["loss"]](gather(z[:b]), positives, cfg["temperature"], negatives, **hard) / k
-        return loss if cfg["scale_fix"] else gradient_scaled(loss, 1 / world_size())
+                                             "hard_negative_weight": cfg.hard_negative_weight}
+        loss = LOSSES[cfg.loss](gather(z[:b]), positives, cfg.temperature, negatives, **hard) / k
+        return loss if cfg.scale_fix else gradient_scaled(loss, 1 / world_size())
 
     losses = {}
     if len(encode_ranges(n, cfg)) > 1:
-        step = cached_step(encode, n, cfg["grad_cache"], contrastive, scale)
+        step = cached_step(encode, n, cfg.grad_cache, contrastive, scale)
         losses["contrastive_loss"] = step.loss
         if n_masked:
             losses["mlm_loss"] = step.extra_loss
     else:
         z, mlm = encode(0, n) if n_masked else (encode(0, n), None)
-        if cfg["contrastive"]:
+        if cfg.contrastive:
             losses["contrastive_loss"] = contrastive(z)
         if mlm is not None:
             losses["mlm_loss"] = mlm
@@ -133,7 +134,7 @@ def accumulate(model, batch: dict, x: dict, cfg: dict, n_masked: int, k: int, ba
     return {name: loss.detach() for name, loss in losses.items()}
 
 
-def reconstruct(model, x: dict, cfg: dict, n_targets: int, scale, last: bool, device) -> torch.Tensor:
+def reconstruct(model, x: dict, cfg: TrainConfig, n_targets: int, scale, last: bool, device) -> torch.Tensor:
     """TSDAE's forward and backward of one micro-batch: its corrupted sentences encoded, the decoder rebuilding
     the originals from their embeddings. Its share of the step's loss is its summed cross-entropy over the
     tokens of the whole step, every worker's (n_targets), so the step's loss is the token mean over the global
@@ -141,9 +142,9 @@ def reconstruct(model, x: dict, cfg: dict, n_targets: int, scale, last: bool, de
     Returns the share summed over workers (detached): what one worker with the whole batch reports."""
     ids, mask = (t.to(device) for t in x["targets"])
     with model.no_sync() if not last and hasattr(model, "no_sync") else nullcontext(), \
-            autocast(cfg["precision"], device.type):
+            autocast(cfg.precision, device.type):
         _, logits = model(x["ids"].to(device), x["mask"].to(device), None,
-                          length_blocks(x["lengths"], cfg["block_tokens"]), targets=(ids, mask))
+                          length_blocks(x["lengths"], cfg.block_tokens), targets=(ids, mask))
     loss = denoising(logits.float(), ids, mask) / n_targets
     scale(loss * world_size()).backward()
     share = loss.detach()
@@ -160,12 +161,12 @@ def target_tokens(inputs: list[dict], device) -> int:
     return int(n)
 
 
-def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: dict, device) -> torch.Tensor:
+def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: TrainConfig, device) -> torch.Tensor:
     """MoCo's keys: each anchor's positives through the momentum encoder, no gradient, averaged; in
     chunks of grad_cache rows where that is set, to bound the forward's memory as the query side's."""
     ids, mask = keys
-    chunk = cfg["grad_cache"] or ids.size(0)
-    with autocast(cfg["precision"], device.type):
+    chunk = cfg.grad_cache or ids.size(0)
+    with autocast(cfg.precision, device.type):
         z = torch.cat([key_encoder(ids[i:i + chunk].to(device), mask[i:i + chunk].to(device))
                        for i in range(0, ids.size(0), chunk)]).float()
     return z.view(-1, num_positives, z.size(1)).mean(1)
@@ -221,15 +222,15 @@ def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device_type, enabled=precision == "fp16")
 
 
-def make_encoder(mlm_model, cfg: dict) -> SpanEncoder:
+def make_encoder(mlm_model, cfg: TrainConfig) -> SpanEncoder:
     """The encoder a run trains, under torch.compile with train.compile; with its objective's decoder (TSDAE's)."""
-    make_decoder = objective(cfg["objective"]).decoder
+    make_decoder = objective(cfg.objective).decoder
     decoder = make_decoder(mlm_model, cfg) if make_decoder is not None else None
-    return SpanEncoder(mlm_model, cfg["pooling"], cfg["projection"], compile=cfg["compile"], packing=cfg["packing"],
-                       projection_dim=cfg["projection_dim"], decoder=decoder)
+    return SpanEncoder(mlm_model, cfg.pooling, cfg.projection, compile=cfg.compile, packing=cfg.packing,
+                       projection_dim=cfg.projection_dim, decoder=decoder)
 
 
-def ddp_options(cfg: dict) -> dict:
+def ddp_options(cfg: TrainConfig) -> dict:
     """Without MLM the LM head gets no gradient, nor a projection head without the contrastive loss;
     DDP must be told, or it waits for those gradients forever."""
-    return {"find_unused_parameters": not (cfg["mlm"] and cfg["contrastive"])}
+    return {"find_unused_parameters": not (cfg.mlm and cfg.contrastive)}
