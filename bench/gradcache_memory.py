@@ -33,7 +33,12 @@ from pipeline.model.transformer import SpanEncoder, scratch_config
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 
-SPECIAL = {"bos": 0, "pad": 1, "eos": 2, "mask": 4}  # the trained tokenizer's order (pipeline.tokenizer.loading.SPECIAL)
+SPECIAL = {
+    "bos": 0,
+    "pad": 1,
+    "eos": 2,
+    "mask": 4,
+}  # the trained tokenizer's order (pipeline.tokenizer.loading.SPECIAL)
 MODES = {"full": "full batch", "cached": "GradCache"}
 
 
@@ -81,24 +86,49 @@ def child(mode: str, device: str, scale: int, steps: int, threads: int | None) -
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"baseline": baseline, "peak": peak, "times": times[1:], "anchors": b, "positives": k,
-            "length": length, "chunk": chunk, "threads": torch.get_num_threads()}
+    return {
+        "baseline": baseline,
+        "peak": peak,
+        "times": times[1:],
+        "anchors": b,
+        "positives": k,
+        "length": length,
+        "chunk": chunk,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def measure(mode: str, device: str, args) -> dict:
-    out = subprocess.run([sys.executable, "-m", "bench.gradcache_memory", "--child", mode, "--device", device,
-                          "--scale", str(args.scale), "--steps", str(args.steps)]
-                         + (["--threads", str(args.threads)] if args.threads else []),
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.gradcache_memory",
+            "--child",
+            mode,
+            "--device",
+            device,
+            "--scale",
+            str(args.scale),
+            "--steps",
+            str(args.steps),
+        ]
+        + (["--threads", str(args.threads)] if args.threads else []),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.splitlines()[-1])
 
 
 def report(device: str, runs: dict[str, list[dict]]) -> None:
     first = runs["full"][0]
     label = "peak allocated" if device.startswith("cuda") else "peak RSS"
-    print(f"\n{device}: {first['anchors']} anchors x {first['positives']} positives x {first['length']} tokens "
-          f"({first['anchors'] * (1 + first['positives'])} spans), GradCache chunks of {first['chunk']} spans, "
-          f"{first['threads']} torch threads, {len(runs['full'])} processes a mode")
+    print(
+        f"\n{device}: {first['anchors']} anchors x {first['positives']} positives x {first['length']} tokens "
+        f"({first['anchors'] * (1 + first['positives'])} spans), GradCache chunks of {first['chunk']} spans, "
+        f"{first['threads']} torch threads, {len(runs['full'])} processes a mode"
+    )
     rows = {}
     for mode in MODES:
         peak = statistics.median(r["peak"] for r in runs[mode]) / 2**20

@@ -31,8 +31,8 @@ from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.devset import read_dev
-from pipeline.train.scorers import dev_scorer
 from pipeline.train.optim import make_optimizer
+from pipeline.train.scorers import dev_scorer
 from pipeline.train.step import make_encoder, train_step
 
 VARIANTS = {
@@ -55,8 +55,9 @@ def corpus_sentences(tokenizer, n: int) -> list[list[int]]:
 def mean_pairwise_cosine(init: str, ids: list[list[int]], pooling: str) -> tuple[float, float]:
     """How alike the encoder's sentence embeddings are before training: the mean and the lowest cosine."""
     tokenizer = load_tokenizer(init)
-    e = torch.from_numpy(embed(load_mlm(init).base_model.eval(), tokenizer, [tokenizer.decode(i) for i in ids],
-                               pooling, 128))
+    e = torch.from_numpy(
+        embed(load_mlm(init).base_model.eval(), tokenizer, [tokenizer.decode(i) for i in ids], pooling, 128)
+    )
     e = torch.nn.functional.normalize(e.double(), dim=-1)
     c, n = e @ e.T, len(ids)
     return float((c.sum() - n) / (n * n - n)), float(c.min())
@@ -81,8 +82,9 @@ def curve(init: str, dev_file: Path, ids: list[list[int]], settings: dict, steps
     generator, points = torch.Generator().manual_seed(0), [(0, score(), None)]
     for step in range(1, steps + 1):
         rows = [ids[(step * cfg.batch_size + i) % len(ids)] for i in range(cfg.batch_size)]
-        batch = collate(pa.table({"anchor_ids": rows, "positive_ids": [[r] for r in rows]}), special,
-                        cfg.max_length, True)
+        batch = collate(
+            pa.table({"anchor_ids": rows, "positive_ids": [[r] for r in rows]}), special, cfg.max_length, True
+        )
         loss = train_step(model, optimizer, scheduler, batch, cfg, special, generator)["loss"]
         if step % every == 0:
             points.append((step, score(), loss))
@@ -102,8 +104,10 @@ def main() -> None:
         ids = corpus_sentences(load_tokenizer(init), args.steps * 16)
         for pooling in ("cls", "mean"):
             mean, low = mean_pairwise_cosine(init, ids[:200], pooling)
-            print(f"initial weights, {pooling} pooling: mean pairwise cosine of 200 sentences {mean:.4f} "
-                  f"(lowest {low:.4f})")
+            print(
+                f"initial weights, {pooling} pooling: mean pairwise cosine of 200 sentences {mean:.4f} "
+                f"(lowest {low:.4f})"
+            )
         steps = list(range(0, args.steps + 1, args.every))
         print(f"\nSTS-B dev Spearman x 100 (cosine) and the step's loss, {len(ids):,} sentences, batch 16\n")
         print("| variant | " + " | ".join(f"step {s}" for s in steps) + " |")

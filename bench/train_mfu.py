@@ -51,10 +51,22 @@ from pipeline.train.losses import nt_xent
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import autocast, make_encoder, make_scaler, train_step
 
-DISTILROBERTA = {"vocab_size": 50265, "hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12,
-                 "intermediate_size": 3072, "max_position_embeddings": 514}
-TINY = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 256, "max_position_embeddings": 514}
+DISTILROBERTA = {
+    "vocab_size": 50265,
+    "hidden_size": 768,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 514,
+}
+TINY = {
+    "vocab_size": 1000,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 256,
+    "max_position_embeddings": 514,
+}
 # Dense bf16 tensor-core peaks from the vendor's data sheets; the first name found in the device's wins.
 PEAK_BF16 = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
 
@@ -72,17 +84,19 @@ def peak_flops(device: str) -> tuple[float | None, str]:
 
 def spans_table(anchors: int, positives: int, lengths, vocab: int, rng: np.random.Generator) -> pa.Table:
     """Pairs of random token ids whose lengths `lengths(a, b)` draws (Beta(a, b) for the paper's)."""
+
     def ids(a, b):
         return rng.integers(3, vocab - 1, lengths(a, b)).tolist()
 
-    return pa.Table.from_pylist([{"anchor_ids": ids(4, 2), "positive_ids": [ids(2, 4) for _ in range(positives)]}
-                                 for _ in range(anchors)])
+    return pa.Table.from_pylist(
+        [{"anchor_ids": ids(4, 2), "positive_ids": [ids(2, 4) for _ in range(positives)]} for _ in range(anchors)]
+    )
 
 
 def model_flops(batch: dict, shape: dict, layers: int, head: int, masked: float) -> float:
     lengths = torch.cat([batch["anchors"][1].sum(1), batch["positives"][1].sum(1)]).double()
     d, n_layers = shape["hidden_size"], shape["num_hidden_layers"]
-    return float(6 * layers * lengths.sum() + 12 * n_layers * d * (lengths ** 2).sum() + 6 * head * masked)
+    return float(6 * layers * lengths.sum() + 12 * n_layers * d * (lengths**2).sum() + 6 * head * masked)
 
 
 def reference_loop(model, run: TrainConfig, batch: dict, special: dict, device: str, compiled: bool, generator):
@@ -150,8 +164,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (allocator, compilation)")
     parser.add_argument("--peak-flops", type=float, help="the device's peak FLOP/s (default: known GPUs' bf16 peak)")
     parser.add_argument("--threads", type=int, help="torch threads on CPU (default: torch's)")
-    parser.add_argument("--block-tokens", type=int, default=4096,
-                        help="train.block_tokens of the length-blocks cases (default: %(default)s)")
+    parser.add_argument(
+        "--block-tokens",
+        type=int,
+        default=4096,
+        help="train.block_tokens of the length-blocks cases (default: %(default)s)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile cases")
     parser.add_argument("--tiny", action="store_true", help="2 layers x 64 hidden, 4 anchors: a smoke run")
     args = parser.parse_args()
@@ -159,19 +177,33 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     cfg = load_config("configs/declutr-small.yaml")
-    run = cfg.run_configs()["declutr"].model_copy(update={"precision": args.precision, "grad_cache": None,
-                                                          "use_gpu": args.device.startswith("cuda")})
+    run = cfg.run_configs()["declutr"].model_copy(
+        update={"precision": args.precision, "grad_cache": None, "use_gpu": args.device.startswith("cuda")}
+    )
     shape = TINY if args.tiny else DISTILROBERTA
     l_min, l_max = cfg.augment.min_length, cfg.augment.max_length
     anchors, positives = (4 if args.tiny else run.batch_size), cfg.augment.num_positives
     vocab = shape["vocab_size"]
     special = {"bos": 0, "pad": 1, "eos": 2, "mask": vocab - 1, "vocab": vocab, "positions": l_max}  # RoBERTa's ids
     rng = np.random.default_rng(run.seed)
-    batches = {"fixed": collate(spans_table(anchors, positives, lambda a, b: l_max, vocab, rng), special, l_max, True),
-               "paper": collate(spans_table(anchors, positives, lambda a, b: span_length(rng, a, b, l_min, l_max),
-                                            vocab, rng), special, l_max, True)}
-    config = RobertaConfig(**shape, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                           layer_norm_eps=1e-5, attn_implementation="sdpa")
+    batches = {
+        "fixed": collate(spans_table(anchors, positives, lambda a, b: l_max, vocab, rng), special, l_max, True),
+        "paper": collate(
+            spans_table(anchors, positives, lambda a, b: span_length(rng, a, b, l_min, l_max), vocab, rng),
+            special,
+            l_max,
+            True,
+        ),
+    }
+    config = RobertaConfig(
+        **shape,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        layer_norm_eps=1e-5,
+        attn_implementation="sdpa",
+    )
 
     def fresh(compiled: bool, packing: bool = False):
         torch.manual_seed(run.seed)
@@ -180,31 +212,42 @@ def main() -> None:
 
     def stepper(name: str, compiled: bool, blocks: int | None, packing: bool = False):
         model = fresh(compiled, packing)
-        optimizer, scheduler = make_optimizer(model, run.model_copy(update={"compile": compiled}),
-                                              args.warmup + args.steps)
+        optimizer, scheduler = make_optimizer(
+            model, run.model_copy(update={"compile": compiled}), args.warmup + args.steps
+        )
         scaler = make_scaler(args.precision, torch.device(args.device).type)
         generator = torch.Generator().manual_seed(run.seed)
 
         def step():
             settings = run.model_copy(update={"packing": packing, "block_tokens": blocks})
             return train_step(model, optimizer, scheduler, batches[name], settings, special, generator, scaler=scaler)
+
         return step
 
-    cases = [("train_step, every span l_max", "fixed", stepper("fixed", False, None)),
-             ("train_step, every span l_max, compiled", "fixed", stepper("fixed", True, None)),
-             ("plain loop, same batch, eager", "fixed",
-              reference_loop(fresh(False), run, batches["fixed"], special, args.device, False,
-                             torch.Generator().manual_seed(1))),
-             ("plain loop, same batch, compiled", "fixed",
-              reference_loop(fresh(False), run, batches["fixed"], special, args.device, True,
-                             torch.Generator().manual_seed(1))),
-             ("train_step, paper spans, padded to the longest", "paper", stepper("paper", False, None)),
-             ("train_step, paper spans, padded to the longest, compiled", "paper", stepper("paper", True, None)),
-             ("train_step, paper spans, length blocks", "paper", stepper("paper", False, args.block_tokens)),
-             ("train_step, paper spans, length blocks, compiled", "paper", stepper("paper", True, args.block_tokens)),
-             ("train_step, paper spans, packed", "paper", stepper("paper", False, None, packing=True)),
-             ("train_step, paper spans, packed, compiled", "paper",
-              stepper("paper", True, None, packing=True))]
+    cases = [
+        ("train_step, every span l_max", "fixed", stepper("fixed", False, None)),
+        ("train_step, every span l_max, compiled", "fixed", stepper("fixed", True, None)),
+        (
+            "plain loop, same batch, eager",
+            "fixed",
+            reference_loop(
+                fresh(False), run, batches["fixed"], special, args.device, False, torch.Generator().manual_seed(1)
+            ),
+        ),
+        (
+            "plain loop, same batch, compiled",
+            "fixed",
+            reference_loop(
+                fresh(False), run, batches["fixed"], special, args.device, True, torch.Generator().manual_seed(1)
+            ),
+        ),
+        ("train_step, paper spans, padded to the longest", "paper", stepper("paper", False, None)),
+        ("train_step, paper spans, padded to the longest, compiled", "paper", stepper("paper", True, None)),
+        ("train_step, paper spans, length blocks", "paper", stepper("paper", False, args.block_tokens)),
+        ("train_step, paper spans, length blocks, compiled", "paper", stepper("paper", True, args.block_tokens)),
+        ("train_step, paper spans, packed", "paper", stepper("paper", False, None, packing=True)),
+        ("train_step, paper spans, packed, compiled", "paper", stepper("paper", True, None, packing=True)),
+    ]
     if args.no_compile:
         cases = [c for c in cases if "compiled" not in c[0]]
 
@@ -213,10 +256,12 @@ def main() -> None:
     head = sum(p.numel() for p in probe.head.parameters())  # its decoder (tied to the word embeddings) included
     peak, device_name = peak_flops(args.device)
     peak = args.peak_flops or peak
-    print(f"{'tiny' if args.tiny else 'declutr-small'} architecture: {shape['num_hidden_layers']} layers x "
-          f"{shape['hidden_size']} hidden, {sum(p.numel() for p in probe.parameters()) / 1e6:.1f}M parameters "
-          f"({layers / 1e6:.1f}M in the encoder's layers), on {device_name}, {args.precision}; {anchors} anchors x "
-          f"{positives} positives; {args.steps} timed steps after {args.warmup}; block_tokens {args.block_tokens}")
+    print(
+        f"{'tiny' if args.tiny else 'declutr-small'} architecture: {shape['num_hidden_layers']} layers x "
+        f"{shape['hidden_size']} hidden, {sum(p.numel() for p in probe.parameters()) / 1e6:.1f}M parameters "
+        f"({layers / 1e6:.1f}M in the encoder's layers), on {device_name}, {args.precision}; {anchors} anchors x "
+        f"{positives} positives; {args.steps} timed steps after {args.warmup}; block_tokens {args.block_tokens}"
+    )
     del probe
     medians = {}
     for label, name, step in cases:
@@ -229,28 +274,55 @@ def main() -> None:
         t = medians[label] = statistics.median(times)
         mfu = f", real-token MFU {flops / t / peak:.1%}" if peak else ""
         syncs = host_syncs(step) if args.device.startswith("cuda") else None
-        print(f"{label}: median {t * 1000:.1f} ms (min {min(times) * 1000:.1f}); {real:,} real tokens in "
-              f"{slots:,} slots ({1 - real / slots:.0%} padding); {real / t:,.0f} real tokens/s, "
-              f"{slots / t:,.0f} slots/s; {flop(flops / t)}/s{mfu}"
-              + (f"; {syncs} host syncs a step" if syncs is not None else ""))
-    ratios = [("train_step / plain loop eager (fixed)", "train_step, every span l_max", "plain loop, same batch, eager"),
-              ("train_step / plain loop compiled (fixed)", "train_step, every span l_max",
-               "plain loop, same batch, compiled"),
-              ("compiled train_step / plain loop compiled (fixed)", "train_step, every span l_max, compiled",
-               "plain loop, same batch, compiled"),
-              ("plain loop compiled / eager (fixed)", "plain loop, same batch, compiled", "plain loop, same batch, eager"),
-              ("length blocks / padded (paper spans)", "train_step, paper spans, length blocks",
-               "train_step, paper spans, padded to the longest"),
-              ("compiled / eager train_step (paper spans)", "train_step, paper spans, length blocks, compiled",
-               "train_step, paper spans, length blocks"),
-              ("padded compiled / padded (paper spans)", "train_step, paper spans, padded to the longest, compiled",
-               "train_step, paper spans, padded to the longest"),
-              ("packed / padded (paper spans)", "train_step, paper spans, packed",
-               "train_step, paper spans, padded to the longest"),
-              ("packed compiled / padded (paper spans)", "train_step, paper spans, packed, compiled",
-               "train_step, paper spans, padded to the longest")]
-    print("step-time ratios (below 1: the first is faster): " + "; ".join(
-        f"{name} {medians[a] / medians[b]:.3f}" for name, a, b in ratios if a in medians and b in medians))
+        print(
+            f"{label}: median {t * 1000:.1f} ms (min {min(times) * 1000:.1f}); {real:,} real tokens in "
+            f"{slots:,} slots ({1 - real / slots:.0%} padding); {real / t:,.0f} real tokens/s, "
+            f"{slots / t:,.0f} slots/s; {flop(flops / t)}/s{mfu}"
+            + (f"; {syncs} host syncs a step" if syncs is not None else "")
+        )
+    ratios = [
+        ("train_step / plain loop eager (fixed)", "train_step, every span l_max", "plain loop, same batch, eager"),
+        (
+            "train_step / plain loop compiled (fixed)",
+            "train_step, every span l_max",
+            "plain loop, same batch, compiled",
+        ),
+        (
+            "compiled train_step / plain loop compiled (fixed)",
+            "train_step, every span l_max, compiled",
+            "plain loop, same batch, compiled",
+        ),
+        ("plain loop compiled / eager (fixed)", "plain loop, same batch, compiled", "plain loop, same batch, eager"),
+        (
+            "length blocks / padded (paper spans)",
+            "train_step, paper spans, length blocks",
+            "train_step, paper spans, padded to the longest",
+        ),
+        (
+            "compiled / eager train_step (paper spans)",
+            "train_step, paper spans, length blocks, compiled",
+            "train_step, paper spans, length blocks",
+        ),
+        (
+            "padded compiled / padded (paper spans)",
+            "train_step, paper spans, padded to the longest, compiled",
+            "train_step, paper spans, padded to the longest",
+        ),
+        (
+            "packed / padded (paper spans)",
+            "train_step, paper spans, packed",
+            "train_step, paper spans, padded to the longest",
+        ),
+        (
+            "packed compiled / padded (paper spans)",
+            "train_step, paper spans, packed, compiled",
+            "train_step, paper spans, padded to the longest",
+        ),
+    ]
+    print(
+        "step-time ratios (below 1: the first is faster): "
+        + "; ".join(f"{name} {medians[a] / medians[b]:.3f}" for name, a, b in ratios if a in medians and b in medians)
+    )
 
 
 if __name__ == "__main__":

@@ -47,22 +47,48 @@ def main() -> None:
     base = cfg.run_configs()["declutr"].model_copy(update={"grad_cache": None, "use_gpu": cuda})
     shape = TINY if args.tiny else DISTILROBERTA
     anchors = 4 if args.tiny else base.batch_size
-    special = {"bos": 0, "pad": 1, "eos": 2, "mask": shape["vocab_size"] - 1, "vocab": shape["vocab_size"],
-               "positions": cfg.augment.max_length}
+    special = {
+        "bos": 0,
+        "pad": 1,
+        "eos": 2,
+        "mask": shape["vocab_size"] - 1,
+        "vocab": shape["vocab_size"],
+        "positions": cfg.augment.max_length,
+    }
     rng = np.random.default_rng(base.seed)
-    batches = [collate(spans_table(anchors, cfg.augment.num_positives,
-                                   lambda a, b: span_length(rng, a, b, cfg.augment.min_length, cfg.augment.max_length),
-                                   shape["vocab_size"], rng), special, cfg.augment.max_length, True)
-               for _ in range(args.steps)]
-    config = RobertaConfig(**shape, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                           layer_norm_eps=1e-5, attn_implementation="sdpa", hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0)
+    batches = [
+        collate(
+            spans_table(
+                anchors,
+                cfg.augment.num_positives,
+                lambda a, b: span_length(rng, a, b, cfg.augment.min_length, cfg.augment.max_length),
+                shape["vocab_size"],
+                rng,
+            ),
+            special,
+            cfg.augment.max_length,
+            True,
+        )
+        for _ in range(args.steps)
+    ]
+    config = RobertaConfig(
+        **shape,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        layer_norm_eps=1e-5,
+        attn_implementation="sdpa",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     torch.manual_seed(base.seed)
     weights = AutoModelForMaskedLM.from_config(config).state_dict()
 
     def losses(precision: str, compiled: bool, packing: bool, blocks: int | None, ddp: bool) -> list[float]:
-        run = base.model_copy(update={"precision": precision, "compile": compiled, "packing": packing,
-                                      "block_tokens": blocks})
+        run = base.model_copy(
+            update={"precision": precision, "compile": compiled, "packing": packing, "block_tokens": blocks}
+        )
         mlm = AutoModelForMaskedLM.from_config(config)
         mlm.load_state_dict(weights)
         model = make_encoder(mlm, run).to(args.device).train()
@@ -71,20 +97,26 @@ def main() -> None:
             model = DistributedDataParallel(model, device_ids=[0] if cuda else None, **ddp_options(run))
         scaler = make_scaler(precision, torch.device(args.device).type)
         generator = torch.Generator().manual_seed(base.seed)
-        return [train_step(model, optimizer, scheduler, batch, run, special, generator, scaler=scaler)["loss"]
-                for batch in batches]
+        return [
+            train_step(model, optimizer, scheduler, batch, run, special, generator, scaler=scaler)["loss"]
+            for batch in batches
+        ]
 
     low = "bf16" if cuda else "fp32"
-    cases = [("fp32, eager, padded (reference)", ("fp32", False, False, None, False)),
-             (f"{low}, eager, padded", (low, False, False, None, False)),
-             (f"{low}, eager, length blocks", (low, False, False, 4096, False)),
-             (f"{low}, eager, packed", (low, False, True, 4096, False)),
-             (f"{low}, compiled, length blocks, DDP (the Ray worker's path)", (low, True, False, 4096, True)),
-             (f"{low}, compiled, packed, DDP (the Ray worker's path)", (low, True, True, 4096, True))]
+    cases = [
+        ("fp32, eager, padded (reference)", ("fp32", False, False, None, False)),
+        (f"{low}, eager, padded", (low, False, False, None, False)),
+        (f"{low}, eager, length blocks", (low, False, False, 4096, False)),
+        (f"{low}, eager, packed", (low, False, True, 4096, False)),
+        (f"{low}, compiled, length blocks, DDP (the Ray worker's path)", (low, True, False, 4096, True)),
+        (f"{low}, compiled, packed, DDP (the Ray worker's path)", (low, True, True, 4096, True)),
+    ]
     reference = None
     worst = 0.0
-    print(f"{'tiny' if args.tiny else 'declutr-small'} architecture on {args.device}; {anchors} anchors; "
-          f"{args.steps} steps; dropout off")
+    print(
+        f"{'tiny' if args.tiny else 'declutr-small'} architecture on {args.device}; {anchors} anchors; "
+        f"{args.steps} steps; dropout off"
+    )
     for label, case in cases:
         got = losses(*case)
         reference = reference or got

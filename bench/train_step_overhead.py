@@ -43,8 +43,13 @@ WARMUP = 10
 def prepare(work: str, cfg: Config) -> tuple[str, str]:
     """The run's pairs and initial model, built by each stage's own config and inputs, as a run builds them."""
     done: dict[str, str] = {}
-    build(cfg, registry.stages(last="init"), done, "init",
-          run_one=lambda stage, config, inputs, label: run_stage(stage, config, inputs, work))
+    build(
+        cfg,
+        registry.stages(last="init"),
+        done,
+        "init",
+        run_one=lambda stage, config, inputs, label: run_stage(stage, config, inputs, work),
+    )
     [row] = train.STAGE.keys(cfg, done).values()
     inputs = train.STAGE.inputs(cfg, done, row)
     return inputs["pairs"], inputs["init"]
@@ -67,15 +72,16 @@ def plain_loop(pairs: str, init_path: str, cfg: TrainConfig, steps: int) -> list
     return times[WARMUP:]
 
 
-def ray_loop(pairs: str, init_path: str, cfg: TrainConfig, steps: int, work: str,
-             attempt: int) -> tuple[list[float], float, float]:
+def ray_loop(
+    pairs: str, init_path: str, cfg: TrainConfig, steps: int, work: str, attempt: int
+) -> tuple[list[float], float, float]:
     start = time.perf_counter()
     settings = {**cfg.model_dump(), "max_steps": steps, "checkpoint_every": steps}
     path = run_stage(train.STAGE, {"train": settings, "attempt": attempt}, {"pairs": pairs, "init": init_path}, work)
     wall = time.perf_counter() - start
     metrics = pd.read_parquet(f"{path}/metrics.parquet")
     seconds = metrics["seconds"].to_numpy()
-    step_times = np.diff(seconds)[WARMUP - 1:].tolist()
+    step_times = np.diff(seconds)[WARMUP - 1 :].tolist()
     print(f"  Ray worker waited on data: median {metrics['data_seconds'][WARMUP:].median() * 1000:.1f} ms a step")
     return step_times, wall - seconds[-1], wall
 
@@ -88,8 +94,15 @@ def main() -> None:
     if args.steps <= WARMUP:  # the steps timed are those after the warm-up
         parser.error(f"--steps must be more than the {WARMUP} warm-up steps")
     sotu = shared_corpus()  # the evaluation data beside it: what decontaminate keeps out
-    cfg = load_config("configs/default.yaml", [f"corpus.sources=[{sotu}]", f"evaluate.data={sotu.parents[1]}/eval/senteval",
-                                               "seeds=[0]", "runs={declutr: {}}"])
+    cfg = load_config(
+        "configs/default.yaml",
+        [
+            f"corpus.sources=[{sotu}]",
+            f"evaluate.data={sotu.parents[1]}/eval/senteval",
+            "seeds=[0]",
+            "runs={declutr: {}}",
+        ],
+    )
     run_cfg = cfg.run_configs()["declutr"]
     work = tempfile.mkdtemp(prefix="bench-train-")
     try:
@@ -103,8 +116,10 @@ def main() -> None:
             startup.append(overhead)
             walls.append(wall)
         p, r = statistics.median(plain), statistics.median(ray_steps)
-        print(f"batch {run_cfg.batch_size} anchors x {cfg.augment.num_positives} positives, "
-              f"{args.steps} steps x {args.repeats} repeats, {WARMUP} warm-up steps dropped each")
+        print(
+            f"batch {run_cfg.batch_size} anchors x {cfg.augment.num_positives} positives, "
+            f"{args.steps} steps x {args.repeats} repeats, {WARMUP} warm-up steps dropped each"
+        )
         print(f"plain torch loop: median step {p * 1000:.1f} ms")
         print(f"Ray Train worker: median step {r * 1000:.1f} ms")
         print(f"Ray Train step overhead: {100 * (r / p - 1):+.1f}%")

@@ -31,8 +31,18 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 import pyarrow as pa
 
 from pipeline.errors import InputError
-from storage import (DamagedDataset, DatasetWriter, complete, dataset_parts, dataset_path, discard, fingerprint, leased,
-                     remove_temporaries, verify)
+from storage import (
+    DamagedDataset,
+    DatasetWriter,
+    complete,
+    dataset_parts,
+    dataset_path,
+    discard,
+    fingerprint,
+    leased,
+    remove_temporaries,
+    verify,
+)
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -94,16 +104,19 @@ class Stage(Generic[Key]):
 
 def split_runtime(declared: Mapping[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """A stage config from flat settings: the declared runtime keys move under "runtime"."""
-    return {**{k: v for k, v in settings.items() if k not in declared},
-            "runtime": {k: v for k, v in settings.items() if k in declared}}
+    return {
+        **{k: v for k, v in settings.items() if k not in declared},
+        "runtime": {k: v for k, v in settings.items() if k in declared},
+    }
 
 
 def runtime(config: dict[str, Any], declared: Mapping[str, Any]) -> dict[str, Any]:
     """The config's runtime settings over the stage's declared defaults (a config written by hand may have none)."""
     given = config.get("runtime", {})
     if unknown := sorted(set(given) - set(declared)):
-        raise InputError(f"unknown runtime setting(s) {', '.join(unknown)} (this stage has: "
-                         f"{', '.join(declared) or 'none'})")
+        raise InputError(
+            f"unknown runtime setting(s) {', '.join(unknown)} (this stage has: {', '.join(declared) or 'none'})"
+        )
     return {**declared, **given}
 
 
@@ -111,8 +124,10 @@ def _declared(section: type) -> tuple[list[str], dict[str, Any]]:
     """A typed section's (pydantic model class's) runtime fields, and {field: the value at which the fingerprint
     omits it}, as each field declares in its json_schema_extra ({"runtime": True}, {"fingerprint_omits": v})."""
     extras = {name: f.json_schema_extra or {} for name, f in section.model_fields.items()}
-    return ([name for name, x in extras.items() if x.get("runtime")],
-            {name: x["fingerprint_omits"] for name, x in extras.items() if "fingerprint_omits" in x})
+    return (
+        [name for name, x in extras.items() if x.get("runtime")],
+        {name: x["fingerprint_omits"] for name, x in extras.items() if "fingerprint_omits" in x},
+    )
 
 
 def declared_settings(section: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -122,8 +137,11 @@ def declared_settings(section: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     runtime_names, omits = _declared(type(section))
     inert = section.inert() if hasattr(section, "inert") else set()
     settings = section.model_dump()
-    content = {k: v for k, v in settings.items()
-               if k not in runtime_names and k not in inert and not (k in omits and v == omits[k])}
+    content = {
+        k: v
+        for k, v in settings.items()
+        if k not in runtime_names and k not in inert and not (k in omits and v == omits[k])
+    }
     return content, {k: settings[k] for k in runtime_names}
 
 
@@ -143,8 +161,9 @@ def input_fingerprints(inputs: dict[str, str]) -> dict[str, str]:
     return {name: dataset_parts(path)[2] for name, path in inputs.items()}
 
 
-def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], artifacts: str,
-              fp: str | None = None) -> str:
+def run_stage(
+    stage: Stage, config: dict[str, Any], inputs: dict[str, str], artifacts: str, fp: str | None = None
+) -> str:
     """Return the stage's dataset path, building it only when no finished one exists; `fp`, when the caller
     has it, is the stage's fingerprint.
 
@@ -160,8 +179,13 @@ def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], arti
         log.warning("%s: %s; rebuilding it", stage.name, damage)
 
     def waiting(holder: dict) -> None:
-        log.info("%s: waiting for pid %s on %s, which is building %s", stage.name, holder.get("pid"),
-                 holder.get("host"), path)
+        log.info(
+            "%s: waiting for pid %s on %s, which is building %s",
+            stage.name,
+            holder.get("pid"),
+            holder.get("host"),
+            path,
+        )
 
     with leased(path, waiting):
         if complete(path):
@@ -171,12 +195,23 @@ def run_stage(stage: Stage, config: dict[str, Any], inputs: dict[str, str], arti
             discard(path)
         # Holding the lease, no live writer of this dataset exists: any temporary directory is a killed run's.
         if removed := remove_temporaries(artifacts, stage.name, fp):
-            log.info("%s: removed %d temporary director%s left by killed runs", stage.name, removed,
-                     "y" if removed == 1 else "ies")
+            log.info(
+                "%s: removed %d temporary director%s left by killed runs",
+                stage.name,
+                removed,
+                "y" if removed == 1 else "ies",
+            )
         log.info("%s: building %s", stage.name, path)
-        with DatasetWriter(artifacts, stage.name, fp, config=config, inputs=input_fingerprints(inputs),
-                           schema=stage.schema, rows_per_shard=config.get("rows_per_shard"),
-                           shard_bytes=config.get("shard_mb", 256) * 2**20) as out:
+        with DatasetWriter(
+            artifacts,
+            stage.name,
+            fp,
+            config=config,
+            inputs=input_fingerprints(inputs),
+            schema=stage.schema,
+            rows_per_shard=config.get("rows_per_shard"),
+            shard_bytes=config.get("shard_mb", 256) * 2**20,
+        ) as out:
             out.built_from(*inputs.values())
             stage.run(config, inputs, out)
     log.info("%s: wrote %s", stage.name, path)

@@ -20,15 +20,15 @@ from pipeline.augment import stage as augment
 from pipeline.augment.config import AugmentConfig
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
-from pipeline.tokenizer import stage as tokenizer
 from pipeline.corpus.config import CorpusConfig
-from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, build_model, export
-from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
-from pipeline.init.config import ModelConfig
-from pipeline.stage import run_stage
 from pipeline.init import stage as init
+from pipeline.init.config import ModelConfig
+from pipeline.model.transformer import HF_DIR, ST_DIR, SpanEncoder, build_model, export
+from pipeline.stage import run_stage
+from pipeline.tokenizer import stage as tokenizer
+from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
 from pipeline.train.loop import WorkerConfig
@@ -67,11 +67,14 @@ def wordpiece(texts: list[str]) -> Tokenizer:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(
-        vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    tok.train_from_iterator(
+        texts, trainers.WordPieceTrainer(vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
     return tok
 
 
@@ -81,13 +84,21 @@ def byte_bpe(texts: list[str]) -> Tokenizer:
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(texts, vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     tok = bpe._tokenizer
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
     return tok
 
 
 def tiny(config_class, vocab_size: int, **kwargs):
-    return config_class(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, **kwargs)
+    return config_class(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +106,15 @@ def bases(tmp_path_factory, documents) -> dict:
     """name -> (base directory, the base's tokenizer with truncation and padding off, for expectations)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
-    from transformers import (BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast, RobertaConfig,
-                              RobertaForMaskedLM, RobertaTokenizerFast)
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertModel,
+        BertTokenizerFast,
+        RobertaConfig,
+        RobertaForMaskedLM,
+        RobertaTokenizerFast,
+    )
 
     root = tmp_path_factory.mktemp("bases")
     texts = documents[1]
@@ -107,8 +125,17 @@ def bases(tmp_path_factory, documents) -> dict:
     BertForMaskedLM(bert_config).save_pretrained(root / "bert")
     bert_tok.save_pretrained(root / "bert")
     roberta_tok = RobertaTokenizerFast(tokenizer_object=truncating(bpe, "<pad>"), model_max_length=128)
-    RobertaForMaskedLM(tiny(RobertaConfig, bpe.get_vocab_size(), max_position_embeddings=66, pad_token_id=1,
-                            bos_token_id=0, eos_token_id=2, type_vocab_size=1)).save_pretrained(root / "roberta")
+    RobertaForMaskedLM(
+        tiny(
+            RobertaConfig,
+            bpe.get_vocab_size(),
+            max_position_embeddings=66,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            type_vocab_size=1,
+        )
+    ).save_pretrained(root / "roberta")
     roberta_tok.save_pretrained(root / "roberta")
     # A sentence-transformers model: a bare BertModel (no MLM head) as its Transformer module, in the root.
     BertModel(bert_config).save_pretrained(root / "bare")
@@ -126,25 +153,44 @@ def bases(tmp_path_factory, documents) -> dict:
     modules[0]["path"] = "0_Transformer"
     (old / "modules.json").write_text(json.dumps(modules))
     assert json.loads((root / "bert" / "tokenizer.json").read_text())["truncation"]["max_length"] == CUT
-    return {"bert": (root / "bert", wp), "roberta": (root / "roberta", bpe), "st": (root / "st", wp),
-            "st-folder": (old, wp)}
+    return {
+        "bert": (root / "bert", wp),
+        "roberta": (root / "roberta", bpe),
+        "st": (root / "st", wp),
+        "st-folder": (old, wp),
+    }
 
 
 @pytest.fixture(scope="module")
 def corpus_path(tmp_path_factory, documents) -> tuple[str, str]:
     art = str(tmp_path_factory.mktemp("base-artifacts"))
-    return run_stage(corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(documents[0])]))), {}, art), art
+    return run_stage(
+        corpus.STAGE, corpus.config(Config(corpus=CorpusConfig(sources=[str(documents[0])]))), {}, art
+    ), art
 
 
 def stages(base: Path, corpus_path) -> dict:
     """tokenizer, filter and DeCLUTR's augment stages from `base`."""
     docs, art = corpus_path
-    tok = run_stage(tokenizer.STAGE, {"base": str(base), "vocab_size": 400, "min_frequency": 2, "max_length": 128},
-                    {"corpus": docs}, art)
-    kept = run_stage(filter.STAGE, {**FilterConfig(min_tokens=MIN_TOKENS).model_dump(), "runtime": {}},
-                     {"corpus": docs, "tokenizer": tok}, art)
+    tok = run_stage(
+        tokenizer.STAGE,
+        {"base": str(base), "vocab_size": 400, "min_frequency": 2, "max_length": 128},
+        {"corpus": docs},
+        art,
+    )
+    kept = run_stage(
+        filter.STAGE,
+        {**FilterConfig(min_tokens=MIN_TOKENS).model_dump(), "runtime": {}},
+        {"corpus": docs, "tokenizer": tok},
+        art,
+    )
     cfg, run = Config(augment=AugmentConfig(**SPANS)), TrainConfig(objective="declutr")
-    pairs = run_stage(augment.STAGE, augment.config(cfg, run), augment.inputs(cfg, {"decontaminate": kept, "tokenizer": tok}, run), art)
+    pairs = run_stage(
+        augment.STAGE,
+        augment.config(cfg, run),
+        augment.inputs(cfg, {"decontaminate": kept, "tokenizer": tok}, run),
+        art,
+    )
     return {"tokenizer": tok, "filter": kept, "augment": pairs, "artifacts": art}
 
 
@@ -172,7 +218,7 @@ def test_the_filter_counts_and_declutr_cuts_whole_documents(name, bases, corpus_
         ids = whole_ids(plain, " ".join(by_doc[row["doc_id"]].split()))
         spans = [(row["anchor_start"], row["anchor_ids"])] + list(zip(row["positive_starts"], row["positive_ids"]))
         for start, span in spans:
-            assert span == ids[start:start + len(span)]  # a piece of the whole document, not of its first 16
+            assert span == ids[start : start + len(span)]  # a piece of the whole document, not of its first 16
             lengths.append(len(span))
     assert SPANS["min_length"] <= min(lengths) and max(lengths) <= SPANS["max_length"]
     assert sum(n > CUT for n in lengths) > len(lengths) / 2
@@ -182,7 +228,8 @@ def test_wordpiece_counts_are_the_words_and_full_stops(bases, documents):
     """A hand count for the BERT base: every made-up word is one WordPiece and so is each full stop."""
     _, plain = bases["bert"]
     assert all(len(whole_ids(plain, w)) == 1 for w in WORDS)
-    from pipeline.filter.docstats import count_tokens, tokenizer as read_tokenizer
+    from pipeline.filter.docstats import count_tokens
+    from pipeline.filter.docstats import tokenizer as read_tokenizer
 
     texts = documents[1]
     counted = count_tokens(read_tokenizer(str(bases["bert"][0])), texts)  # the base's own, truncating file
@@ -190,12 +237,17 @@ def test_wordpiece_counts_are_the_words_and_full_stops(bases, documents):
 
 
 def train_and_export(built: dict, base: Path, tmp_path, max_length: int) -> tuple[Path, list[dict]]:
-    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(), {"tokenizer": built["tokenizer"]},
-                         built["artifacts"])
+    init_dir = run_stage(
+        init.STAGE,
+        ModelConfig(base=str(base), seed=5).model_dump(),
+        {"tokenizer": built["tokenizer"]},
+        built["artifacts"],
+    )
     hf = f"{init_dir}/{HF_DIR}"
     tok = load_tokenizer(hf)
-    cfg = TrainConfig(objective="declutr", batch_size=4, lr=1e-3, max_length=max_length, checkpoint_every=2,
-                      torch_threads=1)
+    cfg = TrainConfig(
+        objective="declutr", batch_size=4, lr=1e-3, max_length=max_length, checkpoint_every=2, torch_threads=1
+    )
     config = WorkerConfig(train=cfg, init=hf, total_steps=2, special=special_ids(tok, max_length))
     reports = run_train_loop(config, read_table(built["augment"]))
     encoder = SpanEncoder(build_model({"base": hf, "seed": 0}, tok), cfg.pooling, cfg.projection)
@@ -221,8 +273,9 @@ def test_training_from_a_bert_base_cuts_spans_to_its_positions(bases, corpus_pat
 def init_stage(base, corpus_path):
     """The init stage's export of `base` after the data stages, and its tokenizer as training loads it."""
     built = stages(base, corpus_path)
-    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]},
-                         built["artifacts"])
+    init_dir = run_stage(
+        init.STAGE, ModelConfig(base=str(base)).model_dump(), {"tokenizer": built["tokenizer"]}, built["artifacts"]
+    )
     return init_dir, load_tokenizer(f"{init_dir}/{HF_DIR}")
 
 
@@ -231,7 +284,8 @@ def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_tab
     init_dir, tok = init_stage(base, corpus_path)
     special = special_ids(tok, 1000)
     assert (special["bos"], special["eos"], special["pad"]) == tuple(
-        tok.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+        tok.convert_tokens_to_ids(t) for t in ("[CLS]", "[SEP]", "[PAD]")
+    )
     long_span = {"anchor_ids": [list(range(5, 300))], "positive_ids": [[list(range(5, 40))]]}
     batch = collate(pa.Table.from_pydict(long_span), special, 1000, True)
     ids, mask = batch["anchors"]
@@ -241,8 +295,9 @@ def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_tab
     assert model.config.type_vocab_size == 2
     with torch.no_grad():  # no token_type_ids means segment A everywhere, as for a single sentence
         implicit = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
-        explicit = model.base_model(input_ids=ids, attention_mask=mask,
-                                    token_type_ids=torch.zeros_like(ids)).last_hidden_state
+        explicit = model.base_model(
+            input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids)
+        ).last_hidden_state
     torch.testing.assert_close(implicit, explicit)
 
 
@@ -261,8 +316,9 @@ def test_roberta_position_limit_leaves_the_padding_offset(bases, corpus_path):
     assert batch["anchors"][0].shape == (1, 64) and torch.isfinite(pooled).all()
 
 
-def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(bases, corpus_path, tmp_path, caplog,
-                                                                                capfd):
+def test_a_sentence_transformers_base_trains_a_fresh_mlm_head_and_says_so_once(
+    bases, corpus_path, tmp_path, caplog, capfd
+):
     from transformers.utils import logging as hf_logging
 
     base, _ = bases["st"]
@@ -295,8 +351,12 @@ def test_a_sentence_transformers_directory_in_either_layout_is_a_base(name, base
     from transformers import BertModel
 
     loaded = load_base(str(base)).bert.embeddings.word_embeddings.weight
-    torch.testing.assert_close(loaded, BertModel.from_pretrained(bases["bert"][0].parent / "bare")
-                               .embeddings.word_embeddings.weight, rtol=0, atol=0)  # the encoder is the base's
+    torch.testing.assert_close(
+        loaded,
+        BertModel.from_pretrained(bases["bert"][0].parent / "bare").embeddings.word_embeddings.weight,
+        rtol=0,
+        atol=0,
+    )  # the encoder is the base's
 
 
 class Rows:
@@ -334,7 +394,8 @@ def test_sentence_objectives_encode_whole_sentences_whatever_the_tokenizer_says(
 
 
 def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_transformers_loads(
-        bases, corpus_path, tmp_path):
+    bases, corpus_path, tmp_path
+):
     """TSDAE's pairs, the training loop and the train stage's export, from a sentence-transformers directory
     (a bare BertModel: the decoder takes the encoder's layers and a fresh MLM head as its LM head)."""
     from safetensors import safe_open
@@ -345,17 +406,24 @@ def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_tra
     base, _ = bases["st"]
     built = stages(base, corpus_path)
     cfg, run = Config(augment=AugmentConfig(epochs=1, max_sentences=8)), TrainConfig(objective="tsdae")
-    pairs = run_stage(augment.STAGE, augment.config(cfg, run),
-                      augment.inputs(cfg, {"decontaminate": built["filter"], "tokenizer": built["tokenizer"]}, run),
-                      built["artifacts"])
-    init_dir = run_stage(init.STAGE, ModelConfig(base=str(base), seed=5).model_dump(),
-                         {"tokenizer": built["tokenizer"]}, built["artifacts"])
+    pairs = run_stage(
+        augment.STAGE,
+        augment.config(cfg, run),
+        augment.inputs(cfg, {"decontaminate": built["filter"], "tokenizer": built["tokenizer"]}, run),
+        built["artifacts"],
+    )
+    init_dir = run_stage(
+        init.STAGE,
+        ModelConfig(base=str(base), seed=5).model_dump(),
+        {"tokenizer": built["tokenizer"]},
+        built["artifacts"],
+    )
     hf = f"{init_dir}/{HF_DIR}"
     tok = load_tokenizer(hf)
-    train = TrainConfig(objective="tsdae", batch_size=4, lr=1e-3, max_length=64, checkpoint_every=2,
-                        torch_threads=1)
-    reports = run_train_loop(WorkerConfig(train=train, init=hf, total_steps=2, special=special_ids(tok, 64)),
-                             read_table(pairs))
+    train = TrainConfig(objective="tsdae", batch_size=4, lr=1e-3, max_length=64, checkpoint_every=2, torch_threads=1)
+    reports = run_train_loop(
+        WorkerConfig(train=train, init=hf, total_steps=2, special=special_ids(tok, 64)), read_table(pairs)
+    )
     assert [m["step"] for m in reports[-1]["metrics"]] == [1, 2]
     assert all(np.isfinite(m["reconstruction_loss"]) and m["reconstruction_loss"] > 0 for m in reports[-1]["metrics"])
     encoder = make_encoder(build_model({"base": hf, "seed": 0}, tok), train)  # as the train stage exports

@@ -25,15 +25,23 @@ from tests.test_train_step import pairs, tiny_encoder
 # Plain SGD, so that the first update is lr times the gradient: Adam's moves a weight whose gradient is float
 # noise (~1e-9, its sign the reduction order's) by the full lr, and the second step's gradients then differ by
 # far more than rounding (a flake in roberta's token_type_embeddings). The optimizer is not what is compared.
-CFG = dict(lr=1e-3, batch_size=8, mlm=False, grad_clip=1e9,  # clipping would hide a scale error
-           optimizer="sgd", sgd_momentum=0.0, weight_decay=0.0)
+CFG = dict(
+    lr=1e-3,
+    batch_size=8,
+    mlm=False,
+    grad_clip=1e9,  # clipping would hide a scale error
+    optimizer="sgd",
+    sgd_momentum=0.0,
+    weight_decay=0.0,
+)
 
 
 def tsdae_pairs(tok) -> pa.Table:
     """Originals of 4 to 32 tokens: the first worker's half of the batch holds far fewer than the second's."""
     rows = pairs(tok, n=8, positives=1).column("anchor_ids").to_pylist()
-    return pa.Table.from_pylist([{"anchor_ids": ids[:3 + i], "positive_ids": [ids[:4 + 4 * i]]}
-                                 for i, ids in enumerate(rows)])
+    return pa.Table.from_pylist(
+        [{"anchor_ids": ids[: 3 + i], "positive_ids": [ids[: 4 + 4 * i]]} for i, ids in enumerate(rows)]
+    )
 
 
 def step(tok, rank: int, world: int, cfg: TrainConfig) -> tuple[float, dict]:
@@ -47,12 +55,15 @@ def step(tok, rank: int, world: int, cfg: TrainConfig) -> tuple[float, dict]:
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     special = special_ids(tok)
     rows = {"tsdae": lambda: tsdae_pairs(tok), "simcse-sup": lambda: with_negatives(pairs(tok, n=8))}.get(
-        cfg.objective, lambda: pairs(tok, n=8))()
+        cfg.objective, lambda: pairs(tok, n=8)
+    )()
     share = rows.num_rows // world
     batch = collate(rows.slice(rank * share, share), special, 64, True)
     bank = run_bank(cfg, cfg.projection_dim or 32)  # the head's width, as the loop sizes it
-    metrics = [train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
-               for _ in range(1 if cfg.objective == "simcse-sup" else 2)][-1]
+    metrics = [
+        train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
+        for _ in range(1 if cfg.objective == "simcse-sup" else 2)
+    ][-1]
     module = model.module if world > 1 else model
     result = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
     if key is not None:
@@ -60,18 +71,30 @@ def step(tok, rank: int, world: int, cfg: TrainConfig) -> tuple[float, dict]:
     return metrics["loss"], result
 
 
-CASES = {"plain": {}, "grad-cache": {"grad_cache": 5}, "memory-bank": {"memory_bank": 8},
-         "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8},
-         # The earlier MoCo case as it was: the in-batch loss under the optimisation every objective then had.
-         "moco-inbatch": {"objective": "cert", "momentum": 0.9, "memory_bank": 8, "loss": "moco-inbatch",
-                          "optimizer": "adamw", "weight_decay": 0.1, "schedule": "slanted-triangular",
-                          "max_length": 512, "projection_dim": None,
-                          "lr": 1e-9},  # Adam's first step would magnify float noise in near-zero gradients
-         "simcse": {"objective": "simcse"},
-         "tsdae": {"objective": "tsdae"},
-         "simcse-sup": {"objective": "simcse-sup", "hard_negative_weight": 0.5, "grad_cache": 5},
-         # lr 1e-9: the first step leaves the weights as they were, so the second step's gradients are the first's.
-         "unscaled": {"scale_fix": False, "lr": 1e-9}}
+CASES = {
+    "plain": {},
+    "grad-cache": {"grad_cache": 5},
+    "memory-bank": {"memory_bank": 8},
+    "moco": {"objective": "cert", "momentum": 0.9, "memory_bank": 8},
+    # The earlier MoCo case as it was: the in-batch loss under the optimisation every objective then had.
+    "moco-inbatch": {
+        "objective": "cert",
+        "momentum": 0.9,
+        "memory_bank": 8,
+        "loss": "moco-inbatch",
+        "optimizer": "adamw",
+        "weight_decay": 0.1,
+        "schedule": "slanted-triangular",
+        "max_length": 512,
+        "projection_dim": None,
+        "lr": 1e-9,
+    },  # Adam's first step would magnify float noise in near-zero gradients
+    "simcse": {"objective": "simcse"},
+    "tsdae": {"objective": "tsdae"},
+    "simcse-sup": {"objective": "simcse-sup", "hard_negative_weight": 0.5, "grad_cache": 5},
+    # lr 1e-9: the first step leaves the weights as they were, so the second step's gradients are the first's.
+    "unscaled": {"scale_fix": False, "lr": 1e-9},
+}
 SCALE = {"unscaled": 0.5}  # DeCLUTR's (scale_fix false): the contrastive gradient over the 2 workers
 
 
@@ -84,8 +107,7 @@ def worker(rank: int, world: int, port: int, tok, out: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     try:
-        torch.save({name: step(tok, rank, world, cfg) for name, cfg in configs().items()},
-                   f"{out}.{rank}")
+        torch.save({name: step(tok, rank, world, cfg) for name, cfg in configs().items()}, f"{out}.{rank}")
     finally:
         torch.distributed.destroy_process_group()
 
@@ -108,4 +130,6 @@ def test_two_workers_take_the_same_step_as_one(tokenizer, tmp_path):
                 # itself. A world-size factor or a missing worker's share is off by the norm, far above this.
                 expected = g * SCALE.get(case, 1.0)
                 error = (rank_grads[name] - expected).norm().item()
-                assert error <= 1e-4 * expected.norm().item() + 1e-6 * g.numel() ** 0.5, f"{case}: {name} off by {error:.3g}"
+                assert error <= 1e-4 * expected.norm().item() + 1e-6 * g.numel() ** 0.5, (
+                    f"{case}: {name} off by {error:.3g}"
+                )

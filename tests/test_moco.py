@@ -49,8 +49,9 @@ def test_the_key_encoder_is_the_ema_of_the_trained_encoder(tokenizer):
 
 def test_moco_scores_each_query_against_its_own_key_and_the_random_initial_queue_only(tokenizer):
     # tau 1: a loss of order 1, where the batch's other keys, were they negatives, would move it visibly
-    cfg, model, optimizer, scheduler, special, batch = setup(tokenizer, momentum=0.99, memory_bank=20, seed=3,
-                                                             temperature=1.0)
+    cfg, model, optimizer, scheduler, special, batch = setup(
+        tokenizer, momentum=0.99, memory_bank=20, seed=3, temperature=1.0
+    )
     assert cfg.loss == "moco"  # MoCo's builder wherever momentum is on and the loss is not named
     key, bank = MomentumEncoder(model, 0.99), run_bank(cfg, 32)
     queue = bank.negatives().clone()
@@ -59,8 +60,7 @@ def test_moco_scores_each_query_against_its_own_key_and_the_random_initial_queue
         queries = model(*batch["anchors"])[0]
         keys = key.module(*batch["positives"])[0].view(8, 2, -1).mean(1)
     expected = moco_loop(queries.double(), keys.double(), queue.double(), 1.0)
-    assert expected != pytest.approx(moco_inbatch_loop(queries.double(), keys.double(), queue.double(), 1.0),
-                                     rel=1e-3)
+    assert expected != pytest.approx(moco_inbatch_loop(queries.double(), keys.double(), queue.double(), 1.0), rel=1e-3)
     metrics = train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
     assert metrics["contrastive_loss"] == pytest.approx(expected, rel=1e-5)
     assert torch.equal(bank.negatives()[:12], queue[8:])  # the 8 oldest random keys left first
@@ -80,8 +80,9 @@ def test_the_initial_queue_is_unit_norm_and_drawn_from_the_runs_seed():
 
 
 def test_moco_inbatch_is_infonce_of_queries_against_keys_and_the_queue(tokenizer):
-    cfg, model, optimizer, scheduler, special, batch = setup(tokenizer, momentum=0.99, memory_bank=20,
-                                                             loss="moco-inbatch")
+    cfg, model, optimizer, scheduler, special, batch = setup(
+        tokenizer, momentum=0.99, memory_bank=20, loss="moco-inbatch"
+    )
     key, bank = MomentumEncoder(model, 0.99), run_bank(cfg, 32)
     assert len(bank) == 0  # its queue starts empty, as this project's MoCo did
     train_step(model, optimizer, scheduler, batch, cfg, special, None, bank, key_encoder=key)
@@ -101,8 +102,16 @@ def test_moco_inbatch_is_infonce_of_queries_against_keys_and_the_queue(tokenizer
 
 def test_a_checkpoint_restores_the_key_encoder_and_the_queue(tokenizer, tmp_path):
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
-    cfg = TrainConfig(objective="cert", momentum=0.9, memory_bank=6, batch_size=4, lr=1e-3, max_length=64,
-                      checkpoint_every=2, torch_threads=1)
+    cfg = TrainConfig(
+        objective="cert",
+        momentum=0.9,
+        memory_bank=6,
+        batch_size=4,
+        lr=1e-3,
+        max_length=64,
+        checkpoint_every=2,
+        torch_threads=1,
+    )
     config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=4, special=special_ids(tokenizer))
     table = pairs(tokenizer, n=16)
     calm = run_train_loop(config, table)
@@ -114,8 +123,9 @@ def test_a_checkpoint_restores_the_key_encoder_and_the_queue(tokenizer, tmp_path
     assert torch.equal(b["bank"]["queue"], a["bank"]["queue"]) and len(a["bank"]["queue"]) == 6
     assert a["bank"]["queue"].size(1) == 128  # CERT's head width, which the queue holds
     # The export loads the checkpoint into the encoder the train stage builds from the run's settings.
-    SpanEncoder(load_mlm(str(tmp_path / "init")), cfg.pooling, cfg.projection,
-                projection_dim=cfg.projection_dim).load_state_dict(a["model"])
+    SpanEncoder(
+        load_mlm(str(tmp_path / "init")), cfg.pooling, cfg.projection, projection_dim=cfg.projection_dim
+    ).load_state_dict(a["model"])
     for part in ("model", "key_encoder"):
         state_a = a[part] if part == "model" else a[part]["module"]
         state_b = b[part] if part == "model" else b[part]["module"]

@@ -44,19 +44,30 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("select")
     rng = np.random.default_rng(0)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([make_document(rng, 300) for _ in range(20)], vocab_size=300,
-                            special_tokens=list(SPECIAL.values()))
-    bpe._tokenizer.post_processor = RobertaProcessing(("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>")))
+    bpe.train_from_iterator(
+        [make_document(rng, 300) for _ in range(20)], vocab_size=300, special_tokens=list(SPECIAL.values())
+    )
+    bpe._tokenizer.post_processor = RobertaProcessing(
+        ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
+    )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, model_max_length=64, **SPECIAL)
-    model_config = {"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-                    "dropout": 0.1, "max_position_embeddings": 66, "seed": 0}
+    model_config = {
+        "base": None,
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "intermediate_size": 64,
+        "dropout": 0.1,
+        "max_position_embeddings": 66,
+        "seed": 0,
+    }
     with DatasetWriter(str(root / "art"), "init", "init0", config=model_config, inputs={}, schema=None) as out:
         build_model(model_config, tokenizer).save_pretrained(f"{out.local_dir}/{HF_DIR}")
         tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
     init = out.path
 
     rows = []
-    for i in range(4 * STEPS):
+    for _ in range(4 * STEPS):
         ids = tokenizer(make_document(rng, 60), add_special_tokens=False)["input_ids"]
         rows.append({"anchor_ids": ids[:24], "positive_ids": [ids[16:40]]})
     schema = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
@@ -70,21 +81,36 @@ def setup(tmp_path_factory):
         # At least one word replaced by a different one: a pair of identical sentences would score exactly 1 here
         # and 1 +- float32 noise in the stage's batched scoring, and such ties would rank by that noise.
         keep = int(rng.integers(0, len(words)))
-        pairs.append((a, " ".join(words[:keep] + [rng.choice([w for w in WORDS if w != word]) for word in words[keep:]])))
+        pairs.append(
+            (a, " ".join(words[:keep] + [rng.choice([w for w in WORDS if w != word]) for word in words[keep:]]))
+        )
     gold = cosines(str(init), pairs)
     assert len(set(gold)) == len(gold), "tied gold scores would rank by float noise"
     stsb = root / "eval" / "STSBenchmark"
     stsb.mkdir(parents=True)
-    (stsb / "sts-dev.csv").write_text("".join(f"g\tx\t2012\t{i:04d}\t{g:.6f}\t{a}\t{b}\n"
-                                              for i, ((a, b), g) in enumerate(zip(pairs, gold))))
-    return {"root": root, "inputs": {"pairs": out.path, "init": str(init)}, "pairs": pairs,
-            "gold": [float(f"{g:.6f}") for g in gold], "eval": str(root / "eval")}
+    (stsb / "sts-dev.csv").write_text(
+        "".join(f"g\tx\t2012\t{i:04d}\t{g:.6f}\t{a}\t{b}\n" for i, ((a, b), g) in enumerate(zip(pairs, gold)))
+    )
+    return {
+        "root": root,
+        "inputs": {"pairs": out.path, "init": str(init)},
+        "pairs": pairs,
+        "gold": [float(f"{g:.6f}") for g in gold],
+        "eval": str(root / "eval"),
+    }
 
 
 @pytest.mark.ray
 def test_the_export_is_the_checkpoint_with_the_best_dev_score(setup, local_ray):
-    cfg = TrainConfig(batch_size=4, max_steps=STEPS, lr=3e-3, max_length=34, checkpoint_every=100, log_every=1000,
-                      eval_every=EVAL_EVERY)
+    cfg = TrainConfig(
+        batch_size=4,
+        max_steps=STEPS,
+        lr=3e-3,
+        max_length=34,
+        checkpoint_every=100,
+        log_every=1000,
+        eval_every=EVAL_EVERY,
+    )
     config = {"train": cfg.model_dump(), "dev": devset.stage_config(cfg, setup["eval"], 64)}
     path = run_stage(train.STAGE, config, setup["inputs"], str(setup["root"] / "art"))
 
@@ -106,8 +132,12 @@ def test_the_export_is_the_checkpoint_with_the_best_dev_score(setup, local_ray):
 
 
 def test_a_test_split_is_no_dev_set(tmp_path):
-    for path in ("/data/STSBenchmark/sts-test.csv", "/data/STS12-en-test/STS.input.MSRvid.txt",
-                 "/data/sick2014/SICK_test_annotated.txt", "/data/STS15-en-test/extra.csv"):
+    for path in (
+        "/data/STSBenchmark/sts-test.csv",
+        "/data/STS12-en-test/STS.input.MSRvid.txt",
+        "/data/sick2014/SICK_test_annotated.txt",
+        "/data/STS15-en-test/extra.csv",
+    ):
         with pytest.raises(ValueError, match="test split"):
             TrainConfig(eval_every=10, dev_set=path)
     with pytest.raises(ConfigError, match=r"train\.dev_set: .*sts-test\.csv is a test split"):
@@ -162,9 +192,13 @@ def test_the_best_is_the_highest_score_earliest_among_ties_never_nan():
 
 
 def test_the_leaderboard_recipe_names_the_selected_step_and_what_selected_it():
-    assert devset.selected({"steps": 1000, "best_step": 300, "best_dev_spearman": 0.71234}) == \
-        "selected at step 300 of 1000 by sts-dev Spearman 0.712"
-    assert devset.selected({"steps": 1000, "best_step": 600, "selected_by": selection.label("heldout-loss", 1.2341)}) \
+    assert (
+        devset.selected({"steps": 1000, "best_step": 300, "best_dev_spearman": 0.71234})
+        == "selected at step 300 of 1000 by sts-dev Spearman 0.712"
+    )
+    assert (
+        devset.selected({"steps": 1000, "best_step": 600, "selected_by": selection.label("heldout-loss", 1.2341)})
         == "selected at step 600 of 1000 by heldout-loss 1.234"
+    )
     assert selection.label("mine", 0.41234, "retrieval") == "mine dev nDCG@10 0.412"
     assert devset.selected({"steps": 1000}) is None

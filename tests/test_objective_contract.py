@@ -29,8 +29,18 @@ from tests.test_train_step import pairs, tiny_encoder
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TITLE = "toy (this test): a sentence and itself, two dropout masks apart, read through a linear head"
 # Unlike every registered objective's: the steps below tell these defaults were the ones trained with.
-DEFAULTS = {"loss": "nt-xent", "projection": "linear", "pooling": "mean", "mlm": False, "temperature": 0.2,
-            "schedule": "constant", "lr": 1e-3, "batch_size": 8, "max_length": 48, "weight_decay": 0.0}
+DEFAULTS = {
+    "loss": "nt-xent",
+    "projection": "linear",
+    "pooling": "mean",
+    "mlm": False,
+    "temperature": 0.2,
+    "schedule": "constant",
+    "lr": 1e-3,
+    "batch_size": 8,
+    "max_length": 48,
+    "weight_decay": 0.0,
+}
 
 
 @pytest.fixture
@@ -58,8 +68,10 @@ def test_an_unknown_objective_is_named_with_every_registered_one(toy, tmp_path):
     profile.write_text("runs: {a: {objective: toyy}}\n")
     with pytest.raises(ConfigError) as e:
         load_config(str(profile))
-    assert str(e.value).endswith("runs.a.objective: Input should be 'declutr', 'cert', 'simcse', 'clear', 'tsdae', "
-                                 "'simcse-sup' or 'toy' (got 'toyy')")
+    assert str(e.value).endswith(
+        "runs.a.objective: Input should be 'declutr', 'cert', 'simcse', 'clear', 'tsdae', "
+        "'simcse-sup' or 'toy' (got 'toyy')"
+    )
 
 
 def test_the_augment_stage_and_the_card_read_its_declaration(toy):
@@ -68,7 +80,9 @@ def test_the_augment_stage_and_the_card_read_its_declaration(toy):
     config = augment.config(cfg, run)
     assert config["objective"] == "toy" and config["max_sentences"] == 50 and "num_anchors" not in config
     assert augment.inputs(cfg, {"decontaminate": "/a/decontaminate/f", "tokenizer": "/a/tokenizer/t"}, run) == {
-        "documents": "/a/decontaminate/f", "tokenizer": "/a/tokenizer/t"}
+        "documents": "/a/decontaminate/f",
+        "tokenizer": "/a/tokenizer/t",
+    }
     assert f"| objective | {TITLE} |" in render({**INFO, "objective": "toy", "augmentation": None})
 
 

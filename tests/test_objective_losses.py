@@ -71,15 +71,32 @@ def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(token
     cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8, grad_cache=grad_cache)
     special = special_ids(tokenizer)
     table = pairs(tokenizer, positives=1)
-    batch = collate(pa.table({"anchor_ids": table["anchor_ids"], "positive_ids": [[a] for a in
-                                                                                  table["anchor_ids"].to_pylist()]}),
-                    special, 64, True)
+    batch = collate(
+        pa.table({"anchor_ids": table["anchor_ids"], "positive_ids": [[a] for a in table["anchor_ids"].to_pylist()]}),
+        special,
+        64,
+        True,
+    )
     for dropout in (0.1, 0.0):
         seen.clear()
         torch.manual_seed(0)
-        model = SpanEncoder(build_model({"base": None, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
-                                         "intermediate_size": 64, "dropout": dropout, "max_position_embeddings": 66,
-                                         "seed": 0}, tokenizer), cfg.pooling, cfg.projection)
+        model = SpanEncoder(
+            build_model(
+                {
+                    "base": None,
+                    "hidden_size": 32,
+                    "num_layers": 2,
+                    "num_heads": 2,
+                    "intermediate_size": 64,
+                    "dropout": dropout,
+                    "max_position_embeddings": 66,
+                    "seed": 0,
+                },
+                tokenizer,
+            ),
+            cfg.pooling,
+            cfg.projection,
+        )
         model.train()
         optimizer, scheduler = make_optimizer(model, cfg, 10)
         train_step(model, optimizer, scheduler, batch, cfg, special, torch.Generator().manual_seed(0))
@@ -149,7 +166,9 @@ def test_clear_mlm_masks_the_original_sentence_and_never_the_views(del_tokenizer
             kept = [t for t in range(len(wrapped)) if t not in chosen]
             assert [int(x["ids"][r, t]) for t in kept] == [wrapped[t] for t in kept]
             masked += len(chosen)
-    assert masked / (20 * sum(len(o) for o in table.column("original_ids").to_pylist())) == pytest.approx(0.15, abs=0.03)
+    assert masked / (20 * sum(len(o) for o in table.column("original_ids").to_pylist())) == pytest.approx(
+        0.15, abs=0.03
+    )
 
 
 def test_clear_step_trains_both_terms_and_refuses_pairs_without_originals(del_tokenizer):
@@ -158,8 +177,9 @@ def test_clear_step_trains_both_terms_and_refuses_pairs_without_originals(del_to
     cfg = TrainConfig(objective="clear", lr=1e-3, batch_size=6)
     model = tiny_encoder(del_tokenizer, pooling=cfg.pooling, projection=cfg.projection)
     optimizer, scheduler = make_optimizer(model, cfg, 10)
-    metrics = train_step(model, optimizer, scheduler, collate(table, special, 64, True), cfg, special,
-                         torch.Generator().manual_seed(0))
+    metrics = train_step(
+        model, optimizer, scheduler, collate(table, special, 64, True), cfg, special, torch.Generator().manual_seed(0)
+    )
     assert metrics["mlm_loss"] > 0 and metrics["contrastive_loss"] > 0
     with pytest.raises(InputError, match="original_ids"):
         step_inputs(collate(table.drop(["original_ids"]), special, 64, True), cfg, special, None)
@@ -172,8 +192,9 @@ def test_mlm_never_targets_the_deletion_token(del_tokenizer):
     rows = []
     for _ in range(16):  # anchors where 40% of the tokens are deletions, as in a del-word view
         ids = del_tokenizer(make_document(rng, 40), add_special_tokens=False)["input_ids"][:40]
-        rows.append({"anchor_ids": [special["del"] if rng.random() < 0.4 else t for t in ids],
-                     "positive_ids": [ids[:20]]})
+        rows.append(
+            {"anchor_ids": [special["del"] if rng.random() < 0.4 else t for t in ids], "positive_ids": [ids[:20]]}
+        )
     batch = collate(pa.Table.from_pylist(rows), special, 64, True)
     cfg = TrainConfig()  # DeCLUTR: MLM on the anchors
     generator = torch.Generator().manual_seed(0)
@@ -211,13 +232,23 @@ def test_each_objective_defaults_to_its_paper(objective):
 
 
 def test_a_runs_explicit_setting_wins_and_its_objective_supplies_the_rest():
-    cfg = Config(train={"objective": "simcse", "temperature": 0.1},
-                 runs={"declutr": {"objective": "declutr"}, "simcse": {}, "mean": {"pooling": "mean"},
-                       "cert": {"objective": "cert", "loss": "nt-xent", "projection": "none"}})
+    cfg = Config(
+        train={"objective": "simcse", "temperature": 0.1},
+        runs={
+            "declutr": {"objective": "declutr"},
+            "simcse": {},
+            "mean": {"pooling": "mean"},
+            "cert": {"objective": "cert", "loss": "nt-xent", "projection": "none"},
+        },
+    )
     runs = cfg.run_configs()
     # declutr's run inherits nothing simcse-specific from the train section, only what it set explicitly.
-    assert (runs["declutr"].loss, runs["declutr"].pooling, runs["declutr"].projection, runs["declutr"].mlm) == \
-        ("nt-xent", "mean", "none", True)
+    assert (runs["declutr"].loss, runs["declutr"].pooling, runs["declutr"].projection, runs["declutr"].mlm) == (
+        "nt-xent",
+        "mean",
+        "none",
+        True,
+    )
     assert {r.temperature for r in runs.values()} == {0.1}  # set in the train section: every run's
     assert (runs["simcse"].loss, runs["simcse"].projection, runs["simcse"].pooling) == ("info-nce", "tanh", "cls")
     assert runs["mean"].pooling == "mean" and runs["mean"].projection == "tanh"
@@ -237,7 +268,9 @@ def test_momentum_is_validated_and_named_in_the_recipe():
 def test_the_profiles_train_what_their_papers_do():
     simcse = load_config(CONFIGS / "simcse-unsup.yaml").run_configs()["simcse"]
     assert (simcse.loss, simcse.projection, simcse.pooling, simcse.mlm) == ("info-nce", "tanh", "cls", False)
-    assert simcse.eval_every == 125 and simcse.schedule == "linear"  # SimCSE keeps its best STS-B dev checkpoint, evaluated every 125 steps
+    assert (
+        simcse.eval_every == 125 and simcse.schedule == "linear"
+    )  # SimCSE keeps its best STS-B dev checkpoint, evaluated every 125 steps
     cert = load_config(CONFIGS / "cert.yaml").run_configs()["cert"]
     assert (cert.momentum, cert.temperature, cert.mlm, cert.loss) == (0.999, 0.07, False, "moco")
     assert cert.memory_bank > 0

@@ -24,8 +24,16 @@ from pipeline.train.step import accumulate, make_encoder, train_step
 from tests.conftest import make_document
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-MODEL = {"base": None, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64,
-         "dropout": 0.0, "max_position_embeddings": 80, "seed": 0}
+MODEL = {
+    "base": None,
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "dropout": 0.0,
+    "max_position_embeddings": 80,
+    "seed": 0,
+}
 
 
 def uneven_pairs(tok, n=8) -> pa.Table:
@@ -35,7 +43,7 @@ def uneven_pairs(tok, n=8) -> pa.Table:
     for i in range(n):
         ids = tok(make_document(rng, 120), add_special_tokens=False)["input_ids"]
         a, p, q = 3 + (67 * i) // (n - 1), 1 + int(rng.integers(0, 35)), 1 + int(rng.integers(0, 35))
-        rows.append({"anchor_ids": ids[:a], "positive_ids": [ids[a // 2:a // 2 + p], ids[:q]]})
+        rows.append({"anchor_ids": ids[:a], "positive_ids": [ids[a // 2 : a // 2 + p], ids[:q]]})
     return pa.Table.from_pylist(rows)
 
 
@@ -48,9 +56,9 @@ def reference(model, x: dict, cfg: TrainConfig, n_masked: int) -> torch.Tensor:
     if cfg.pooling == "cls":
         z = hidden[:, 0]
     else:
-        z = torch.stack([hidden[i, :int(mask[i].sum())].mean(0) for i in range(len(ids))])
+        z = torch.stack([hidden[i, : int(mask[i].sum())].mean(0) for i in range(len(ids))])
     b, p = x["anchors"], 2
-    views = torch.cat([z[:b], z[b:b + b * p].view(b, p, -1).mean(1)])
+    views = torch.cat([z[:b], z[b : b + b * p].view(b, p, -1).mean(1)])
     views = views / views.norm(dim=1, keepdim=True)
     sim = views @ views.T / cfg.temperature
     loss = 0.0
@@ -70,17 +78,35 @@ def grads(model) -> dict:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("mlm,grad_cache,pooling,packing", [
-    (False, None, "mean", False), (True, None, "mean", False), (True, 5, "mean", False), (False, 7, "mean", False),
-    (True, 5, "cls", False), (True, None, "mean", True), (True, 5, "mean", True), (False, None, "cls", True)])
-def test_blocks_and_packing_give_the_padded_batch_loss_and_gradients(tokenizer, mlm, grad_cache, pooling,
-                                                                      packing):
-    cfg = TrainConfig(batch_size=8, mlm=mlm, grad_cache=grad_cache, pooling=pooling, projection="none",
-                      packing=packing, block_tokens=0)  # a block per width that differs by over 1/8
+@pytest.mark.parametrize(
+    "mlm,grad_cache,pooling,packing",
+    [
+        (False, None, "mean", False),
+        (True, None, "mean", False),
+        (True, 5, "mean", False),
+        (False, 7, "mean", False),
+        (True, 5, "cls", False),
+        (True, None, "mean", True),
+        (True, 5, "mean", True),
+        (False, None, "cls", True),
+    ],
+)
+def test_blocks_and_packing_give_the_padded_batch_loss_and_gradients(tokenizer, mlm, grad_cache, pooling, packing):
+    cfg = TrainConfig(
+        batch_size=8,
+        mlm=mlm,
+        grad_cache=grad_cache,
+        pooling=pooling,
+        projection="none",
+        packing=packing,
+        block_tokens=0,
+    )  # a block per width that differs by over 1/8
     special = special_ids(tokenizer)
     batch = collate(uneven_pairs(tokenizer), special, 64, True)
     model = make_encoder(build_model(MODEL, tokenizer), cfg).eval()
-    padded_model = make_encoder(build_model(MODEL, tokenizer), cfg.model_copy(update={"packing": False})).eval()  # same seed
+    padded_model = make_encoder(
+        build_model(MODEL, tokenizer), cfg.model_copy(update={"packing": False})
+    ).eval()  # same seed
     x = step_inputs(batch, cfg, special, torch.Generator().manual_seed(0))
     n_masked = int(x["positions"].sum()) if mlm else 0
     assert not mlm or n_masked > 5
@@ -100,11 +126,32 @@ def test_blocks_and_packing_give_the_padded_batch_loss_and_gradients(tokenizer, 
         torch.testing.assert_close(blocked[name], padded[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("config", [
-    RobertaConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                  max_position_embeddings=40, pad_token_id=1, type_vocab_size=1),
-    BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-               max_position_embeddings=40, pad_token_id=0, type_vocab_size=2)], ids=["roberta", "bert"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        RobertaConfig(
+            vocab_size=60,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=40,
+            pad_token_id=1,
+            type_vocab_size=1,
+        ),
+        BertConfig(
+            vocab_size=60,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=40,
+            pad_token_id=0,
+            type_vocab_size=2,
+        ),
+    ],
+    ids=["roberta", "bert"],
+)
 def test_packed_rows_get_the_hidden_states_each_row_gets_alone(config):
     """Positions restart at each row (RoBERTa's from padding_idx + 1, BERT's from 0), token types are 0, and
     no row attends to another: each row's states are those of the row encoded by itself, with no padding."""
@@ -120,7 +167,7 @@ def test_packed_rows_get_the_hidden_states_each_row_gets_alone(config):
         ids[i, :n], mask[i, :n] = torch.randint(3, 60, (n,)), 1
     hidden = packed_hidden(encoder.mlm_model, ids, mask)
     for i, n in enumerate(lengths):
-        expected = alone.base_model(input_ids=ids[i:i + 1, :n]).last_hidden_state[0]
+        expected = alone.base_model(input_ids=ids[i : i + 1, :n]).last_hidden_state[0]
         torch.testing.assert_close(hidden[i, :n], expected, rtol=1e-5, atol=1e-5)
         assert not hidden[i, n:].any()
     unpacked = encoder.mlm_model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -151,16 +198,21 @@ def test_step_counts_real_and_padded_tokens(tokenizer):
     special = special_ids(tokenizer)
     table = uneven_pairs(tokenizer)
     real = sum(min(len(a), 62) + 2 for a in table.column("anchor_ids").to_pylist()) + sum(
-        min(len(p), 62) + 2 for group in table.column("positive_ids").to_pylist() for p in group)
+        min(len(p), 62) + 2 for group in table.column("positive_ids").to_pylist() for p in group
+    )
     widest = max(min(len(a), 62) + 2 for a in table.column("anchor_ids").to_pylist())
     batch = collate(table, special, 64, True)
     model = make_encoder(build_model(MODEL, tokenizer), cfg)
     metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, cfg, special, None)
     assert metrics["tokens"] == real and metrics["padded_tokens"] == 24 * widest  # one block: the default
-    metrics = train_step(model, *make_optimizer(model, cfg, 2), batch, cfg.model_copy(update={"block_tokens": 0}), special, None)
+    metrics = train_step(
+        model, *make_optimizer(model, cfg, 2), batch, cfg.model_copy(update={"block_tokens": 0}), special, None
+    )
     assert metrics["tokens"] == real < metrics["padded_tokens"] < 0.7 * 24 * widest
     packed = make_encoder(build_model(MODEL, tokenizer), cfg.model_copy(update={"packing": True}))
-    metrics = train_step(packed, *make_optimizer(packed, cfg, 2), batch, cfg.model_copy(update={"packing": True}), special, None)
+    metrics = train_step(
+        packed, *make_optimizer(packed, cfg, 2), batch, cfg.model_copy(update={"packing": True}), special, None
+    )
     assert metrics["tokens"] == real == metrics["padded_tokens"]  # packed: no slot is padding
 
 
@@ -175,16 +227,18 @@ def test_compiled_encoder_trains_as_eager(tokenizer, monkeypatch, packing):
     history = {}
     for compiled in (False, True):
         # block_tokens 0: blocks of changing shapes, which must not recompile every step
-        cfg = TrainConfig(batch_size=4, lr=3e-3, compile=compiled, mlm=True, packing=packing,
-                          block_tokens=0)
+        cfg = TrainConfig(batch_size=4, lr=3e-3, compile=compiled, mlm=True, packing=packing, block_tokens=0)
         torch._dynamo.reset()
         model = make_encoder(build_model(MODEL, tokenizer), cfg)
         optimizer, scheduler = make_optimizer(model, cfg, 4)
         generator = torch.Generator().manual_seed(0)
         history[compiled] = []
         for i, t in enumerate(tables):
-            history[compiled].append(train_step(model, optimizer, scheduler, collate(t.slice(0, 4), special, 64, True),
-                                                cfg, special, generator))
+            history[compiled].append(
+                train_step(
+                    model, optimizer, scheduler, collate(t.slice(0, 4), special, 64, True), cfg, special, generator
+                )
+            )
             if compiled and i == 0:
                 after_first = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     for eager, compiled in zip(history[False], history[True]):

@@ -50,8 +50,11 @@ def assert_close_grads(got: dict, expected: dict, rel: float) -> None:
     assert got.keys() == expected.keys()
     # A key bias adds the same q.b to every key's score of a query, which softmax ignores: its exact gradient
     # is zero, and what is computed is rounding alone, which no relative tolerance bounds.
-    errors = {k: ((got[k] - expected[k]).norm() / expected[k].norm()).item() for k in expected
-              if not k.endswith("attention.self.key.bias")}
+    errors = {
+        k: ((got[k] - expected[k]).norm() / expected[k].norm()).item()
+        for k in expected
+        if not k.endswith("attention.self.key.bias")
+    }
     assert max(errors.values()) < rel, errors
 
 
@@ -99,7 +102,8 @@ def test_bf16_runs_the_encoder_in_bf16_and_the_losses_in_fp32(tokenizer, monkeyp
     monkeypatch.setitem(LOSSES, "nt-xent", recording)
     model = tiny_encoder(tokenizer)
     model.mlm_model.base_model.encoder.layer[0].output.dense.register_forward_hook(
-        lambda module, args, out: dtypes["layer"].append(out.dtype))
+        lambda module, args, out: dtypes["layer"].append(out.dtype)
+    )
     cfg = TrainConfig(**NO_CLIP, precision="bf16")
     optimizer, scheduler = make_optimizer(model, cfg, 10)
     bf16 = train_step(model, optimizer, scheduler, batch, cfg, special_ids(tokenizer), torch.Generator().manual_seed(0))
@@ -215,15 +219,23 @@ def run_train_loop(config: loop.WorkerConfig, table: pa.Table, saved: dict | Non
     def shard(rows: int):
         return (table.slice(i, rows) for i in range(0, table.num_rows - rows + 1, rows))
 
-    loop.run_loop(config, rank=0, world=1, saved=saved, shard=shard, prepare_model=lambda model, ddp: model,
-                  report=lambda metrics, directory: reports.append(loop.load_state(directory)))
+    loop.run_loop(
+        config,
+        rank=0,
+        world=1,
+        saved=saved,
+        shard=shard,
+        prepare_model=lambda model, ddp: model,
+        report=lambda metrics, directory: reports.append(loop.load_state(directory)),
+    )
     return reports
 
 
 def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_path):
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
-    cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="fp16", max_length=64, checkpoint_every=2,
-                      torch_threads=1)
+    cfg = TrainConfig(
+        batch_size=4, grad_accumulation=2, precision="fp16", max_length=64, checkpoint_every=2, torch_threads=1
+    )
     config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=4, special=special_ids(tokenizer))
     table = pairs(tokenizer, n=34)  # 4 steps of 2 micro-batches of 4 pairs; 2 pairs left over
     calm = run_train_loop(config, table)
@@ -232,8 +244,9 @@ def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_pa
     assert [r["step"] for r in resumed] == [4]
     a, b = calm[-1], resumed[-1]
     special = special_ids(tokenizer)
-    firsts = [zlib.crc32(collate(table.slice(8 * i, 4), special, 64, True)["anchors"][0].numpy().tobytes())
-              for i in range(4)]
+    firsts = [
+        zlib.crc32(collate(table.slice(8 * i, 4), special, 64, True)["anchors"][0].numpy().tobytes()) for i in range(4)
+    ]
     assert [m["batch"] for m in b["metrics"]] == [m["batch"] for m in a["metrics"]] == firsts
     assert [m["loss"] for m in b["metrics"]] == pytest.approx([m["loss"] for m in a["metrics"]], rel=1e-6)
     assert b["scaler"] == a["scaler"] and a["scaler"]["_growth_tracker"] == 4  # fp16's scale went on counting
@@ -255,8 +268,9 @@ def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(workers,
         tiny_encoder(tokenizer).mlm_model.save_pretrained(f"{out.local_dir}/{HF_DIR}")
         tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
     inputs = {"pairs": f"{tmp_path}/augment/pairs", "init": f"{tmp_path}/init/tiny"}
-    cfg = TrainConfig(batch_size=4, grad_accumulation=2, precision="bf16", max_length=64, torch_threads=1,
-                      num_workers=workers)
+    cfg = TrainConfig(
+        batch_size=4, grad_accumulation=2, precision="bf16", max_length=64, torch_threads=1, num_workers=workers
+    )
     path = run_stage(train.STAGE, {"train": cfg.model_dump()}, inputs, str(tmp_path))
 
     metrics = pd.read_parquet(f"{path}/metrics.parquet")
@@ -265,7 +279,13 @@ def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(workers,
     micro = [collate(rows.slice(4 * i, 4 // workers), special, 64, True) for i in range(6)]  # rank 0's
     first_of_each = [zlib.crc32(micro[2 * i]["anchors"][0].numpy().tobytes()) for i in range(3)]
     assert list(metrics["batch"]) == first_of_each
-    assert list(metrics["tokens"]) == [int(micro[2 * i]["anchors"][1].sum() + micro[2 * i]["positives"][1].sum()
-                                           + micro[2 * i + 1]["anchors"][1].sum()
-                                           + micro[2 * i + 1]["positives"][1].sum()) for i in range(3)]
+    assert list(metrics["tokens"]) == [
+        int(
+            micro[2 * i]["anchors"][1].sum()
+            + micro[2 * i]["positives"][1].sum()
+            + micro[2 * i + 1]["anchors"][1].sum()
+            + micro[2 * i + 1]["positives"][1].sum()
+        )
+        for i in range(3)
+    ]
     assert metrics["loss"].notna().all() and not metrics["skipped"].any()

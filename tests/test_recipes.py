@@ -11,8 +11,8 @@ import torch
 
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError
-from pipeline.train.config import TrainConfig
 from pipeline.train import stage as train_stage
+from pipeline.train.config import TrainConfig
 from pipeline.train.optim import make_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -30,8 +30,18 @@ PAPERS = {
     # moco-dim 128.
     "cert": (4e-5, 32, 64, 1e-5, "sgd", 1e-8, True, 0.9, "cosine", 128),
 }
-FIELDS = ("lr", "batch_size", "max_length", "weight_decay", "optimizer", "adam_eps", "correct_bias", "sgd_momentum",
-          "schedule", "projection_dim")
+FIELDS = (
+    "lr",
+    "batch_size",
+    "max_length",
+    "weight_decay",
+    "optimizer",
+    "adam_eps",
+    "correct_bias",
+    "sgd_momentum",
+    "schedule",
+    "projection_dim",
+)
 
 
 @pytest.mark.parametrize("objective", PAPERS)
@@ -41,19 +51,28 @@ def test_each_objective_trains_with_its_papers_whole_recipe(objective):
     lr, batch, length, decay = PAPERS[objective][:4]
     for part in (f"batch {batch}", f"lr {lr:g} {cfg.schedule}", f"weight decay {decay:g}", f"max length {length}"):
         assert part in cfg.recipe(), part
-    optimizer = {"declutr": "AdamW eps 1e-06 no bias correction", "simcse": "AdamW eps 1e-08",
-                 "cert": "SGD momentum 0.9"}[objective]
+    optimizer = {
+        "declutr": "AdamW eps 1e-06 no bias correction",
+        "simcse": "AdamW eps 1e-08",
+        "cert": "SGD momentum 0.9",
+    }[objective]
     assert optimizer + "," in cfg.recipe()
 
 
 def test_explicit_settings_win_over_the_preset_in_the_train_section_and_in_a_run():
-    cfg = Config(train={"lr": 1e-3, "max_length": 130},
-                 runs={"simcse": {"objective": "simcse"}, "cert": {"objective": "cert", "batch_size": 8,
-                                                                  "optimizer": "adamw"}})
+    cfg = Config(
+        train={"lr": 1e-3, "max_length": 130},
+        runs={"simcse": {"objective": "simcse"}, "cert": {"objective": "cert", "batch_size": 8, "optimizer": "adamw"}},
+    )
     simcse, cert = cfg.run_configs()["simcse"], cfg.run_configs()["cert"]
     assert (simcse.lr, simcse.max_length, simcse.batch_size, simcse.weight_decay) == (1e-3, 130, 64, 0.0)
-    assert (cert.lr, cert.batch_size, cert.optimizer, cert.schedule, cert.weight_decay) == \
-        (1e-3, 8, "adamw", "cosine", 1e-5)
+    assert (cert.lr, cert.batch_size, cert.optimizer, cert.schedule, cert.weight_decay) == (
+        1e-3,
+        8,
+        "adamw",
+        "cosine",
+        1e-5,
+    )
     assert "AdamW eps 1e-08" in cert.recipe()  # an AdamW chosen over CERT's SGD is torch's
 
 
@@ -67,10 +86,16 @@ def test_the_cpu_demo_keeps_its_own_learning_rate_and_bias_corrects_declutrs_opt
 
 
 def test_recipe_settings_are_validated():
-    for bad in (["train.optimizer=adam"], ["train.adam_eps=0"], ["train.sgd_momentum=1"],
-                ["train.projection=none", "train.projection_dim=64"], ["train.loss=moco"],
-                ["train.momentum=0.9", "train.loss=info-nce", "train.memory_bank=8"],
-                ["train.momentum=0.9", "train.loss=moco"], ["train.schedule=cyclic"]):
+    for bad in (
+        ["train.optimizer=adam"],
+        ["train.adam_eps=0"],
+        ["train.sgd_momentum=1"],
+        ["train.projection=none", "train.projection_dim=64"],
+        ["train.loss=moco"],
+        ["train.momentum=0.9", "train.loss=info-nce", "train.memory_bank=8"],
+        ["train.momentum=0.9", "train.loss=moco"],
+        ["train.schedule=cyclic"],
+    ):
         with pytest.raises(ConfigError):
             load_config(None, bad)
 

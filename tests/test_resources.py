@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.objectives.declutr import whole_arrays
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.filter.docstats import count_tokens, text_key
 from pipeline.filter.neardup import NearDuplicates, minhash, shingle_hashes
+from pipeline.objectives.declutr import whole_arrays
 from pipeline.stage import run_stage
 from pipeline.tokenizer import loading
 from pipeline.train import stage as train
@@ -31,10 +31,13 @@ def settings(**kw) -> TrainConfig:
     return TrainConfig(**kw)
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["train.batch_size=8", "train.num_workers=3"], "train"),
-    (["train.batch_size=8", "runs.declutr.num_workers=3"], "runs.declutr"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["train.batch_size=8", "train.num_workers=3"], "train"),
+        (["train.batch_size=8", "runs.declutr.num_workers=3"], "runs.declutr"),
+    ],
+)
 def test_a_batch_the_workers_cannot_split_evenly_is_a_config_error(overrides, key):
     """8 on 3 workers trained on 6 pairs a step (8 // 3 each) while the recipe said 8."""
     with pytest.raises(ConfigError) as e:
@@ -53,18 +56,35 @@ def test_the_nearest_valid_values_stay_valid():
     assert load_config(None, ["train.batch_size=12", "train.num_workers=4"]).train.num_workers == 4
 
 
-@pytest.mark.parametrize("workers, per_worker, cpus, expected", [
-    (1, 1, 1, None),  # a worker reads its own pairs: no CPU more
-    (2, 1, 2, None),
-    (2, 2, 4, None),
-    (3, 1, 2, f"train.num_workers=3 needs 3 CPUs (3 workers); Ray has 2: set train.num_workers<=2, or {MORE}"),
-    (1, 2, 1, f"train.num_workers=1 needs 2 CPUs (1 worker x 2 CPUs); Ray has 1: "
-              f"set train.cpus_per_worker<=1, or {MORE}"),
-    (2, 3, 5, f"train.num_workers=2 needs 6 CPUs (2 workers x 3 CPUs); Ray has 5: "
-              f"set train.num_workers<=1 or train.cpus_per_worker<=2, or {MORE}"),
-    (4, 2, 4, f"train.num_workers=4 needs 8 CPUs (4 workers x 2 CPUs); Ray has 4: "
-              f"set train.num_workers<=2 or train.cpus_per_worker<=1, or {MORE}"),
-])
+@pytest.mark.parametrize(
+    "workers, per_worker, cpus, expected",
+    [
+        (1, 1, 1, None),  # a worker reads its own pairs: no CPU more
+        (2, 1, 2, None),
+        (2, 2, 4, None),
+        (3, 1, 2, f"train.num_workers=3 needs 3 CPUs (3 workers); Ray has 2: set train.num_workers<=2, or {MORE}"),
+        (
+            1,
+            2,
+            1,
+            f"train.num_workers=1 needs 2 CPUs (1 worker x 2 CPUs); Ray has 1: set train.cpus_per_worker<=1, or {MORE}",
+        ),
+        (
+            2,
+            3,
+            5,
+            f"train.num_workers=2 needs 6 CPUs (2 workers x 3 CPUs); Ray has 5: "
+            f"set train.num_workers<=1 or train.cpus_per_worker<=2, or {MORE}",
+        ),
+        (
+            4,
+            2,
+            4,
+            f"train.num_workers=4 needs 8 CPUs (4 workers x 2 CPUs); Ray has 4: "
+            f"set train.num_workers<=2 or train.cpus_per_worker<=1, or {MORE}",
+        ),
+    ],
+)
 def test_the_workers_cpus_must_fit(workers, per_worker, cpus, expected):
     train = settings(batch_size=12, num_workers=workers, cpus_per_worker=per_worker)
     assert cpu_shortfall(train, cpus, MORE) == expected
@@ -73,8 +93,10 @@ def test_the_workers_cpus_must_fit(workers, per_worker, cpus, expected):
 def test_gpu_workers_need_a_gpu_each():
     assert gpu_shortfall(settings(num_workers=2), 0) is None  # CPU training
     assert gpu_shortfall(settings(num_workers=2, use_gpu=True), 2) is None
-    assert gpu_shortfall(settings(num_workers=2, use_gpu=True), 1) == \
-        "train.num_workers=2 with train.use_gpu needs 2 GPUs; Ray has 1: set train.num_workers<=1"
+    assert (
+        gpu_shortfall(settings(num_workers=2, use_gpu=True), 1)
+        == "train.num_workers=2 with train.use_gpu needs 2 GPUs; Ray has 1: set train.num_workers<=1"
+    )
     assert gpu_shortfall(settings(use_gpu=True), 0).endswith("Ray has 0: set train.use_gpu=false")
 
 
@@ -116,8 +138,11 @@ def test_the_train_stage_refuses_workers_a_local_ray_cannot_hold(local_ray, tmp_
         out.write([{"anchor_ids": [5, 6], "positive_ids": [[7, 8]]}] * 8)
     inputs = {"pairs": f"{tmp_path}/augment/pairs", "init": f"{tmp_path}/init/none"}  # never read
     config = {"train": TrainConfig(batch_size=4, num_workers=4).model_dump()}
-    with pytest.raises(InputError, match=r"^train.num_workers=4 needs 4 CPUs \(4 workers\); "
-                                         r"Ray has 2: set train.num_workers<=2"):
+    with pytest.raises(
+        InputError,
+        match=r"^train.num_workers=4 needs 4 CPUs \(4 workers\); "
+        r"Ray has 2: set train.num_workers<=2",
+    ):
         run_stage(train.STAGE, config, inputs, str(tmp_path))
     assert not list(tmp_path.glob("train/*/_SUCCESS"))
 
@@ -162,8 +187,14 @@ def test_pieces_are_cut_before_a_words_space_or_at_the_limit():
 
 
 def test_whitespace_is_collapsed_piece_by_piece_to_the_whole_documents(small_pieces):
-    for text in [long_document(1), f"{long_document(1)} {'x' * 700} {long_document(2)}",  # a word cut in three
-                 "x" * 1000, " " * 1000 + "a" + " " * 1000, "a" + "\n" * 700 + "b", ""]:
+    for text in [
+        long_document(1),
+        f"{long_document(1)} {'x' * 700} {long_document(2)}",  # a word cut in three
+        "x" * 1000,
+        " " * 1000 + "a" + " " * 1000,
+        "a" + "\n" * 700 + "b",
+        "",
+    ]:
         assert loading.collapse_whitespace(text) == " ".join(text.split())
     text = long_document(2)
     assert text_key(text) == hashlib.sha1(" ".join(text.lower().split()).encode()).digest()
@@ -189,7 +220,9 @@ def test_a_long_documents_minhash_signature_is_its_whole_shingles(small_pieces):
     for text in [f"{long_document(4)} {'x' * 700} {long_document(5)}", "Two words" + " " * 900, "x" * 1000]:
         words = text.lower().split()
         shingles = [" ".join(words[i : i + 5]) for i in range(len(words) - 4)] or [" ".join(words)]
-        hashes = np.array([int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
-                           for s in shingles], dtype=np.uint64)
+        hashes = np.array(
+            [int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little") for s in shingles],
+            dtype=np.uint64,
+        )
         assert nd.signature(text).tolist() == minhash(hashes, nd.a, nd.b).tolist()
         assert all(len(block) <= small_pieces for block in shingle_hashes(text, 5))  # a piece's words' shingles

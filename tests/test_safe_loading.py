@@ -47,8 +47,7 @@ def one_line(call, *args, match: str) -> str:
 
 def test_a_planted_checkpoint_is_refused_and_its_payload_never_runs(tmp_path):
     marker = tmp_path / "ran"
-    torch.save({"step": 2, "metrics": [], "model": {"w": torch.ones(2)}, "x": Payload(marker)},
-               tmp_path / loop.STATE)
+    torch.save({"step": 2, "metrics": [], "model": {"w": torch.ones(2)}, "x": Payload(marker)}, tmp_path / loop.STATE)
     path = f"{tmp_path}/{loop.STATE}"
     message = one_line(loop.load_state, str(tmp_path), match=f"^{path}: not a checkpoint that can be resumed safely")
     assert "io.open" in message  # what torch refused, not its paragraph of advice
@@ -83,10 +82,24 @@ def test_every_part_of_a_real_checkpoint_round_trips_through_the_safe_loader(tok
     Spearman is a float64, which the weights-only unpickler refuses): what the unrestricted loader read back,
     the safe one reads too."""
     tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
-    cfg = TrainConfig(batch_size=4, max_length=64, checkpoint_every=1, eval_every=1, torch_threads=1,
-                      select_by="heldout-loss", momentum=0.99, memory_bank=8, precision="fp16")
-    config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=2, special=special_ids(tokenizer),
-                              dev={"by": "heldout-loss"})
+    cfg = TrainConfig(
+        batch_size=4,
+        max_length=64,
+        checkpoint_every=1,
+        eval_every=1,
+        torch_threads=1,
+        select_by="heldout-loss",
+        momentum=0.99,
+        memory_bank=8,
+        precision="fp16",
+    )
+    config = loop.WorkerConfig(
+        train=cfg,
+        init=str(tmp_path / "init"),
+        total_steps=2,
+        special=special_ids(tokenizer),
+        dev={"by": "heldout-loss"},
+    )
     table = pairs(tokenizer, n=8)
     reports = []
 
@@ -94,21 +107,38 @@ def test_every_part_of_a_real_checkpoint_round_trips_through_the_safe_loader(tok
         reports.append((loop.load_state(directory), torch.load(f"{directory}/{loop.STATE}", weights_only=False)))
 
     scores = iter([np.float64(0.7), np.float64(0.5)])
-    loop.run_loop(config, rank=0, world=1, saved=None, shard=lambda n: (table.slice(i, n) for i in range(0, 8, n)),
-                  prepare_model=lambda model, ddp: model, report=report,
-                  scorer=lambda model: lambda: {"heldout_loss": next(scores), "heldout_alignment": np.float64(0),
-                                                "heldout_uniformity": np.float64(0)})
+    loop.run_loop(
+        config,
+        rank=0,
+        world=1,
+        saved=None,
+        shard=lambda n: (table.slice(i, n) for i in range(0, 8, n)),
+        prepare_model=lambda model, ddp: model,
+        report=report,
+        scorer=lambda model: (
+            lambda: {
+                "heldout_loss": next(scores),
+                "heldout_alignment": np.float64(0),
+                "heldout_uniformity": np.float64(0),
+            }
+        ),
+    )
     assert [safe["step"] for safe, _ in reports] == [1, 2]
     safe, unsafe = reports[-1]
     assert same(safe, unsafe)
     assert safe["best"]["step"] == 2 and safe["best"]["score"] == 0.5 and type(safe["best"]["score"]) is float
     assert safe["bank"] is not None and safe["key_encoder"] is not None and safe["scaler"]
     resumed = []  # and the run resumes from what the safe loader read
-    loop.run_loop(config, rank=0, world=1, saved=reports[0][0], shard=lambda n: (table.slice(i, n) for i in
-                  range(0, 8, n)), prepare_model=lambda model, ddp: model,
-                  report=lambda metrics, d: resumed.append(loop.load_state(d)),
-                  scorer=lambda model: lambda: {"heldout_loss": 0.5, "heldout_alignment": 0.0,
-                                                "heldout_uniformity": 0.0})
+    loop.run_loop(
+        config,
+        rank=0,
+        world=1,
+        saved=reports[0][0],
+        shard=lambda n: (table.slice(i, n) for i in range(0, 8, n)),
+        prepare_model=lambda model, ddp: model,
+        report=lambda metrics, d: resumed.append(loop.load_state(d)),
+        scorer=lambda model: lambda: {"heldout_loss": 0.5, "heldout_alignment": 0.0, "heldout_uniformity": 0.0},
+    )
     assert [r["step"] for r in resumed] == [2]
 
 
@@ -134,8 +164,9 @@ def test_pickled_weights_naming_code_are_refused_before_any_load(model_dir, tmp_
     marker = tmp_path / "ran"
     path = pickled(model_dir, tmp_path, {"x": Payload(marker)}, **save)
     weights = f"{path}/{locate.HF_DIR}/pytorch_model.bin"
-    assert locate.why_not_a_model(path) == (f"{weights}: refused, its pickle names io.open (weights may hold only "
-                                            "tensors; save them as safetensors)")
+    assert locate.why_not_a_model(path) == (
+        f"{weights}: refused, its pickle names io.open (weights may hold only tensors; save them as safetensors)"
+    )
     one_line(locate.check_models, [path], match=f"^--model {weights}: refused")
     with pytest.raises(InputError, match="io.open"):
         Encoder(path)
@@ -164,10 +195,13 @@ def test_a_payload_in_a_shard_or_a_dense_module_is_refused(tokenizer, tmp_path):
     state = load_file(hf / "model.safetensors")
     (hf / "model.safetensors").unlink()
     torch.save({k: v for k, v in state.items() if "layer" not in k}, hf / "pytorch_model-00001-of-00002.bin")
-    torch.save({**{k: v for k, v in state.items() if "layer" in k}, "x": Payload(marker)},
-               hf / "pytorch_model-00002-of-00002.bin")
-    (hf / "pytorch_model.bin.index.json").write_text(json.dumps(
-        {"weight_map": {k: f"pytorch_model-0000{1 + ('layer' in k)}-of-00002.bin" for k in state}}))
+    torch.save(
+        {**{k: v for k, v in state.items() if "layer" in k}, "x": Payload(marker)},
+        hf / "pytorch_model-00002-of-00002.bin",
+    )
+    (hf / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"weight_map": {k: f"pytorch_model-0000{1 + ('layer' in k)}-of-00002.bin" for k in state}})
+    )
     assert locate.why_not_a_model(str(out)).startswith(f"{hf}/pytorch_model-00002-of-00002.bin: refused")
     assert not marker.exists()
 
@@ -178,9 +212,18 @@ def test_the_allowed_names_are_torchs_own():
     from torch._weights_only_unpickler import _get_allowed_globals
 
     assert [n for n in _get_allowed_globals() if not locate.SAFE_GLOBALS.fullmatch(n)] == []
-    for name in ("posix.system", "builtins.eval", "builtins.getattr", "torch.load", "torch.serialization.load",
-                 "torch._utils._rebuild_xla_tensor", "torch.nn.modules.module.Module", "numpy.core.multiarray.scalar",
-                 "torch.Tensor.__reduce_ex__", "torch.jit.load"):
+    for name in (
+        "posix.system",
+        "builtins.eval",
+        "builtins.getattr",
+        "torch.load",
+        "torch.serialization.load",
+        "torch._utils._rebuild_xla_tensor",
+        "torch.nn.modules.module.Module",
+        "numpy.core.multiarray.scalar",
+        "torch.Tensor.__reduce_ex__",
+        "torch.jit.load",
+    ):
         assert not locate.SAFE_GLOBALS.fullmatch(name), name
 
 
@@ -218,16 +261,35 @@ def remote_code(tmp_path) -> str:
 
 
 @pytest.mark.slow  # a Python process
-@pytest.mark.parametrize("make, message", [
-    (payload, "pytorch_model.bin: refused, its pickle names io.open"),
-    (remote_code, "config.json: auto_map names the model's own code"),
-    (no_weights, ": no weights file in"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (payload, "pytorch_model.bin: refused, its pickle names io.open"),
+        (remote_code, "config.json: auto_map names the model's own code"),
+        (no_weights, ": no weights file in"),
+    ],
+)
 def test_cpipe_evaluate_refuses_a_model_in_one_line_before_any_heavy_import(tmp_path, tiny_sts, make, message):
     model = make(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", PROBE, "evaluate", "--model", model, "--eval-data", str(tiny_sts),
-                           "--artifacts", str(tmp_path / "a")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            "evaluate",
+            "--model",
+            model,
+            "--eval-data",
+            str(tiny_sts),
+            "--artifacts",
+            str(tmp_path / "a"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"cpipe: error: --model {model}"), proc.stderr
     assert message in proc.stderr

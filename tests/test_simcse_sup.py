@@ -61,8 +61,9 @@ def tok_dir(tmp_path_factory) -> str:
 
 def triplet_rows(art: Path, tok: str, evaluate_data: str | None = None, **simcse_sup) -> tuple[list[dict], dict]:
     cfg = Config(augment=AugmentConfig(simcse_sup=simcse_sup), evaluate=EvaluateConfig(data=evaluate_data))
-    path = run_stage(augment.STAGE, augment.config(cfg, TrainConfig(objective="simcse-sup")), {"tokenizer": tok},
-                     str(art))
+    path = run_stage(
+        augment.STAGE, augment.config(cfg, TrainConfig(objective="simcse-sup")), {"tokenizer": tok}, str(art)
+    )
     return read_table(path).to_pylist(), read_manifest(path)
 
 
@@ -71,10 +72,12 @@ def test_triplets_from_an_nli_jsonl(tmp_path, tok_dir):
     nli.write_text("".join(json.dumps({"sentence1": p, "sentence2": h, "gold_label": g}) + "\n" for p, h, g in NLI))
     rows, manifest = triplet_rows(tmp_path / "art", tok_dir, nli=[str(nli)], epochs=2)
     # Each entailment once a epoch, the premise's contradictions taken in turn.
-    expected = {("A man plays a guitar on stage.", "A man is playing music.", "Nobody is on the stage."),
-                ("A man plays a guitar on stage.", "Someone performs.", "Nobody is on the stage."),
-                ("A woman cooks dinner.", "A person makes food.", "The woman is swimming."),
-                ("A woman cooks dinner.", "A woman prepares a meal.", "Nobody cooks.")}
+    expected = {
+        ("A man plays a guitar on stage.", "A man is playing music.", "Nobody is on the stage."),
+        ("A man plays a guitar on stage.", "Someone performs.", "Nobody is on the stage."),
+        ("A woman cooks dinner.", "A person makes food.", "The woman is swimming."),
+        ("A woman cooks dinner.", "A woman prepares a meal.", "Nobody cooks."),
+    }
     assert len(rows) == 2 * len(expected)
     tok = load_tokenizer(tok_dir)
     for epoch in (0, 1):
@@ -86,8 +89,11 @@ def test_triplets_from_an_nli_jsonl(tmp_path, tok_dir):
         assert r["positive_ids"] == [tok(r["positive_text"][0], add_special_tokens=False)["input_ids"]]
         assert r["negative_ids"] == tok(r["negative_text"], add_special_tokens=False)["input_ids"]
     counts = manifest["counts"]
-    assert (counts["premise_without_contradiction"], counts["premise_without_entailment"],
-            counts["no_gold_label"]) == (1, 1, 1)
+    assert (counts["premise_without_contradiction"], counts["premise_without_entailment"], counts["no_gold_label"]) == (
+        1,
+        1,
+        1,
+    )
     assert manifest["triplets"] == 4
 
 
@@ -128,16 +134,16 @@ def test_nli_files_are_not_judged_by_their_names(tmp_path):
 def with_negatives(rows: pa.Table) -> pa.Table:
     """The train-step tests' pairs with a hard negative each: another row's anchor, cut short."""
     anchors = rows.column("anchor_ids").to_pylist()
-    return rows.append_column("negative_ids", pa.array([a[5:25] for a in anchors[1:] + anchors[:1]],
-                                                       pa.list_(pa.int32())))
+    return rows.append_column(
+        "negative_ids", pa.array([a[5:25] for a in anchors[1:] + anchors[:1]], pa.list_(pa.int32()))
+    )
 
 
 @pytest.mark.parametrize("weight, grad_cache", [(0.0, None), (0.7, 3)])
 def test_the_train_step_scores_hard_negatives_as_cl_forward(tokenizer, weight, grad_cache):
     """The first step's loss against the loop over embeddings taken here from the same encoder (no dropout):
     anchors, entailments and contradictions each through [CLS] and the Linear+Tanh head."""
-    cfg = TrainConfig(objective="simcse-sup", batch_size=6, hard_negative_weight=weight,
-                      grad_cache=grad_cache)
+    cfg = TrainConfig(objective="simcse-sup", batch_size=6, hard_negative_weight=weight, grad_cache=grad_cache)
     model = tiny_encoder(tokenizer, pooling=cfg.pooling, projection=cfg.projection)
     special = special_ids(tokenizer)
     batch = collate(with_negatives(pairs(tokenizer, n=6, positives=1)), special, 32, True)

@@ -25,9 +25,22 @@ def pairs(tokenizer, n=8, positives=2):
 
 
 def tiny_encoder(tokenizer, **kwargs) -> SpanEncoder:
-    return SpanEncoder(build_model({"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2,
-                                    "intermediate_size": 64, "dropout": 0.0, "max_position_embeddings": 66,
-                                    "seed": 0}, tokenizer), **kwargs)
+    return SpanEncoder(
+        build_model(
+            {
+                "base": None,
+                "hidden_size": 32,
+                "num_layers": 1,
+                "num_heads": 2,
+                "intermediate_size": 64,
+                "dropout": 0.0,
+                "max_position_embeddings": 66,
+                "seed": 0,
+            },
+            tokenizer,
+        ),
+        **kwargs,
+    )
 
 
 def run_steps(tokenizer, steps=15, model=None, bank=None, **overrides):
@@ -65,7 +78,6 @@ def test_objective_switches(tokenizer):
     assert "contrastive_loss" not in mlm_only and "mlm_loss" in mlm_only
 
 
-
 def test_gradient_caching_takes_the_same_steps_as_the_whole_batch(tokenizer):
     models = [tiny_encoder(tokenizer) for _ in range(3)]
     whole = run_steps(tokenizer, steps=3, model=models[0])
@@ -94,7 +106,9 @@ def test_projection_head_trains_but_is_not_exported_and_cls_pooling_is(tokenizer
     assert any(not torch.equal(a, b) for a, b in zip(before, model.projection.parameters()))
     export(model.mlm_model, tokenizer, str(tmp_path), pooling="cls")
     encoder = Encoder(str(tmp_path))
-    assert encoder.pooling == "cls" and encoder.parameters == sum(p.numel() for p in model.mlm_model.base_model.parameters())
+    assert encoder.pooling == "cls" and encoder.parameters == sum(
+        p.numel() for p in model.mlm_model.base_model.parameters()
+    )
     sentences = ["kabar dosfen", "mimor lonap pexqua"]
     with torch.inference_mode():
         enc = tokenizer(sentences, padding=True, return_tensors="pt")

@@ -14,12 +14,12 @@ import torch
 from safetensors import safe_open
 from transformers import BertConfig, BertForMaskedLM
 
-from pipeline.objectives.tsdae import delete
 from pipeline.config import Config
 from pipeline.model.transformer import SpanEncoder, export
+from pipeline.objectives.tsdae import delete
+from pipeline.train import stage as train_stage
 from pipeline.train.batching import collate, special_ids
 from pipeline.train.config import TrainConfig
-from pipeline.train import stage as train_stage
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import make_encoder, train_step
 from tests.conftest import make_document
@@ -46,10 +46,19 @@ def tsdae_cfg(**overrides) -> TrainConfig:
 
 def bert_encoder(tokenizer, cfg: TrainConfig) -> SpanEncoder:
     torch.manual_seed(0)
-    bert = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=66,
-                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                      pad_token_id=tokenizer.pad_token_id))
+    bert = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=66,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    )
     return make_encoder(bert, cfg)
 
 
@@ -107,8 +116,13 @@ def test_an_untied_decoder_is_a_copy_sharing_only_the_embedding_matrix(tokenizer
 def test_only_tsdae_runs_carry_the_tie_in_their_fingerprint():
     """Untied was the only decoder before the setting: untied runs, and every other objective's, keep their
     datasets; a tied TSDAE run gets a new one."""
-    cfg = Config(runs={"t": {"objective": "tsdae"}, "u": {"objective": "tsdae", "tie_decoder": False},
-                       "d": {"objective": "declutr"}})
+    cfg = Config(
+        runs={
+            "t": {"objective": "tsdae"},
+            "u": {"objective": "tsdae", "tie_decoder": False},
+            "d": {"objective": "declutr"},
+        }
+    )
     settings = {row: train_stage.config(cfg, row)["train"] for row in ("t", "u", "d")}
     assert settings["t"]["tie_decoder"] is True
     assert "tie_decoder" not in settings["u"] and "tie_decoder" not in settings["d"]
@@ -136,8 +150,9 @@ def test_decoder_sees_the_cls_state_only(tokenizer):
 
     def perturb(module, args, output):
         if change:
-            output.last_hidden_state[:, change["from"]:change["to"]] += 5 * torch.randn_like(
-                output.last_hidden_state[:, change["from"]:change["to"]])
+            output.last_hidden_state[:, change["from"] : change["to"]] += 5 * torch.randn_like(
+                output.last_hidden_state[:, change["from"] : change["to"]]
+            )
         return output
 
     model.mlm_model.base_model.register_forward_hook(perturb)
@@ -173,8 +188,9 @@ def test_loss_is_the_mean_cross_entropy_over_the_original_tokens(tokenizer, fami
             source = torch.tensor([[special["bos"], *row["anchor_ids"], special["eos"]]])
             original = [special["bos"], *row["positive_ids"][0], special["eos"]]
             embedding = model.mlm_model.base_model(input_ids=source).last_hidden_state[:, 0]
-            logits = model.decoder.model(input_ids=torch.tensor([original[:-1]]),
-                                         encoder_hidden_states=embedding[:, None]).logits[0]
+            logits = model.decoder.model(
+                input_ids=torch.tensor([original[:-1]]), encoder_hidden_states=embedding[:, None]
+            ).logits[0]
             for t in range(1, len(original)):
                 expected -= torch.log_softmax(logits[t - 1], -1)[original[t]].item()
                 count += 1
@@ -225,8 +241,13 @@ def test_export_holds_the_encoder_only_and_loads_in_sentence_transformers(tokeni
 
 def test_tsdae_config_takes_the_papers_settings_and_refuses_the_others():
     cfg = TrainConfig(objective="tsdae")
-    assert (cfg.loss, cfg.pooling, cfg.projection, cfg.mlm, cfg.schedule) == ("denoising", "cls", "none", False,
-                                                                              "constant")
+    assert (cfg.loss, cfg.pooling, cfg.projection, cfg.mlm, cfg.schedule) == (
+        "denoising",
+        "cls",
+        "none",
+        False,
+        "constant",
+    )
     assert "denoising decoder" in cfg.recipe() and "tau" not in cfg.recipe()
     for bad in ({"mlm": True}, {"loss": "info-nce"}, {"memory_bank": 8}, {"grad_cache": 4}, {"momentum": 0.9}):
         with pytest.raises(ValueError, match="tsdae"):

@@ -37,8 +37,11 @@ def test_fields_declare_what_the_fingerprint_leaves_out():
 
 def test_the_train_stages_runtime_settings_are_the_fields_declared_runtime():
     declared = {k for k, f in TrainConfig.model_fields.items() if (f.json_schema_extra or {}).get("runtime")}
-    assert set(train.RUNTIME) == declared == {"log_every", "checkpoint_every", "max_failures", "torch_threads",
-                                              "cpus_per_worker"}
+    assert (
+        set(train.RUNTIME)
+        == declared
+        == {"log_every", "checkpoint_every", "max_failures", "torch_threads", "cpus_per_worker"}
+    )
     cfg = Config(runs={"a": {"log_every": 3, "torch_threads": 2}, "b": {}})
     a, b = (train.config(cfg, row) for row in ("a", "b"))
     assert a["runtime"]["log_every"] == 3 and a["runtime"]["torch_threads"] == 2
@@ -47,8 +50,7 @@ def test_the_train_stages_runtime_settings_are_the_fields_declared_runtime():
 
 
 def test_a_setting_added_later_is_in_the_fingerprint_only_away_from_its_old_value():
-    cfg = Config(runs={"old": {"adam_eps": 1e-8, "scale_fix": True},
-                       "new": {"adam_eps": 1e-6, "scale_fix": False}})
+    cfg = Config(runs={"old": {"adam_eps": 1e-8, "scale_fix": True}, "new": {"adam_eps": 1e-6, "scale_fix": False}})
     old, new = (train.config(cfg, row)["train"] for row in ("old", "new"))
     assert "adam_eps" not in old and "scale_fix" not in old
     assert new["adam_eps"] == 1e-6 and new["scale_fix"] is False
@@ -77,8 +79,14 @@ def test_the_stage_rebuilds_every_runs_settings_from_its_stage_config(profile):
 
 def test_the_workers_get_one_typed_object_that_pickles():
     run = TrainConfig(objective="cert", momentum=0.999, memory_bank=16, log_every=7)
-    job = WorkerConfig(train=run, init="/m/hf", total_steps=3, special={"bos": 0}, pairs="/a/augment/p",
-                       columns=("anchor_ids", "positive_ids"))
+    job = WorkerConfig(
+        train=run,
+        init="/m/hf",
+        total_steps=3,
+        special={"bos": 0},
+        pairs="/a/augment/p",
+        columns=("anchor_ids", "positive_ids"),
+    )
     back = pickle.loads(pickle.dumps({WORKER: job}))[WORKER]
     assert back == job and isinstance(back.train, TrainConfig)
     assert back.train.loss == "moco" and back.train.log_every == 7

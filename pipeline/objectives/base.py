@@ -59,6 +59,9 @@ class Objective:
     def columns(self, contrastive: bool, mlm: bool) -> list[str]:
         """The pair columns a step reads: the anchors; their positives for the contrastive loss, with the hard
         negatives where there are; the original sentences where MLM reads them."""
-        return ["anchor_ids", *(["positive_ids"] if contrastive else []),
-                *(["negative_ids"] if contrastive and self.hard_negatives else []),
-                *(["original_ids"] if mlm and self.mlm_on_originals else [])]
+        return [
+            "anchor_ids",
+            *(["positive_ids"] if contrastive else []),
+            *(["negative_ids"] if contrastive and self.hard_negatives else []),
+            *(["original_ids"] if mlm and self.mlm_on_originals else []),
+        ]

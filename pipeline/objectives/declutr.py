@@ -57,41 +57,84 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     out.count("too_short", len(doc_ids) - len(eligible))
     if not eligible:
         longest = max((len(ids) for ids in token_ids), default=0)
-        raise TooShort(f"no document is long enough for {config['num_anchors']} anchors of up to "
-                       f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, "
-                       f"the longest of "
-                       f"{len(doc_ids)} has {longest}")
+        raise TooShort(
+            f"no document is long enough for {config['num_anchors']} anchors of up to "
+            f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, "
+            f"the longest of "
+            f"{len(doc_ids)} has {longest}"
+        )
     for epoch in tqdm(range(config["epochs"]), desc="augment declutr", unit="epoch"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         for d in rng.permutation(eligible):
             ids = token_ids[d]
-            spans = sample_spans(len(ids), config["num_anchors"], config["num_positives"],
-                                 config["min_length"], config["max_length"], rng)
+            spans = sample_spans(
+                len(ids),
+                config["num_anchors"],
+                config["num_positives"],
+                config["min_length"],
+                config["max_length"],
+                rng,
+            )
             for a, (anchor, positives) in enumerate(spans):
-                anchor_ids = ids[anchor.start:anchor.end].tolist()
-                positive_ids = [ids[p.start:p.end].tolist() for p in positives]
+                anchor_ids = ids[anchor.start : anchor.end].tolist()
+                positive_ids = [ids[p.start : p.end].tolist() for p in positives]
                 texts = tok.batch_decode([anchor_ids, *positive_ids])
-                out.write([pair(f"{epoch}-{doc_ids[d]}-{a}", doc_ids[d], NAME, epoch, seed, anchor_ids, texts[0],
-                                positive_ids, texts[1:], anchor.start, [p.start for p in positives])])
+                out.write(
+                    [
+                        pair(
+                            f"{epoch}-{doc_ids[d]}-{a}",
+                            doc_ids[d],
+                            NAME,
+                            epoch,
+                            seed,
+                            anchor_ids,
+                            texts[0],
+                            positive_ids,
+                            texts[1:],
+                            anchor.start,
+                            [p.start for p in positives],
+                        )
+                    ]
+                )
     record_drawn(out, {doc_ids[d] for d in eligible})
-    log.info("augment: %d documents x %d epochs; %d too short", len(eligible), config["epochs"],
-             len(doc_ids) - len(eligible))
+    log.info(
+        "augment: %d documents x %d epochs; %d too short", len(eligible), config["epochs"], len(doc_ids) - len(eligible)
+    )
 
 
 def whole_documents(cfg: Config, run: TrainConfig) -> str | None:
     """A batch holds whole documents, each with its num_anchors anchors (their rows are adjacent)."""
     if run.batch_size % cfg.augment.num_anchors:
-        return (f"train.batch_size ({run.batch_size}) must be a multiple of augment.num_anchors "
-                f"({cfg.augment.num_anchors}) so batches hold whole documents")
+        return (
+            f"train.batch_size ({run.batch_size}) must be a multiple of augment.num_anchors "
+            f"({cfg.augment.num_anchors}) so batches hold whole documents"
+        )
     return None
 
 
 OBJECTIVE = Objective(
-    name=NAME, title="DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
+    name=NAME,
+    title="DeCLUTR (Giorgi et al., 2021): an anchor span and positive spans sampled from the same document",
     # DeCLUTR's declutr_small.jsonnet: HF AdamW (eps 1e-6, correct_bias false), lr 5e-5, weight decay 0.1,
     # AllenNLP's slanted triangular schedule (ULMFiT's), spans up to 512 tokens.
-    defaults={"loss": "nt-xent", "projection": "none", "pooling": "mean", "mlm": True, "temperature": 0.05,
-              "schedule": "slanted-triangular", "lr": 5e-5, "batch_size": 16, "max_length": 512,
-              "weight_decay": 0.1, "optimizer": "adamw", "adam_eps": 1e-6, "correct_bias": False},
-    inputs=INPUTS, settings=SETTINGS, pairs=pairs, check_config=whole_documents)
+    defaults={
+        "loss": "nt-xent",
+        "projection": "none",
+        "pooling": "mean",
+        "mlm": True,
+        "temperature": 0.05,
+        "schedule": "slanted-triangular",
+        "lr": 5e-5,
+        "batch_size": 16,
+        "max_length": 512,
+        "weight_decay": 0.1,
+        "optimizer": "adamw",
+        "adam_eps": 1e-6,
+        "correct_bias": False,
+    },
+    inputs=INPUTS,
+    settings=SETTINGS,
+    pairs=pairs,
+    check_config=whole_documents,
+)

@@ -30,17 +30,46 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         seed = epoch_seed(config, epoch)
         for k in np.random.default_rng(seed).permutation(len(rows)):
             r = rows[k]
-            out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, ids[k], r["text"],
-                            [ids[k]], [r["text"]])])
+            out.write(
+                [
+                    pair(
+                        f"{epoch}-{r['segment_id']}",
+                        r["doc_id"],
+                        NAME,
+                        epoch,
+                        seed,
+                        ids[k],
+                        r["text"],
+                        [ids[k]],
+                        [r["text"]],
+                    )
+                ]
+            )
     log.info("augment: %d sentences x %d epochs", len(rows), config["epochs"])
 
 
 OBJECTIVE = Objective(
-    name=NAME, title="unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
+    name=NAME,
+    title="unsupervised SimCSE (Gao et al., 2021): a sentence and itself, two dropout masks apart",
     # SimCSE's cl_forward, its MLPLayer (Linear + Tanh) over [CLS], trained with mlp_only_train; its
     # run_unsup_example.sh (lr 3e-5, batch 64, max_seq_length 32) under the HF Trainer's defaults, which its
     # train.py keeps: torch AdamW (eps 1e-8), weight decay 0, linear decay to 0, no warmup.
-    defaults={"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
-              "schedule": "linear", "lr": 3e-5, "batch_size": 64, "max_length": 32, "weight_decay": 0.0,
-              "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
-    inputs=INPUTS, settings=SETTINGS, pairs=pairs)
+    defaults={
+        "loss": "info-nce",
+        "projection": "tanh",
+        "pooling": "cls",
+        "mlm": False,
+        "temperature": 0.05,
+        "schedule": "linear",
+        "lr": 3e-5,
+        "batch_size": 64,
+        "max_length": 32,
+        "weight_decay": 0.0,
+        "optimizer": "adamw",
+        "adam_eps": 1e-8,
+        "correct_bias": True,
+    },
+    inputs=INPUTS,
+    settings=SETTINGS,
+    pairs=pairs,
+)

@@ -46,8 +46,10 @@ def files(cfg: Config) -> dict:
         data = cfg.evaluate.data  # a directory, or pair files that hold no SICK
         found = find_file(Path(data), SICK_FILES["train"]) if isinstance(data, str) and os.path.isdir(data) else None
         if found is None:
-            raise InputError("augment: simcse-sup needs NLI triplets: set augment.simcse_sup.nli to SNLI / MultiNLI "
-                             f".jsonl files, or put {SICK_FILES['train']} under evaluate.data")
+            raise InputError(
+                "augment: simcse-sup needs NLI triplets: set augment.simcse_sup.nli to SNLI / MultiNLI "
+                f".jsonl files, or put {SICK_FILES['train']} under evaluate.data"
+            )
         paths = [str(found)]
     scored = scored_pairs(cfg.evaluate.data)
     for path in paths:
@@ -91,8 +93,9 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         if n:
             out.count(reason, n)
     if not rows:
-        raise InputError(f"augment: no premise with both an entailment and a contradiction in "
-                         f"{', '.join(config['files']['nli'])}")
+        raise InputError(
+            f"augment: no premise with both an entailment and a contradiction in {', '.join(config['files']['nli'])}"
+        )
     texts = sorted({t for row in rows for t in row})
     ids = dict(zip(texts, encode_whole(tok.backend_tokenizer, texts)))
     epochs = config["simcse_sup"]["epochs"]
@@ -100,26 +103,60 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         seed = epoch_seed(config, epoch)
         for k in np.random.default_rng(seed).permutation(len(rows)):
             premise, entailed, contradicted = rows[k]
-            out.write([pair(f"{epoch}-{k}", f"triplet-{k}", NAME, epoch, seed, ids[premise], premise, [ids[entailed]],
-                            [entailed], negative_ids=ids[contradicted], negative_text=contradicted)])
+            out.write(
+                [
+                    pair(
+                        f"{epoch}-{k}",
+                        f"triplet-{k}",
+                        NAME,
+                        epoch,
+                        seed,
+                        ids[premise],
+                        premise,
+                        [ids[entailed]],
+                        [entailed],
+                        negative_ids=ids[contradicted],
+                        negative_text=contradicted,
+                    )
+                ]
+            )
     out.extra["triplets"] = len(rows)
     log.info("augment: %d NLI triplets x %d epochs", len(rows), epochs)
 
 
 def hard_negatives_scored(run: TrainConfig) -> str | None:
     if run.contrastive and run.loss != "info-nce":
-        return (f"simcse-sup's hard negatives are scored by info-nce (SimCSE's cl_forward); loss {run.loss!r} "
-                "takes none")
+        return f"simcse-sup's hard negatives are scored by info-nce (SimCSE's cl_forward); loss {run.loss!r} takes none"
     return None
 
 
 OBJECTIVE = Objective(
-    name=NAME, title="supervised SimCSE (Gao et al., 2021): an NLI premise, a hypothesis it entails, and one it "
-                     "contradicts as the hard negative",
+    name=NAME,
+    title="supervised SimCSE (Gao et al., 2021): an NLI premise, a hypothesis it entails, and one it "
+    "contradicts as the hard negative",
     # Supervised SimCSE (run_sup_example.sh, pooler_type cls): as unsupervised, but its `cls` pooler keeps the
     # MLP at evaluation, so the head is exported; lr 5e-5, batch 512 (on a small machine through grad_cache:
     # configs/simcse-sup.yaml), max_seq_length 32, the HF Trainer's AdamW with weight decay 0.
-    defaults={"loss": "info-nce", "projection": "tanh", "pooling": "cls", "mlm": False, "temperature": 0.05,
-              "schedule": "linear", "keep_head": True, "lr": 5e-5, "batch_size": 512, "max_length": 32,
-              "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8, "correct_bias": True},
-    inputs=INPUTS, settings=SETTINGS, pairs=pairs, files=files, hard_negatives=True, check=hard_negatives_scored)
+    defaults={
+        "loss": "info-nce",
+        "projection": "tanh",
+        "pooling": "cls",
+        "mlm": False,
+        "temperature": 0.05,
+        "schedule": "linear",
+        "keep_head": True,
+        "lr": 5e-5,
+        "batch_size": 512,
+        "max_length": 32,
+        "weight_decay": 0.0,
+        "optimizer": "adamw",
+        "adam_eps": 1e-8,
+        "correct_bias": True,
+    },
+    inputs=INPUTS,
+    settings=SETTINGS,
+    pairs=pairs,
+    files=files,
+    hard_negatives=True,
+    check=hard_negatives_scored,
+)

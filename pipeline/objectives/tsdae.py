@@ -61,8 +61,21 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         damaged = [join.detokenize(delete(words[k], ratio, rng)) for k in order]
         for k, anchor, text in zip(order, encode_whole(tok.backend_tokenizer, damaged), damaged):
             r = rows[k]
-            out.write([pair(f"{epoch}-{r['segment_id']}", r["doc_id"], NAME, epoch, seed, anchor, text,
-                            [ids[k]], [r["text"]])])
+            out.write(
+                [
+                    pair(
+                        f"{epoch}-{r['segment_id']}",
+                        r["doc_id"],
+                        NAME,
+                        epoch,
+                        seed,
+                        anchor,
+                        text,
+                        [ids[k]],
+                        [r["text"]],
+                    )
+                ]
+            )
     log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), config["epochs"], 100 * ratio)
 
 
@@ -75,8 +88,10 @@ def decoder(mlm_model, cfg: TrainConfig):
 
 def denoising_alone(run: TrainConfig) -> str | None:
     if run.mlm or not run.contrastive or run.momentum or run.memory_bank or run.grad_cache:
-        return ("tsdae trains its denoising loss alone: set no mlm, momentum, memory_bank or grad_cache, and leave "
-                "contrastive true (it switches the denoising loss)")
+        return (
+            "tsdae trains its denoising loss alone: set no mlm, momentum, memory_bank or grad_cache, and leave "
+            "contrastive true (it switches the denoising loss)"
+        )
     return None
 
 
@@ -85,7 +100,23 @@ OBJECTIVE = Objective(
     title="TSDAE (Wang et al., 2021): a sentence rebuilt by a decoder from the embedding of its corrupted copy",
     # TSDAE: [CLS] into a decoder that rebuilds the sentence, no contrastive loss and no MLM; the paper's (and
     # sentence-transformers' TSDAE example's) AdamW at lr 3e-5, batch 8, weight decay 0, constant schedule.
-    defaults={"loss": "denoising", "projection": "none", "pooling": "cls", "mlm": False, "schedule": "constant",
-              "lr": 3e-5, "batch_size": 8, "weight_decay": 0.0, "optimizer": "adamw", "adam_eps": 1e-8,
-              "correct_bias": True},
-    inputs=INPUTS, settings=SETTINGS, pairs=pairs, version=VERSION, decoder=decoder, check=denoising_alone)
+    defaults={
+        "loss": "denoising",
+        "projection": "none",
+        "pooling": "cls",
+        "mlm": False,
+        "schedule": "constant",
+        "lr": 3e-5,
+        "batch_size": 8,
+        "weight_decay": 0.0,
+        "optimizer": "adamw",
+        "adam_eps": 1e-8,
+        "correct_bias": True,
+    },
+    inputs=INPUTS,
+    settings=SETTINGS,
+    pairs=pairs,
+    version=VERSION,
+    decoder=decoder,
+    check=denoising_alone,
+)

@@ -44,13 +44,17 @@ class TsdaeDecoder(nn.Module):
             try:
                 self.model = AutoModelForCausalLM.from_config(decoder_config(mlm_model.config))
             except ValueError:
-                raise InputError(f"tsdae: {type(mlm_model).__name__} has no causal-LM form with cross-attention "
-                                 "for TSDAE's decoder; use a BERT- or RoBERTa-family model") from None
+                raise InputError(
+                    f"tsdae: {type(mlm_model).__name__} has no causal-LM form with cross-attention "
+                    "for TSDAE's decoder; use a BERT- or RoBERTa-family model"
+                ) from None
         loaded = self.model.load_state_dict(mlm_model.state_dict(), strict=False)
         foreign = [k for k in loaded.missing_keys if ".crossattention." not in k] + loaded.unexpected_keys
         if foreign:
-            raise InputError(f"tsdae: the decoder built from {type(mlm_model).__name__} does not take its weights "
-                             f"({len(foreign)} differ, e.g. {foreign[0]}); use a BERT- or RoBERTa-family model")
+            raise InputError(
+                f"tsdae: the decoder built from {type(mlm_model).__name__} does not take its weights "
+                f"({len(foreign)} differ, e.g. {foreign[0]}); use a BERT- or RoBERTa-family model"
+            )
         encoder = dict(mlm_model.base_model.named_parameters()) if tie else {}
         for name, _ in list(self.model.base_model.named_parameters()):
             if name in encoder:
@@ -61,5 +65,9 @@ class TsdaeDecoder(nn.Module):
 
     def forward(self, embedding: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         memory = embedding.unsqueeze(1)  # (rows, 1, hidden): the sentence embedding is all it attends to
-        return self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], encoder_hidden_states=memory,
-                          encoder_attention_mask=mask.new_ones(ids.size(0), 1)).logits
+        return self.model(
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            encoder_hidden_states=memory,
+            encoder_attention_mask=mask.new_ones(ids.size(0), 1),
+        ).logits

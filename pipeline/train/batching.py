@@ -32,13 +32,21 @@ def special_ids(tokenizer, max_length: int | None = None) -> dict:
     cuts spans; a train.max_length beyond it is said once, here."""
     positions = tokenizer.model_max_length if tokenizer.model_max_length < VERY_LARGE_INTEGER else None
     if max_length and positions and max_length > positions:
-        log.info("train: max_length %d is beyond the model's %d positions; spans are cut to %d tokens",
-                 max_length, positions, positions)
-    return {"bos": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
-            "eos": tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
-            "pad": tokenizer.pad_token_id, "mask": tokenizer.mask_token_id, "vocab": len(tokenizer),
-            "del": tokenizer.convert_tokens_to_ids(DEL_TOKEN) if DEL_TOKEN in tokenizer.get_vocab() else None,
-            "positions": positions}
+        log.info(
+            "train: max_length %d is beyond the model's %d positions; spans are cut to %d tokens",
+            max_length,
+            positions,
+            positions,
+        )
+    return {
+        "bos": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
+        "eos": tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
+        "pad": tokenizer.pad_token_id,
+        "mask": tokenizer.mask_token_id,
+        "vocab": len(tokenizer),
+        "del": tokenizer.convert_tokens_to_ids(DEL_TOKEN) if DEL_TOKEN in tokenizer.get_vocab() else None,
+        "positions": positions,
+    }
 
 
 def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,34 +94,50 @@ def step_inputs(batch: dict, cfg: TrainConfig, special: dict, generator) -> dict
     moco = cfg.contrastive and cfg.momentum is not None
     denoise = cfg.contrastive and cfg.loss == "denoising"
     if cfg.mlm and objective(cfg.objective).mlm_on_originals and "originals" not in batch:
-        raise InputError("train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
-                         "rebuild the augment stage, or set mlm: false")
+        raise InputError(
+            "train: CLEAR's MLM needs the original sentences (the pairs' original_ids); "
+            "rebuild the augment stage, or set mlm: false"
+        )
     target = ("originals" if "originals" in batch else "anchors") if cfg.mlm else None
-    parts = [name for name, wanted in (("anchors", cfg.contrastive or target == "anchors"),
-                                       ("positives", cfg.contrastive and not (moco or denoise)),
-                                       ("negatives", cfg.contrastive and "negatives" in batch),
-                                       ("originals", target == "originals")) if wanted]
+    parts = [
+        name
+        for name, wanted in (
+            ("anchors", cfg.contrastive or target == "anchors"),
+            ("positives", cfg.contrastive and not (moco or denoise)),
+            ("negatives", cfg.contrastive and "negatives" in batch),
+            ("originals", target == "originals"),
+        )
+        if wanted
+    ]
     width = max(batch[name][0].size(1) for name in parts)
     ids, masks, originals, positions = [], [], [], []
     for name in parts:
         part, mask = batch[name]
         chosen, corrupted = torch.zeros_like(part, dtype=torch.bool), part
         if name == target:
-            corrupted, chosen = mask_tokens(part, maskable(part, mask, special), special["mask"], special["vocab"],
-                                            cfg.mlm_probability, generator)
+            corrupted, chosen = mask_tokens(
+                part, maskable(part, mask, special), special["mask"], special["vocab"], cfg.mlm_probability, generator
+            )
         ids.append(_widen(corrupted, width, special["pad"]))
         originals.append(_widen(part, width, special["pad"]))
         masks.append(_widen(mask, width, 0))
         positions.append(_widen(chosen, width, False))
     mask = torch.cat(masks)
     lengths = mask.sum(1)
-    hard = sum(batch[name][0].size(0) for name in parts[:parts.index("negatives")]) if "negatives" in parts else None
+    hard = sum(batch[name][0].size(0) for name in parts[: parts.index("negatives")]) if "negatives" in parts else None
     order = torch.argsort(lengths, descending=True, stable=True)
-    return {"ids": torch.cat(ids)[order], "mask": mask[order], "original": torch.cat(originals)[order],
-            "positions": torch.cat(positions)[order] if target else None, "lengths": lengths[order].tolist(),
-            "unsort": torch.argsort(order), "anchors": batch["anchors"][0].size(0), "hard": hard,
-            "keys": batch["positives"] if moco else None,
-            "targets": tuple(t[order] for t in batch["positives"]) if denoise else None}
+    return {
+        "ids": torch.cat(ids)[order],
+        "mask": mask[order],
+        "original": torch.cat(originals)[order],
+        "positions": torch.cat(positions)[order] if target else None,
+        "lengths": lengths[order].tolist(),
+        "unsort": torch.argsort(order),
+        "anchors": batch["anchors"][0].size(0),
+        "hard": hard,
+        "keys": batch["positives"] if moco else None,
+        "targets": tuple(t[order] for t in batch["positives"]) if denoise else None,
+    }
 
 
 def length_blocks(lengths: list[int], min_tokens: int | None) -> list[tuple[int, int]]:
@@ -142,9 +166,15 @@ def encode_ranges(n: int, cfg: TrainConfig) -> list[tuple[int, int]]:
 def padded_tokens(x: dict, cfg: TrainConfig) -> int:
     """Token slots the encoders compute for one micro-batch's step_inputs (once each, though GradCache
     encodes every row twice), padding included; against the real tokens, the share spent on padding."""
-    slots = sum(x["lengths"]) if cfg.packing else sum(
-        rows * width for start, end in encode_ranges(len(x["lengths"]), cfg)
-        for rows, width in length_blocks(x["lengths"][start:end], cfg.block_tokens))
+    slots = (
+        sum(x["lengths"])
+        if cfg.packing
+        else sum(
+            rows * width
+            for start, end in encode_ranges(len(x["lengths"]), cfg)
+            for rows, width in length_blocks(x["lengths"][start:end], cfg.block_tokens)
+        )
+    )
     return slots + (x["keys"][0].numel() if x["keys"] is not None else 0)
 
 

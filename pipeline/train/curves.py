@@ -87,7 +87,7 @@ def _plot(curves: dict, path: str) -> None:
         if tag == "optim/lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(curves):]:
+    for ax in list(axes.flat)[len(curves) :]:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)

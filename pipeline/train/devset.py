@@ -38,8 +38,10 @@ def find_dev(dev_set: str | None, eval_data: str | None) -> Path:
         found = find_file(Path(eval_data), DEFAULT_DEV) if eval_data and Path(eval_data).is_dir() else None
     if found is None:
         where = f"under evaluate.data ({eval_data})" if eval_data else "(evaluate.data is not set)"
-        raise ConfigError(f"train.eval_every needs a dev set: set train.dev_set, or put {DEFAULT_DEV} "
-                          f"(STS-B dev, SentEval's layout) {where}; looked for {DEFAULT_DEV} {where}")
+        raise ConfigError(
+            f"train.eval_every needs a dev set: set train.dev_set, or put {DEFAULT_DEV} "
+            f"(STS-B dev, SentEval's layout) {where}; looked for {DEFAULT_DEV} {where}"
+        )
     refuse_test_copy(found, eval_data)
     return found
 
@@ -58,8 +60,10 @@ def refuse_test_copy(path: Path, eval_data: str | None) -> None:
         held = {same_pair(a, b) for a, b in zip(test.sent1, test.sent2)}
         shared = sum(p in held for p in pairs) / len(pairs)
         if shared >= SHARED_LIMIT:
-            raise ConfigError(f"dev set {path}: {shared:.0%} of its {len(pairs)} pairs are in the test split "
-                              f"{test.task} {test.name} of {eval_data}; a test split is never a dev set")
+            raise ConfigError(
+                f"dev set {path}: {shared:.0%} of its {len(pairs)} pairs are in the test split "
+                f"{test.task} {test.name} of {eval_data}; a test split is never a dev set"
+            )
 
 
 def read_dev(path: str | Path) -> StsSubset:

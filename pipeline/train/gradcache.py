@@ -49,9 +49,13 @@ def _split(out: Encoded) -> tuple[torch.Tensor, torch.Tensor | None]:
     return out if isinstance(out, tuple) else (out, None)
 
 
-def cached_step(encode: Callable[[int, int], Encoded], n: int, chunk_size: int,
-                loss_fn: Callable[[torch.Tensor], torch.Tensor],
-                scale: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss) -> CachedStep:
+def cached_step(
+    encode: Callable[[int, int], Encoded],
+    n: int,
+    chunk_size: int,
+    loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    scale: Callable[[torch.Tensor], torch.Tensor] = lambda loss: loss,
+) -> CachedStep:
     """Accumulate into `.grad` the gradient of `loss_fn(encode(0, n))` plus the chunks' extra
     losses, running the encoder on at most `chunk_size` rows at a time.
 

@@ -29,8 +29,10 @@ def heldout_batches(table: pa.Table, special: dict, max_length: int, batch_size:
     """The held-out pairs as collate's batches of `batch_size` in order, a short last one dropped as training
     drops one, unless there are fewer pairs than one batch: then they are the one batch."""
     size = min(batch_size, table.num_rows)
-    return [collate(table.slice(start, size), special, max_length, True)
-            for start in range(0, table.num_rows - size + 1, size)]
+    return [
+        collate(table.slice(start, size), special, max_length, True)
+        for start in range(0, table.num_rows - size + 1, size)
+    ]
 
 
 def _pooled(module, rows: tuple[torch.Tensor, torch.Tensor], device) -> torch.Tensor:
@@ -54,5 +56,8 @@ def heldout_scores(module, batches: list[dict], loss: str, temperature: float) -
         pairs.append((np.repeat(anchors[-1], p, axis=0), pos.cpu().numpy()))
     x = np.concatenate([left for left, _ in pairs])
     y = np.concatenate([right for _, right in pairs])
-    return {"heldout_loss": float(np.mean(losses)), "heldout_alignment": alignment(x, y),
-            "heldout_uniformity": uniformity(np.concatenate(anchors))}
+    return {
+        "heldout_loss": float(np.mean(losses)),
+        "heldout_alignment": alignment(x, y),
+        "heldout_uniformity": uniformity(np.concatenate(anchors)),
+    }

@@ -30,6 +30,7 @@ from pipeline.errors import InputError
 from pipeline.model.transformer import load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate
+from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
@@ -38,7 +39,6 @@ from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.shard import rank_batches
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
-from pipeline.train.config import TrainConfig
 from storage import iter_batches
 
 STATE = "state.pt"  # a checkpoint directory's file
@@ -79,15 +79,28 @@ def train_loop(config: dict) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
 
     rank, world, job = ctx.get_world_rank(), ctx.get_world_size(), config[WORKER]
-    run_loop(job, rank=rank, world=world, saved=saved,
-             shard=lambda rows: rank_batches(iter_batches(job.pairs, list(job.columns), rows * world),
-                                             rows, rank, world),
-             prepare_model=lambda model, ddp: ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp),
-             report=report)
+    run_loop(
+        job,
+        rank=rank,
+        world=world,
+        saved=saved,
+        shard=lambda rows: rank_batches(iter_batches(job.pairs, list(job.columns), rows * world), rows, rank, world),
+        prepare_model=lambda model, ddp: ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp),
+        report=report,
+    )
 
 
-def run_loop(config: WorkerConfig, *, rank: int, world: int, saved: dict | None,
-             shard: Callable[[int], Iterable[pa.Table]], prepare_model, report, scorer=None) -> None:
+def run_loop(
+    config: WorkerConfig,
+    *,
+    rank: int,
+    world: int,
+    saved: dict | None,
+    shard: Callable[[int], Iterable[pa.Table]],
+    prepare_model,
+    report,
+    scorer=None,
+) -> None:
     """Worker `rank` of `world`'s training: `config` is the driver's. `saved`: the state to resume from
     (load_state of the latest checkpoint), or None. `shard(rows)`: this worker's pairs in tables of `rows`, in
     order, a short last one dropped. `prepare_model(model, ddp_kwargs)`: the model placed on the worker's device (and wrapped in
@@ -140,13 +153,20 @@ def run_loop(config: WorkerConfig, *, rank: int, world: int, saved: dict | None,
             continue  # resumed: these micro-batches were trained on before the checkpoint
         data_seconds = time.perf_counter() - waited  # time blocked reading pairs: is training input-bound?
         batches = [collate(table, config.special, cfg.max_length, cfg.contrastive) for table in tables]
-        metrics = train_step(model, optimizer, scheduler, batches, cfg, config.special, generator, bank, scaler,
-                             key_encoder)
+        metrics = train_step(
+            model, optimizer, scheduler, batches, cfg, config.special, generator, bank, scaler, key_encoder
+        )
         # "batch" identifies the rows trained on: a resumed run must neither repeat nor skip any.
-        state["metrics"].append({"step": step, **metrics,
-                                 "batch": zlib.crc32(batches[0]["anchors"][0].numpy().tobytes()),
-                                 "data_seconds": data_seconds, "seconds": time.perf_counter() - started,
-                                 **unscored})
+        state["metrics"].append(
+            {
+                "step": step,
+                **metrics,
+                "batch": zlib.crc32(batches[0]["anchors"][0].numpy().tobytes()),
+                "data_seconds": data_seconds,
+                "seconds": time.perf_counter() - started,
+                **unscored,
+            }
+        )
         state["step"] = step
         if rank == 0 and dev and scoring_due(step, cfg, total_steps):
             state["metrics"][-1].update(plain(scorer()))
@@ -176,8 +196,11 @@ def keep_best(state: dict, module, by: str) -> None:
     """The latest evaluation's step and a host copy of its weights become state["best"] if its score improves."""
     value = state["metrics"][-1][score_key(by)]
     if improves(value, state["best"]["score"] if state["best"] else None, by):
-        state["best"] = {"step": state["step"], "score": value,
-                         "model": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}}
+        state["best"] = {
+            "step": state["step"],
+            "score": value,
+            "model": {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()},
+        }
 
 
 def grouped(items, k: int):
@@ -187,18 +210,25 @@ def grouped(items, k: int):
         yield group
 
 
-def _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, generator, state: dict,
-            rank: int) -> None:
+def _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, generator, state: dict, rank: int) -> None:
     module = model.module if hasattr(model, "module") else model
     with tempfile.TemporaryDirectory() as d:
         checkpoint = None
         if rank == 0:
-            torch.save({"model": module.state_dict(), "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                        "rng": torch.get_rng_state(), "generator": generator.get_state(),
-                        "bank": bank.state_dict() if bank is not None else None,
-                        "key_encoder": key_encoder.state_dict() if key_encoder is not None else None, **state},
-                       f"{d}/{STATE}")
+            torch.save(
+                {
+                    "model": module.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    "rng": torch.get_rng_state(),
+                    "generator": generator.get_state(),
+                    "bank": bank.state_dict() if bank is not None else None,
+                    "key_encoder": key_encoder.state_dict() if key_encoder is not None else None,
+                    **state,
+                },
+                f"{d}/{STATE}",
+            )
             checkpoint = d
         report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint)
 
@@ -226,8 +256,10 @@ def _why_refused(e: Exception) -> str:
     thing refused here, or allow-list the payload's function); the first sentence of the line naming what it
     refused, else of the first line."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    line = next((line.removeprefix("WeightsUnpickler error: ") for line in lines
-                 if line.startswith("WeightsUnpickler error:")), lines[0] if lines else type(e).__name__)
+    line = next(
+        (line.removeprefix("WeightsUnpickler error: ") for line in lines if line.startswith("WeightsUnpickler error:")),
+        lines[0] if lines else type(e).__name__,
+    )
     return line.split(". ")[0]
 
 

@@ -30,14 +30,16 @@ def _similarities(rows: torch.Tensor, candidates: torch.Tensor, temperature: flo
     return F.normalize(rows, dim=-1) @ F.normalize(candidates.to(rows), dim=-1).T / temperature
 
 
-def nt_xent(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,
-            negatives: torch.Tensor | None = None) -> torch.Tensor:
+def nt_xent(
+    anchors: torch.Tensor, positives: torch.Tensor, temperature: float, negatives: torch.Tensor | None = None
+) -> torch.Tensor:
     """Row i of `anchors` and of `positives` are a pair; the mean over all 2N rows of -log(partner's share).
     The anchor rows' softmax also runs over `negatives`; the positive rows' over the 2N-1 only."""
     b = anchors.size(0)
     z = torch.cat([anchors, positives])
-    sim = _similarities(z, z, temperature).masked_fill(torch.eye(2 * b, dtype=torch.bool, device=z.device),
-                                                       float("-inf"))
+    sim = _similarities(z, z, temperature).masked_fill(
+        torch.eye(2 * b, dtype=torch.bool, device=z.device), float("-inf")
+    )
     if negatives is not None and negatives.numel():
         extra = _similarities(anchors, negatives, temperature)
         sim = torch.cat([sim, torch.cat([extra, extra.new_full(extra.shape, float("-inf"))])], dim=1)
@@ -45,9 +47,14 @@ def nt_xent(anchors: torch.Tensor, positives: torch.Tensor, temperature: float,
     return F.cross_entropy(sim, targets)
 
 
-def info_nce(queries: torch.Tensor, keys: torch.Tensor, temperature: float,
-             negatives: torch.Tensor | None = None, hard_negatives: torch.Tensor | None = None,
-             hard_negative_weight: float = 0.0) -> torch.Tensor:
+def info_nce(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    temperature: float,
+    negatives: torch.Tensor | None = None,
+    hard_negatives: torch.Tensor | None = None,
+    hard_negative_weight: float = 0.0,
+) -> torch.Tensor:
     """Row i of `queries` picks key i among all N `keys`, the N `hard_negatives` (if any) and the K
     `negatives`; the mean over the N queries."""
     n = queries.size(0)
@@ -77,10 +84,17 @@ def denoising(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> to
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
 
 
-def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, vocab_size: int,
-                probability: float, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_tokens(
+    input_ids: torch.Tensor,
+    maskable: torch.Tensor,
+    mask_id: int,
+    vocab_size: int,
+    probability: float,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking: choose `probability` of the maskable tokens; of those 80% become
     <mask>, 10% a random token, 10% stay. Returns the corrupted ids and the chosen positions."""
+
     def draw(p: float, shape=input_ids.shape) -> torch.Tensor:
         return torch.rand(shape, generator=generator, device=input_ids.device) < p
 
@@ -89,7 +103,7 @@ def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, v
     randomised = chosen & ~replaced & draw(0.5)
     corrupted = input_ids.clone()
     corrupted[replaced] = mask_id
-    corrupted[randomised] = torch.randint(vocab_size, input_ids.shape, generator=generator,
-                                          device=input_ids.device)[randomised]
+    corrupted[randomised] = torch.randint(vocab_size, input_ids.shape, generator=generator, device=input_ids.device)[
+        randomised
+    ]
     return corrupted, chosen
-

@@ -36,8 +36,13 @@ class MemoryBank:
         if size < 1:
             raise ValueError(f"memory bank size must be positive, got {size}")
         self.size, self.dim = size, dim
-        self.queue = torch.empty(0, dim) if seed is None else torch.nn.functional.normalize(
-            torch.randn(size, dim, generator=torch.Generator().manual_seed(seed)), dim=1)
+        self.queue = (
+            torch.empty(0, dim)
+            if seed is None
+            else torch.nn.functional.normalize(
+                torch.randn(size, dim, generator=torch.Generator().manual_seed(seed)), dim=1
+            )
+        )
 
     def __len__(self) -> int:
         return self.queue.size(0)
@@ -49,7 +54,7 @@ class MemoryBank:
         """Push after the step's loss, so a batch is never its own negative."""
         if embeddings.dim() != 2 or embeddings.size(1) != self.dim:
             raise ValueError(f"expected embeddings of shape (N, {self.dim}), got {tuple(embeddings.shape)}")
-        self.queue = torch.cat([self.queue.to(embeddings), embeddings.detach()])[-self.size:]
+        self.queue = torch.cat([self.queue.to(embeddings), embeddings.detach()])[-self.size :]
 
     def state_dict(self) -> dict:
         return {"queue": self.queue.cpu()}
@@ -58,7 +63,7 @@ class MemoryBank:
         if state["queue"].size(1) != self.dim:
             raise ValueError(f"memory bank of dim {self.dim} cannot load one of dim {state['queue'].size(1)}")
         # A bank shrunk since the checkpoint keeps its newest entries.
-        self.queue = state["queue"][-self.size:]
+        self.queue = state["queue"][-self.size :]
 
 
 def run_bank(cfg: TrainConfig, dim: int) -> MemoryBank | None:

@@ -18,8 +18,9 @@ def make_optimizer(model, cfg: TrainConfig, total_steps: int):
     rounding), or without bias correction the HF AdamW's update (UncorrectedAdamW). SGD as CERT's MOCO.py
     builds it: one group, every weight decayed."""
     if cfg.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.sgd_momentum,
-                                    weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=cfg.lr, momentum=cfg.sgd_momentum, weight_decay=cfg.weight_decay
+        )
     else:
         decay = [p for n, p in model.named_parameters() if p.ndim > 1]
         no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]

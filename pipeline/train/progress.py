@@ -24,7 +24,7 @@ def eta_seconds(step: int, total: int, first: int, elapsed: float) -> float | No
 
 
 def clock(seconds: float | None) -> str:
-    """"1:02:03", "2:03" or "0:05"; "?" when unknown."""
+    """ "1:02:03", "2:03" or "0:05"; "?" when unknown."""
     if seconds is None:
         return "?"
     minutes, secs = divmod(round(seconds), 60)
@@ -35,12 +35,14 @@ def clock(seconds: float | None) -> str:
 def progress_line(step: int, total: int, metrics: dict, first: int, elapsed: float) -> str:
     """The periodic line: step/total, loss, learning rate, steps per second and ETA since `first`."""
     rate = (step - first) / elapsed if elapsed > 0 and step > first else None
-    return (f"step {step}/{total} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} "
-            f"{'?' if rate is None else f'{rate:.2f}'} steps/s ETA {clock(eta_seconds(step, total, first, elapsed))}")
+    return (
+        f"step {step}/{total} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} "
+        f"{'?' if rate is None else f'{rate:.2f}'} steps/s ETA {clock(eta_seconds(step, total, first, elapsed))}"
+    )
 
 
 def bar_kind() -> str | None:
-    """"local" (tqdm's bar) when this process's stderr is a terminal, else None (lines): always None in a Ray
+    """ "local" (tqdm's bar) when this process's stderr is a terminal, else None (lines): always None in a Ray
     worker, whose stderr is a pipe to its log."""
     return "local" if sys.stderr.isatty() else None
 
@@ -57,8 +59,9 @@ class Progress:
     def step(self, step: int, metrics: dict) -> None:
         if self.bar is None:
             if step % self.every == 0:
-                print(progress_line(step, self.total, metrics, self.first, time.perf_counter() - self.started),
-                      flush=True)
+                print(
+                    progress_line(step, self.total, metrics, self.first, time.perf_counter() - self.started), flush=True
+                )
             return
         self.bar.set_description(f"train loss {metrics['loss']:.4f}")
         self.bar.update(step - self.bar.n)

@@ -86,21 +86,29 @@ def find_task(name: str, dev_set: str | None, split: str, eval_data: str | None)
     """The task `name` in the dev data; a ConfigError saying what is missing, or why it is no dev split."""
     where = dev_set or (eval_data if isinstance(eval_data, str) else None)
     if where is None or not Path(where).is_dir():
-        raise ConfigError(f"train.select_by {name}: no dev data to find it in: set train.dev_set to a directory "
-                          f"holding the task {name} ({'evaluate.data is not set' if where is None else where})")
+        raise ConfigError(
+            f"train.select_by {name}: no dev data to find it in: set train.dev_set to a directory "
+            f"holding the task {name} ({'evaluate.data is not set' if where is None else where})"
+        )
     task, names = _read_task(name, where, split)
     if task is None:
         found = ", ".join(names) or "none"
-        raise ConfigError(f"train.select_by {name!r}: no task of that name in {where} (tasks there: {found}); "
-                          f"select_by is {STS_DEV}, {HELDOUT_LOSS} or a task of the dev data")
+        raise ConfigError(
+            f"train.select_by {name!r}: no task of that name in {where} (tasks there: {found}); "
+            f"select_by is {STS_DEV}, {HELDOUT_LOSS} or a task of the dev data"
+        )
     if task.kind != RETRIEVAL and dev_set is None:
-        raise ConfigError(f"train.select_by {name}: {task.files[0]} is the {task.kind} task's test split "
-                          "(evaluate.data); put its dev split in a directory and name it train.dev_set")
+        raise ConfigError(
+            f"train.select_by {name}: {task.files[0]} is the {task.kind} task's test split "
+            "(evaluate.data); put its dev split in a directory and name it train.dev_set"
+        )
     scored = kinds.find_all(eval_data) if dev_set and isinstance(eval_data, str) else []
     evaluated = {_digest(f) for t in scored for f in t.files}
     if task.kind != RETRIEVAL and any(_digest(f) in evaluated for f in task.files):
-        raise ConfigError(f"train.select_by {name}: {task.files[0]} is a copy of a test file of {eval_data}; "
-                          "a test split is never a dev set")
+        raise ConfigError(
+            f"train.select_by {name}: {task.files[0]} is a copy of a test file of {eval_data}; "
+            "a test split is never a dev set"
+        )
     return task
 
 
@@ -113,8 +121,14 @@ def stage_config(train: TrainConfig, eval_data: str | None, max_length: int) -> 
     if by == STS_DEV:
         return devset.stage_config(train, eval_data, max_length)
     task = find_task(by, train.dev_set, train.dev_split, eval_data)
-    return {"task": by, "kind": task.kind, "dir": train.dev_set or eval_data, "split": train.dev_split,
-            "hash": kinds.data_hash([task]), "max_length": max_length}
+    return {
+        "task": by,
+        "kind": task.kind,
+        "dir": train.dev_set or eval_data,
+        "split": train.dev_split,
+        "hash": kinds.data_hash([task]),
+        "max_length": max_length,
+    }
 
 
 def load(train: TrainConfig, dev: dict | None, pairs: str, special: dict) -> dict | None:
@@ -127,8 +141,10 @@ def load(train: TrainConfig, dev: dict | None, pairs: str, special: dict) -> dic
         table = read_heldout(pairs, columns=["anchor_ids", "positive_ids"])
         return {"by": by, "batches": heldout_batches(table, special, train.max_length, train.batch_size)}
     if not dev:
-        raise InputError("train: eval_every is set but the stage config names no dev data "
-                         "(pipeline.train.selection.stage_config builds it)")
+        raise InputError(
+            "train: eval_every is set but the stage config names no dev data "
+            "(pipeline.train.selection.stage_config builds it)"
+        )
     if by == STS_DEV:
         subset = devset.read_dev(dev["file"])
         if devset.data_hash([subset]) != dev["hash"]:
@@ -136,6 +152,7 @@ def load(train: TrainConfig, dev: dict | None, pairs: str, special: dict) -> dic
         return {"by": by, "subset": subset, "max_length": dev["max_length"]}
     task, _ = _read_task(by, dev["dir"], dev["split"])
     if task is None or kinds.data_hash([task]) != dev["hash"]:
-        raise InputError(f"train: the dev data of {by} in {dev['dir']} changed after the run was configured; "
-                         "start it again")
+        raise InputError(
+            f"train: the dev data of {by} in {dev['dir']} changed after the run was configured; start it again"
+        )
     return {"by": by, "task": task, "max_length": dev["max_length"]}

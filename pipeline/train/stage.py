@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from pipeline.augment.stage import pairs_label
 from pipeline.config import Config
-from pipeline.init.stage import init_label
 from pipeline.errors import InputError
+from pipeline.init.stage import init_label
 from pipeline.model.card import train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.objectives import objective
@@ -129,8 +129,10 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     per_step = cfg.batch_size * cfg.grad_accumulation
     total_steps = min(rows // per_step, cfg.max_steps or rows)
     if total_steps < 1:
-        raise InputError(f"train: {rows} pairs are fewer than one step of {per_step} "
-                         f"(batch_size {cfg.batch_size} x grad_accumulation {cfg.grad_accumulation})")
+        raise InputError(
+            f"train: {rows} pairs are fewer than one step of {per_step} "
+            f"(batch_size {cfg.batch_size} x grad_accumulation {cfg.grad_accumulation})"
+        )
     if not cfg.use_gpu:
         make_scaler(cfg.precision, "cpu")  # a precision the CPU cannot run fails here, before Ray starts
     ray_init(None, None)  # a no-op when the caller already connected to Ray
@@ -141,8 +143,10 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     columns = objective(cfg.objective).columns(cfg.contrastive, cfg.mlm)
     # CLEAR's MLM term reads the original sentences, which pairs built before they were kept lack.
     if "original_ids" in columns and "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
-        raise InputError(f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
-                         "rebuild the augment stage, or set mlm: false")
+        raise InputError(
+            f"train: {pairs} has no original_ids column, which CLEAR's MLM reads; "
+            "rebuild the augment stage, or set mlm: false"
+        )
     # Ray Train's run state (checkpoints) lives beside the stages, on the artifacts' filesystem, which
     # every worker of a cluster can reach when it is an object store.
     runs, name = f"{dataset_parts(out.path)[0]}/_ray", f"train-{out.fp}"
@@ -151,23 +155,38 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     trainer = _trainer_class()(
         train_loop,
         # One object, pickled to the workers as it is (Ray Train wants a dict around it).
-        train_loop_config={WORKER: WorkerConfig(train=cfg, init=f"{inputs['init']}/{HF_DIR}", total_steps=total_steps,
-                                                special=special, dev=dev, pairs=pairs, columns=tuple(columns))},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                     resources_per_worker={"CPU": cfg.cpus_per_worker}),
-        run_config=RunConfig(name=name, storage_path=storage_path,
-                             storage_filesystem=arrow_filesystem(runs),
-                             checkpoint_config=checkpoint_config(),
-                             failure_config=FailureConfig(max_failures=cfg.max_failures),
-                             # Train's own INFO lines (resources requested, each report and checkpoint) are
-                             # noise on the user's terminal; our steps are logged by the loop.
-                             logging_config=LoggingConfig(log_level="WARNING")),
+        train_loop_config={
+            WORKER: WorkerConfig(
+                train=cfg,
+                init=f"{inputs['init']}/{HF_DIR}",
+                total_steps=total_steps,
+                special=special,
+                dev=dev,
+                pairs=pairs,
+                columns=tuple(columns),
+            )
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker={"CPU": cfg.cpus_per_worker}
+        ),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path,
+            storage_filesystem=arrow_filesystem(runs),
+            checkpoint_config=checkpoint_config(),
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
+            # Train's own INFO lines (resources requested, each report and checkpoint) are
+            # noise on the user's terminal; our steps are logged by the loop.
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
     )
-    log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg.num_workers,
-             cfg.precision)
+    log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg.num_workers, cfg.precision)
     if resume.started_over(run_dir):
-        log.warning("train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",
-                    run_dir, resume.SNAPSHOT)
+        log.warning(
+            "train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",
+            run_dir,
+            resume.SNAPSHOT,
+        )
     if (latest := resume.latest_checkpoint(run_dir)) is not None:
         # Read here first: a checkpoint refused (a payload, a damaged file) inside the workers would fail each of
         # Ray's retries in turn and end in its traceback, not the one line naming the file.
@@ -186,8 +205,15 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         encoder.load_state_dict(best["model"])
         by = dev["by"]
         chosen = selection.label(by, best["score"], dev["task"].kind if "task" in dev else None)
-        out.extra.update({"best_step": best["step"], "select_by": by, "best_score": best["score"],
-                          "selected_by": chosen, **({"best_dev_spearman": best["score"]} if by == STS_DEV else {})})
+        out.extra.update(
+            {
+                "best_step": best["step"],
+                "select_by": by,
+                "best_score": best["score"],
+                "selected_by": chosen,
+                **({"best_dev_spearman": best["score"]} if by == STS_DEV else {}),
+            }
+        )
         log.info("train: exporting step %d, by %s", best["step"], chosen)
     # The projection head stays behind, unless the objective evaluates through it (keep_head); TSDAE's decoder always.
     export(encoder.mlm_model, tokenizer, out.local_dir, cfg.pooling, encoder.projection if cfg.keep_head else None)
@@ -197,7 +223,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
-    out.extra["card"] = train_info(cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config)  # kept in the manifest for the leaderboard's rewrite
+    out.extra["card"] = train_info(
+        cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config
+    )  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(run_dir)
@@ -209,5 +237,16 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 # log_every, checkpoint_every, max_failures, torch_threads and cpus_per_worker left the fingerprint (RUNTIME).
 # 5: blocks only with train.block_tokens (an H100 ran the default 4096 1.32x slower than one padded block);
 # train.packing. 6: train.keep_head exports the head as Dense modules (simcse-sup); hard negatives.
-STAGE = Stage(name="train", version="6", flow="train", section="train", config=config, inputs=inputs,
-              instances=instances, run=run, runtime=RUNTIME, check=check, needs_ray=needs_ray)
+STAGE = Stage(
+    name="train",
+    version="6",
+    flow="train",
+    section="train",
+    config=config,
+    inputs=inputs,
+    instances=instances,
+    run=run,
+    runtime=RUNTIME,
+    check=check,
+    needs_ray=needs_ray,
+)

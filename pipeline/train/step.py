@@ -24,8 +24,18 @@ from pipeline.train.gradcache import cached_step
 from pipeline.train.losses import LOSSES, denoising
 
 
-def train_step(model, optimizer, scheduler, batches, cfg: TrainConfig, special: dict, generator, bank=None,
-               scaler=None, key_encoder=None) -> dict:
+def train_step(
+    model,
+    optimizer,
+    scheduler,
+    batches,
+    cfg: TrainConfig,
+    special: dict,
+    generator,
+    bank=None,
+    scaler=None,
+    key_encoder=None,
+) -> dict:
     """One optimizer step over `batches`: a micro-batch or a list of them (train.grad_accumulation),
     whose gradients add up to those of the step's loss: the micro-batches' mean contrastive loss
     plus MLM's mean over all their masked tokens. `scaler` is the run's make_scaler (needed in fp16);
@@ -42,16 +52,37 @@ def train_step(model, optimizer, scheduler, batches, cfg: TrainConfig, special: 
     n_masked = sum(int(x["positions"].sum()) for x in inputs if x["positions"] is not None)
     n_targets = target_tokens(inputs, next(model.parameters()).device) if inputs[0]["targets"] is not None else 0
     optimizer.zero_grad(set_to_none=True)
-    losses, tokens = {}, {"tokens": sum(int(x["mask"].sum()) + _tokens(x["keys"]) for x in inputs),
-                          "padded_tokens": sum(padded_tokens(x, cfg) for x in inputs)}
+    losses, tokens = (
+        {},
+        {
+            "tokens": sum(int(x["mask"].sum()) + _tokens(x["keys"]) for x in inputs),
+            "padded_tokens": sum(padded_tokens(x, cfg) for x in inputs),
+        },
+    )
     for i, (batch, x) in enumerate(zip(batches, inputs)):
-        for name, share in accumulate(model, batch, x, cfg, n_masked, len(batches), bank, scaler.scale,
-                                      last=i == len(batches) - 1, key_encoder=key_encoder,
-                                      n_targets=n_targets).items():
+        for name, share in accumulate(
+            model,
+            batch,
+            x,
+            cfg,
+            n_masked,
+            len(batches),
+            bank,
+            scaler.scale,
+            last=i == len(batches) - 1,
+            key_encoder=key_encoder,
+            n_targets=n_targets,
+        ).items():
             losses[name] = losses.get(name, 0.0) + share
     if not losses:  # an MLM-only step that drew no masked token has no gradient to step with
-        return {"loss": 0.0, "grad_norm": 0.0, "lr": scheduler.get_last_lr()[0], "skipped": True,
-                "grad_scale": scaler.get_scale(), **tokens}
+        return {
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "lr": scheduler.get_last_lr()[0],
+            "skipped": True,
+            "grad_scale": scaler.get_scale(),
+            **tokens,
+        }
     scaler.unscale_(optimizer)  # so that the norm is clipped on the true gradients
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     scale = scaler.get_scale()
@@ -66,16 +97,34 @@ def train_step(model, optimizer, scheduler, batches, cfg: TrainConfig, special: 
     # host (and the GPU behind it) mid-step.
     *values, grad_norm = torch.stack([*losses.values(), grad_norm.float()]).tolist()
     losses = dict(zip(losses, values))
-    return {"loss": sum(values), **losses, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0],
-            "skipped": skipped, "grad_scale": scaler.get_scale(), **tokens}
+    return {
+        "loss": sum(values),
+        **losses,
+        "grad_norm": grad_norm,
+        "lr": scheduler.get_last_lr()[0],
+        "skipped": skipped,
+        "grad_scale": scaler.get_scale(),
+        **tokens,
+    }
 
 
 def _tokens(keys) -> int:
     return int(keys[1].sum()) if keys is not None else 0
 
 
-def accumulate(model, batch: dict, x: dict, cfg: TrainConfig, n_masked: int, k: int, bank, scale, last: bool,
-               key_encoder=None, n_targets: int = 0) -> dict:
+def accumulate(
+    model,
+    batch: dict,
+    x: dict,
+    cfg: TrainConfig,
+    n_masked: int,
+    k: int,
+    bank,
+    scale,
+    last: bool,
+    key_encoder=None,
+    n_targets: int = 0,
+) -> dict:
     """Forward and backward of one of a step's `k` micro-batches: the rows of step_inputs through the
     encoder; the run's contrastive loss (train.loss) between each anchor and the mean of its positives
     (embedded by the key encoder with MoCo), with the pairs' hard negatives and a memory bank's or MoCo
@@ -97,10 +146,16 @@ def accumulate(model, batch: dict, x: dict, cfg: TrainConfig, n_masked: int, k: 
         positions = x["positions"][rows] if n_masked else None
         # Under DDP, only the step's last backward all-reduces the accumulated gradients.
         sync = last and end == n
-        with model.no_sync() if not sync and hasattr(model, "no_sync") else nullcontext(), \
-                autocast(cfg.precision, device.type):
-            pooled, logits = model(x["ids"][rows].to(device), x["mask"][rows].to(device), positions,
-                                   length_blocks(x["lengths"][start:end], cfg.block_tokens))
+        with (
+            model.no_sync() if not sync and hasattr(model, "no_sync") else nullcontext(),
+            autocast(cfg.precision, device.type),
+        ):
+            pooled, logits = model(
+                x["ids"][rows].to(device),
+                x["mask"][rows].to(device),
+                positions,
+                length_blocks(x["lengths"][start:end], cfg.block_tokens),
+            )
         if not n_masked:
             return pooled.float()
         labels = x["original"][rows][positions].to(device)
@@ -108,12 +163,18 @@ def accumulate(model, batch: dict, x: dict, cfg: TrainConfig, n_masked: int, k: 
 
     def contrastive(z: torch.Tensor) -> torch.Tensor:
         p, z = batch["num_positives"], z[x["unsort"].to(z.device)]
-        positives = gather(keys if keys is not None else z[b:b + b * p].view(b, p, -1).mean(1))
+        positives = gather(keys if keys is not None else z[b : b + b * p].view(b, p, -1).mean(1))
         negatives = bank.negatives() if bank is not None else None
         if bank is not None:
             bank.push(positives.detach())  # after its use as negatives: a batch is never its own negative
-        hard = {} if x["hard"] is None else {"hard_negatives": gather(z[x["hard"]:x["hard"] + b]),
-                                             "hard_negative_weight": cfg.hard_negative_weight}
+        hard = (
+            {}
+            if x["hard"] is None
+            else {
+                "hard_negatives": gather(z[x["hard"] : x["hard"] + b]),
+                "hard_negative_weight": cfg.hard_negative_weight,
+            }
+        )
         loss = LOSSES[cfg.loss](gather(z[:b]), positives, cfg.temperature, negatives, **hard) / k
         return loss if cfg.scale_fix else gradient_scaled(loss, 1 / world_size())
 
@@ -141,10 +202,17 @@ def reconstruct(model, x: dict, cfg: TrainConfig, n_targets: int, scale, last: b
     batch however the tokens fall to workers; DDP averages the workers' gradients, which `world` undoes.
     Returns the share summed over workers (detached): what one worker with the whole batch reports."""
     ids, mask = (t.to(device) for t in x["targets"])
-    with model.no_sync() if not last and hasattr(model, "no_sync") else nullcontext(), \
-            autocast(cfg.precision, device.type):
-        _, logits = model(x["ids"].to(device), x["mask"].to(device), None,
-                          length_blocks(x["lengths"], cfg.block_tokens), targets=(ids, mask))
+    with (
+        model.no_sync() if not last and hasattr(model, "no_sync") else nullcontext(),
+        autocast(cfg.precision, device.type),
+    ):
+        _, logits = model(
+            x["ids"].to(device),
+            x["mask"].to(device),
+            None,
+            length_blocks(x["lengths"], cfg.block_tokens),
+            targets=(ids, mask),
+        )
     loss = denoising(logits.float(), ids, mask) / n_targets
     scale(loss * world_size()).backward()
     share = loss.detach()
@@ -167,8 +235,12 @@ def embed_keys(key_encoder, keys: tuple, num_positives: int, cfg: TrainConfig, d
     ids, mask = keys
     chunk = cfg.grad_cache or ids.size(0)
     with autocast(cfg.precision, device.type):
-        z = torch.cat([key_encoder(ids[i:i + chunk].to(device), mask[i:i + chunk].to(device))
-                       for i in range(0, ids.size(0), chunk)]).float()
+        z = torch.cat(
+            [
+                key_encoder(ids[i : i + chunk].to(device), mask[i : i + chunk].to(device))
+                for i in range(0, ids.size(0), chunk)
+            ]
+        ).float()
     return z.view(-1, num_positives, z.size(1)).mean(1)
 
 
@@ -205,15 +277,18 @@ def autocast(precision: str, device_type: str):
     if precision == "fp32":
         return nullcontext()
     if precision == "bf16" and device_type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-        raise InputError(f"train.precision bf16: {torch.cuda.get_device_name()} has no native bfloat16 "
-                         "(it needs compute capability 8.0); use fp16")
+        raise InputError(
+            f"train.precision bf16: {torch.cuda.get_device_name()} has no native bfloat16 "
+            "(it needs compute capability 8.0); use fp16"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
             return torch.autocast(device_type, dtype=DTYPES[precision])
         except UserWarning as e:
-            raise InputError(f"train.precision {precision}: torch {torch.__version__} cannot autocast to it "
-                             f"on {device_type}: {e}") from None
+            raise InputError(
+                f"train.precision {precision}: torch {torch.__version__} cannot autocast to it on {device_type}: {e}"
+            ) from None
 
 
 def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:
@@ -226,8 +301,15 @@ def make_encoder(mlm_model, cfg: TrainConfig) -> SpanEncoder:
     """The encoder a run trains, under torch.compile with train.compile; with its objective's decoder (TSDAE's)."""
     make_decoder = objective(cfg.objective).decoder
     decoder = make_decoder(mlm_model, cfg) if make_decoder is not None else None
-    return SpanEncoder(mlm_model, cfg.pooling, cfg.projection, compile=cfg.compile, packing=cfg.packing,
-                       projection_dim=cfg.projection_dim, decoder=decoder)
+    return SpanEncoder(
+        mlm_model,
+        cfg.pooling,
+        cfg.projection,
+        compile=cfg.compile,
+        packing=cfg.packing,
+        projection_dim=cfg.projection_dim,
+        decoder=decoder,
+    )
 
 
 def ddp_options(cfg: TrainConfig) -> dict:
