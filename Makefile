@@ -15,7 +15,7 @@ RUN_ARGS = --config $(CONFIG) $(foreach c,$(CORPUS),--corpus $(c)) \
 	$(if $(EVAL_DATA),--eval-data $(EVAL_DATA)) $(if $(ARTIFACTS),--artifacts $(ARTIFACTS)) \
 	$(foreach s,$(SET),--set $(s))
 
-.PHONY: run test test-quick bench clean venv
+.PHONY: run test test-quick lint format bench clean venv
 .DEFAULT_GOAL := run
 
 $(STAMP): pyproject.toml
@@ -39,12 +39,21 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# ruff (pyproject.toml): the lint rules and the format, checked before the tests; `make format` applies both.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # The suite without the slow tests: those that start processes (Ray, a Prefect server, worker processes),
 # compile, or run whole flows (pyproject.toml's markers).
-test-quick: $(STAMP)
+test-quick: lint
 	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
