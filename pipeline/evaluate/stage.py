@@ -41,6 +41,7 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
+from pipeline.evaluate.progress import Progress
 from pipeline.evaluate.sts import score_sts
 from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
@@ -460,13 +461,25 @@ def _encoder(config: dict, inputs: dict, out):
     return encoder if encoder is not None else recipe.load()
 
 
+def _score(todo: list[Unit], model: str, runtime: dict) -> list[Scored]:
+    """Every unit's rows, in unit order, saying as each comes back which task it was and how long it took."""
+    progress, scored = Progress(model, len(todo)), []
+    try:
+        for s in ordered_map(score_unit, todo, runtime["backend"], runtime["workers"]):
+            progress.finished(s.where["unit"], s.where["seconds"])
+            scored.append(s)
+    finally:
+        progress.close()
+    return scored
+
+
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     config = {**config, "runtime": runtime(config, RUNTIME)}
     tasks = kinds.find_all(config["data"])
     subsets, absent = find_sts(config["data"], required=not tasks)
     transfer, absent_transfer = find_transfer(config["data"]) if config["transfer"] else ([], [])
     todo = units(config, subsets, transfer, _encoder(config, inputs, out), tasks)
-    scored = list(ordered_map(score_unit, todo, config["runtime"]["backend"], config["runtime"]["workers"]))
+    scored = _score(todo, config["model"], config["runtime"])
     rows = [row for s in scored for row in s.rows]
     rows += averages(rows)  # of the transfer rows among them, so only once every transfer unit is back
     [dimension] = set().union(*(s.dimensions for s in scored))
