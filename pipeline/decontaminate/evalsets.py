@@ -12,7 +12,8 @@ from pathlib import Path
 
 from pipeline.errors import InputError
 from pipeline.evaluate import kinds
-from pipeline.evaluate.sts_data import find_sts, read_stsb_split
+from pipeline.evaluate.kind import Task
+from pipeline.evaluate.sts_data import read_stsb_split
 from pipeline.evaluate.transfer_data import find_transfer
 
 UNSCORED = "train"
@@ -24,9 +25,8 @@ def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[st
     if data is not None:
         if not Path(data).exists():
             raise InputError(f"evaluate.data: {data}: no such file or directory")
-        for s in find_sts(data, required=False)[0]:
-            if s.split != UNSCORED:
-                out.setdefault(s.task, []).extend([*s.sent1, *s.sent2])
+        for kind in kinds.senteval_kinds():  # STS: its directories and pair files, or `data` as one pair file
+            _texts(kind.find(Path(data)), out)
         for task in find_transfer(data)[0] if transfer else []:
             for split, ex in task.splits.items():
                 if split != UNSCORED:
@@ -43,6 +43,10 @@ def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[st
 
 
 def _kind_texts(data, out: dict[str, list[str]]) -> None:
+    _texts(kinds.find_all(data), out)
+
+
+def _texts(tasks: list[Task], out: dict[str, list[str]]) -> None:
     """Each task's sentences, as its kind declares them (pipeline.evaluate.kind.Kind.texts)."""
-    for task in kinds.find_all(data):
+    for task in tasks:
         out.setdefault(task.name, []).extend(kinds.kind(task.kind).texts(task.data))

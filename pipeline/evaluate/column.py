@@ -16,6 +16,11 @@ class Column:
     split: str = "test"
     # How the kind spells its columns: a task kind's "<task> <metric>" ("scifact nDCG@10").
     form: str = "{task} {metric}"
+    # How the leaderboard's bootstrap recomputes it (pipeline.leaderboard.intervals): from the test items kept under
+    # `kept_as` ("" for its own protocol) by `statistic` ("" for its kind's): STS12-16's "senteval" column is the
+    # mean of per-subset Spearman of the items kept as "cosine".
+    kept_as: str = ""
+    statistic: str = ""
 
     @property
     def name(self) -> str:

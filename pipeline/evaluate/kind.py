@@ -10,7 +10,7 @@ says, and who reads it:
                                     Embed; its test items go to `keep_items`, for the bootstrap (evaluate.stage)
     texts(task.data) -> sentences   what decontamination indexes of a task (decontaminate.evalsets)
     main, column(task), average     its leaderboard columns: "<task> <main>" per task, "avg <kind>" over them
-                                    (leaderboard.table)
+                                    (leaderboard.table); or `columns(task)`, typed, where a task has several
     statistic                       how the leaderboard's bootstrap recomputes `main` from the kept items:
                                     "mean" of per-query values, "average_precision" of scored pairs, "v_measure"
                                     of clustered sentences (leaderboard.intervals)
@@ -129,9 +129,14 @@ class Kind:
     texts: Callable[[Any], Iterable[str]]
     statistic: str
     mteb: Mteb | None = None
+    # A kind shown in several columns per task (STS's protocols) lists them; else one, `column`.
+    columns: Callable[[str], list[Column]] | None = None
 
     def column(self, task: str) -> Column:
         return Column(task=task, kind=self.name, metric=self.main, protocol=self.name)
+
+    def task_columns(self, task: str) -> list[Column]:
+        return self.columns(task) if self.columns is not None else [self.column(task)]
 
     @property
     def average(self) -> str:

@@ -28,13 +28,13 @@ main_metric = registry.main_metric
 
 def module(name: str) -> ModuleType:
     """The kind's module (its `read` and the rest beside its declaration), imported when first needed."""
-    return importlib.import_module(registry.MODULES[name][0])
+    return importlib.import_module(registry.line(name)[0])
 
 
 def kind(name: str) -> Kind:
     """The kind's declaration; one that is not what its registry line says is refused."""
     declared = module(name).KIND
-    path, main = registry.MODULES[name]
+    path, main = registry.line(name)
     if (declared.name, declared.main) != (name, main):
         raise ValueError(
             f"{path} declares the kind {declared.name!r} showing {declared.main!r}; its registry line "
@@ -44,7 +44,18 @@ def kind(name: str) -> Kind:
 
 
 def all_kinds() -> list[Kind]:
+    """The file kinds (registry.names()), as find_all searches them."""
     return [kind(name) for name in registry.names()]
+
+
+def senteval_kinds() -> list[Kind]:
+    """SentEval's kinds (registry.SENTEVAL: STS), each finding its own tasks by its `find`."""
+    return [kind(name) for name in registry.SENTEVAL]
+
+
+def every_kind() -> list[Kind]:
+    """SentEval's kinds, then the file kinds."""
+    return senteval_kinds() + all_kinds()
 
 
 def find_all(data: str | Path | None) -> list[Task]:

@@ -16,8 +16,21 @@ MODULES = {
 }
 
 
+# SentEval's own kinds, declared as the others are but found and shown by their own rules (STS: SentEval's
+# directories and the STS pair files; columns per protocol), so not among `names()`, which pipeline.train and the
+# file search read as the kinds of `<task>.<kind>.<format>` files and BEIR folders.
+SENTEVAL = {
+    "sts": ("pipeline.evaluate.sts", "spearman"),
+}
+
+
 def names() -> tuple[str, ...]:
     return tuple(MODULES)
+
+
+def line(name: str) -> tuple[str, str]:
+    """A kind's registry line, a file kind's or SentEval's: its module and shown metric."""
+    return MODULES[name] if name in MODULES else SENTEVAL[name]
 
 
 def main_metric(name: str) -> str:

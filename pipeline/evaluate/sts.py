@@ -22,15 +22,18 @@ Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
 from pipeline.evaluate import relatedness
+from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
-from pipeline.evaluate.names import RELATEDNESS_TASKS, STS_TASKS
-from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset
+from pipeline.evaluate.kind import Kind, Task
+from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SIMILARITY_PROTOCOLS, STS_TASKS, STS_YEARS
+from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, find_sts
 
 # SentEval's default params.batch_size: how many pairs its batcher embeds at a time.
 BATCH_SIZE = 128
@@ -168,3 +171,63 @@ def score_sts(
     for task in sorted(regressed, key=RELATEDNESS_TASKS.index):
         rows += _regressor(task, {s.split: p for s, p in pairs if s.task == task}, seed, items)
     return rows
+
+
+# STS as a kind (pipeline.evaluate.kind): its tasks are SentEval's STS directories and the STS pair files, a task
+# holding its subsets (StsSubset) in find_sts's order; shown as "<task> <protocol>", one column per protocol.
+NAME = "sts"
+UNSCORED = "train"  # SentEval fits the relatedness regressor on it and takes no score there
+COSINE = "cosine"  # the protocol the cosine similarities' test items are kept under, whichever column they serve
+# How each of an STS12-16 task's columns is recomputed from those items (pipeline.leaderboard.intervals).
+YEAR_STATISTICS = {"senteval": "mean_spearman", "simcse": "spearman"}
+
+
+def tasks(subsets: list[StsSubset]) -> list[Task]:
+    """The STS tasks of `subsets`, in the order of their first subsets."""
+    return [
+        Task(NAME, task, (), [s for s in subsets if s.task == task]) for task in dict.fromkeys(s.task for s in subsets)
+    ]
+
+
+def find(data_dir: Path) -> list[Task]:
+    return tasks(find_sts(data_dir, required=False)[0])
+
+
+def score(task: Task, embed, seed: int) -> list[dict]:
+    return score_sts(embed, task.data, seed=seed, items=getattr(embed, "items", None))
+
+
+def texts(subsets: list[StsSubset]) -> Iterator[str]:
+    """What decontamination indexes: every scored split's sentences (dev too: a model selected on it has seen it)."""
+    for s in subsets:
+        if s.split != UNSCORED:
+            yield from s.sent1
+            yield from s.sent2
+
+
+def columns(task: str) -> list[Column]:
+    """A task's columns, in the leaderboard's order: STS12-16 "senteval" and "simcse" (both from the cosine items),
+    STS-B and SICK-R "cosine" and "senteval" (the regressor's own items), an STS pair file "cosine"."""
+    return [
+        Column(
+            task=task,
+            kind=NAME,
+            metric="spearman",
+            protocol=protocol,
+            form="{task} {protocol}",
+            kept_as=COSINE if task in STS_YEARS else "",
+            statistic=YEAR_STATISTICS[protocol] if task in STS_YEARS else "spearman",
+        )
+        for protocol in SIMILARITY_PROTOCOLS.get(task, (PAIR_PROTOCOL,))
+    ]
+
+
+def kept_columns(task: str, protocol: str) -> list[Column]:
+    """The columns recomputed from the test items a model kept as (task, protocol): none for items not STS's (a
+    transfer task's "senteval" ones, say)."""
+    if protocol != COSINE and not (task in RELATEDNESS_TASKS and protocol == relatedness.PROTOCOL):
+        return []
+    return [c for c in columns(task) if (c.kept_as or c.protocol) == protocol]
+
+
+KIND = Kind(name=NAME, main="spearman", find=find, score=score, texts=texts, statistic="spearman", columns=columns)

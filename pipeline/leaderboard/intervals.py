@@ -48,16 +48,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from pipeline.evaluate import kinds, registry
+from pipeline.evaluate import kinds, registry, sts
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import run_group
 from pipeline.evaluate.names import (
     AVG_PAIRS,
     MRPC_BOTH,
     PAPER_AVERAGES,
-    RELATEDNESS_TASKS,
     STS_AVERAGES,
-    STS_YEARS,
     TRANSFER_PROTOCOLS,
     TRANSFER_TASKS,
     avg_transfer,
@@ -104,16 +102,10 @@ Typed = Mapping[str, Column]
 
 
 def spec(column: str, typed: Typed | None = None) -> Spec | None:
-    if column in (typed or {}):  # a task kind's column, recomputed from its items as its kind declares
+    if column in (typed or {}):  # a kind's column (STS's too), recomputed from its items as it declares
         c = typed[column]
-        return Spec(c.task, c.protocol, kinds.kind(c.kind).statistic)
+        return Spec(c.task, c.kept_as or c.protocol, c.statistic or kinds.kind(c.kind).statistic)
     task, _, protocol = column.rpartition(" ")
-    if task in STS_YEARS and protocol in ("senteval", "simcse"):
-        return Spec(task, "cosine", "mean_spearman" if protocol == "senteval" else "spearman")
-    if task in RELATEDNESS_TASKS and protocol in ("cosine", "senteval"):
-        return Spec(task, protocol, "spearman")
-    if is_pair_column(column):
-        return Spec(task, protocol, "spearman")
     if task in TRANSFER_TASKS and protocol in TRANSFER_PROTOCOLS:
         return Spec(task, protocol, "accuracy")
     if task == "MRPC F1" and protocol in TRANSFER_PROTOCOLS:
@@ -127,7 +119,7 @@ def typed_from(items: dict[str, pd.DataFrame]) -> dict[str, Column]:
     """The kinds' columns of the tasks `items` hold, for a table given without its typed columns (every kind column
     of which has items, as a test's)."""
     keys = {(t, p) for frame in items.values() for t, p in zip(frame["task"], frame["protocol"])}
-    out = {}
+    out = {c.name: c for task, protocol in sorted(keys) for c in sts.kept_columns(task, protocol)}
     for name in registry.names():
         k = kinds.kind(name)
         out.update({(c := k.column(task)).name: c for task, protocol in sorted(keys) if protocol == name})

@@ -52,6 +52,7 @@ from pipeline.evaluate.names import (
     rankable_columns,
 )
 from pipeline.evaluate.registry import is_kind_column
+from pipeline.evaluate.sts import KIND as STS
 from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
@@ -115,23 +116,27 @@ def _mean_of_all(table: pd.DataFrame, columns: list[str]) -> pd.Series:
     return table.reindex(columns=columns).mean(axis=1, skipna=False)
 
 
-def _similarity(scores: pd.DataFrame, models, tasks: Sequence[str]) -> pd.DataFrame:
+def _similarity(scores: pd.DataFrame, models, tasks: Sequence[str]) -> tuple[pd.DataFrame, dict[str, Column]]:
+    """The STS columns (SentEval's tasks', then the pair files'), as the STS kind declares them, with their
+    averages; and those columns, typed, by name."""
     rows = _similarity_rows(scores, tasks)
     _no_duplicates(rows)
     present = set(rows["task"])
-    columns = [f"{t} {p}" for t in tasks if t in present for p in SIMILARITY_PROTOCOLS[t]]
+    typed = {c.name: c for t in tasks if t in present for c in STS.task_columns(t)}
+    columns = list(typed)
     table = _wide(rows, models, rows["task"] + " " + rows["protocol"], columns)
     for name, parts in STS_AVERAGES.items():
         if any(c in columns for c in parts):
             table[name] = _mean_of_all(table, parts)
     pairs = _pair_rows(scores)
     _no_duplicates(pairs)
-    pair_columns = list(dict.fromkeys(pairs["task"] + f" {PAIR_PROTOCOL}"))
+    paired = {c.name: c for t in dict.fromkeys(pairs["task"]) for c in STS.task_columns(t)}
+    pair_columns = list(paired)
     if pair_columns:
         table = pd.concat([table, _wide(pairs, models, pairs["task"] + f" {PAIR_PROTOCOL}", pair_columns)], axis=1)
     if len(pair_columns) > 1:
         table[AVG_PAIRS] = _mean_of_all(table, pair_columns)
-    return table
+    return table, {**typed, **paired}
 
 
 def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
@@ -241,8 +246,9 @@ def leaderboard(
     models = pd.unique(scores["model"])
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
-    similarity, transfer = _similarity(scores, models, tasks), _transfer(scores, models)
+    (similarity, sts_typed), transfer = _similarity(scores, models, tasks), _transfer(scores, models)
     kind_table, typed = _kinds(scores, models)
+    typed = {**sts_typed, **typed}
     extra = [similarity, transfer, _paper_averages(similarity, transfer), kind_table, _analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     table = _described(table, scores, models)
