@@ -42,7 +42,7 @@ from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.progress import Progress
-from pipeline.evaluate.sts import score_sts
+from pipeline.evaluate.sts import tasks as sts_tasks
 from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
@@ -395,10 +395,6 @@ def score_unit(unit: Unit) -> Scored:
     return Scored(rows, embed.items, embed.dimensions, encoder.parameters, where)
 
 
-def _sts(embed: Embed, subsets: list, seed: int) -> list[dict]:
-    return score_sts(embed, subsets, seed=seed, items=embed.items)
-
-
 def _transfer(embed: Embed, tasks: list, seed: int, k: int, protocol: str) -> list[dict]:
     return score_transfer(embed, tasks, seed=seed, k=k, protocol=protocol, items=embed.items)
 
@@ -427,10 +423,8 @@ def units(config: dict, subsets: list, transfer: list, encoder, tasks: list[kind
     def unit(name: str, score: Callable) -> Unit:
         return Unit(name, score, encoder, config["batch_size"])
 
-    sts = [
-        unit(f"sts/{task}", partial(_sts, subsets=[s for s in subsets if s.task == task], seed=config["seed"]))
-        for task in dict.fromkeys(s.task for s in subsets)
-    ]
+    # STS's tasks (pipeline.evaluate.sts.KIND) from the subsets run() read, find_sts naming the absent ones
+    sts = [unit(f"{t.kind}/{t.name}", partial(_kind, task=t, seed=config["seed"])) for t in sts_tasks(subsets)]
     # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
     classify = [
         unit(
