@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import time
+import threading
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -28,9 +28,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_error(404)
         if srv.statuses:
             return self.send_error(srv.statuses.pop(0))
-        if srv.stalls:  # longer than the client's timeout
+        if srv.stalls:  # until the test ends: whatever the client's timeout, it passes first
             srv.stalls -= 1
-            time.sleep(1.0)
+            srv.release.wait(60)
         start = int(self.headers["Range"][len("bytes=") : -1]) if self.headers["Range"] and srv.ranges else 0
         start += srv.shift if start else 0
         if start >= len(DATA):
@@ -60,8 +60,10 @@ def server():
     with http_server(Handler) as srv:
         srv.ranges_seen, srv.statuses, srv.served = [], [], 0
         srv.ranges, srv.cut_first, srv.shift, srv.stalls = True, False, 0, 0
+        srv.release = threading.Event()
         srv.url = f"http://127.0.0.1:{srv.server_port}/data/file.bin"
         yield srv
+        srv.release.set()
 
 
 def quick_fetch(url, cache_dir, **kwargs):
@@ -174,7 +176,7 @@ def test_a_refused_connection_fails_at_once(tmp_path, caplog):
 def test_a_timeout_is_retried(server, tmp_path, caplog):
     server.stalls = 1
     with caplog.at_level(logging.WARNING, logger="cpipe"):
-        assert quick_fetch(server.url, tmp_path, timeout=0.2).read_bytes() == DATA
+        assert quick_fetch(server.url, tmp_path, timeout=2.0).read_bytes() == DATA
     assert "retry 1/5" in caplog.text and len(server.ranges_seen) == 2
 
 
