@@ -7,8 +7,6 @@ backoff: a corpus download, a hub model, evaluation data.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import http.client
 import logging
 import socket
@@ -18,7 +16,6 @@ import urllib.error
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.filesystems import RemoteFileSystem
 from prefect.states import Completed, State
 from prefect.tasks import exponential_backoff
 
@@ -32,9 +29,7 @@ from pipeline.registry import stage as registered
 from pipeline.stage import run_stage
 from pipeline.tracking.config import MlflowConfig
 from pipeline.tracking.mlflow_report import report_leaderboard, report_trainings
-from storage import dataset_path, intact, is_local, read_manifest
-
-RESULTS = "_prefect"
+from storage import dataset_path, intact, read_manifest
 
 
 def _show_pipeline_logs() -> None:
@@ -87,7 +82,9 @@ NETWORK_RETRIES = dict(
 )
 
 
-@task(task_run_name="{name}", cache_policy=NO_CACHE, persist_result=True, **NETWORK_RETRIES)
+# The task persists nothing: its state says reused or built and carries the path, and run_stage alone decides
+# reuse from the dataset itself, so no Prefect result store (local or in the bucket) is written or read.
+@task(task_run_name="{name}", cache_policy=NO_CACHE, persist_result=False, **NETWORK_RETRIES)
 def stage_task(name: str, config: dict, inputs: dict[str, str], artifacts: str, fp: str) -> State:
     started = time.time()
     path = run_stage(registered(name), config, inputs, artifacts, fp)
@@ -101,18 +98,6 @@ def fetch_eval_data(data: str | dict[str, str] | None, download_dir: str) -> str
     return local_eval_data(data, download_dir)
 
 
-@functools.cache
-def result_storage(artifacts: str) -> str | None:
-    """Remote artifacts keep Prefect's task results beside them, where any machine of a cluster can read
-    them (local result storage breaks Prefect on a remote Ray cluster); local ones use Prefect's default.
-    Prefect wants the storage saved as a block, which names it for every process that reads the results."""
-    if is_local(artifacts):
-        return None
-    name = f"cpipe-results-{hashlib.sha256(artifacts.encode()).hexdigest()[:12]}"
-    RemoteFileSystem(basepath=f"{artifacts.rstrip('/')}/{RESULTS}").save(name, overwrite=True)
-    return f"remote-file-system/{name}"
-
-
 def _prepared(name: str, config: dict, inputs: dict[str, str], artifacts: str, ray: RayConfig | None) -> str:
     """The stage's fingerprint, computed once, here, for the task and its cache key; Ray is started first when the stage is not
     built yet and its config runs on Ray (the stage decides), so a rerun that reuses everything needs no Ray."""
@@ -124,7 +109,7 @@ def _prepared(name: str, config: dict, inputs: dict[str, str], artifacts: str, r
 
 
 def _task(label: str, artifacts: str):
-    return stage_task.with_options(task_run_name=label, result_storage=result_storage(artifacts))
+    return stage_task.with_options(task_run_name=label)
 
 
 def _reused(path: str, started: float) -> bool:
