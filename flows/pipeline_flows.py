@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from prefect import flow, get_run_logger
 from prefect.context import FlowRunContext
+from prefect.logging.handlers import APILogHandler
 from prefect.states import Failed
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
@@ -24,16 +25,24 @@ from tasks.build import fetch_eval_data, publish_leaderboard, run, run_all, trac
 
 
 def _one_line_failure(fn: Callable) -> Callable:
-    """A run stopped by bad input ends Failed with the one-line error as its state's message (what
-    `prefect deployment run --watch` and the UI show), where Prefect's own message prefixes it and its log holds a
-    traceback; the error stays the state's data, so a caller (`cpipe run`, a parent flow) still has it raised."""
+    """A run stopped by bad input ends Failed with the one-line error as its state's message (what the UI shows)
+    and in its log (what `prefect deployment run --watch` prints), where Prefect's own message prefixes it and its
+    log holds a traceback; the error stays the state's data, so a caller (`cpipe run`, a parent flow) still has it
+    raised."""
 
     @functools.wraps(fn)
     def failing_in_one_line(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except preflight.USER_ERRORS as e:
-            return Failed(message=f"{type(e).__name__}: {e}", data=e)
+            message = f"{type(e).__name__}: {e}"
+            run = FlowRunContext.get()
+            if run is not None and run.flow_run.parent_task_run_id is None:
+                # `prefect deployment run --watch` prints the run's logs and only the final state's name, so the
+                # reason is logged once, by the outermost flow, and sent before the Failed state ends the watch.
+                get_run_logger().error(message)
+                APILogHandler().flush()
+            return Failed(message=message, data=e)
 
     return failing_in_one_line
 

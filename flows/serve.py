@@ -36,6 +36,12 @@ from pipeline.errors import InputError
 ENV_FILE = "cpipe-serve.env"
 SERVER_LOG = "cpipe-serve-server.log"
 HOST = "127.0.0.1"
+# A server streams a run's logs to `prefect deployment run --watch` only when told to (off by default in Prefect
+# 3): without it, a run stopped by bad input shows the watcher its final state's name and not the one-line reason.
+LOG_STREAMING = {
+    "PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED": "true",
+    "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED": "true",
+}
 
 
 def serve(deployments: list, on_stop: Callable[[], None] = lambda: None) -> int:
@@ -120,7 +126,7 @@ def _private_server(home: Path) -> Iterator[tuple[str, str, Path]]:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     auth, port = secrets.token_urlsafe(32), _free_port()
     api = f"http://{HOST}:{port}/api"
-    env = {**os.environ, "PREFECT_SERVER_API_AUTH_STRING": auth, "PREFECT_HOME": str(home)}
+    env = {**os.environ, "PREFECT_SERVER_API_AUTH_STRING": auth, "PREFECT_HOME": str(home), **LOG_STREAMING}
     log_path = home / SERVER_LOG
     with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as log:
         server = subprocess.Popen(
