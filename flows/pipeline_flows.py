@@ -61,17 +61,10 @@ def resolve(
 
 
 def checked(cfg: Config, first: str = registry.NAMES[0], until: str | None = None) -> Config:
-    """Pre-flight's config (pipeline.preflight.configured) through the checks that need the stages' modules:
-    the evaluation data fetched once when the run reaches past the data flow, then each stage's own check."""
-    reached = registry.stages(first, until or registry.NAMES[-1])
-    if any(stage.flow != "data" for stage in reached):
-        # In a flow run, a task that retries a network failure; before one (cpipe run's pre-flight), no Prefect.
-        fetch = fetch_eval_data if FlowRunContext.get() else local_eval_data
-        cfg.evaluate.data = fetch(cfg.evaluate.data, cfg.corpus.download_dir)  # URLs: fetched once
-    for stage in reached:
-        if stage.name not in preflight.CHECKED:
-            stage.check(cfg)
-    return cfg
+    """pipeline.preflight.checked, fetching the evaluation data in a flow run by a task that retries a network
+    failure; before one (cpipe run's pre-flight), without Prefect."""
+    fetch = fetch_eval_data if FlowRunContext.get() else local_eval_data
+    return preflight.checked(cfg, first, until, fetch)
 
 
 def build(

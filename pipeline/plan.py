@@ -22,8 +22,7 @@ import fsspec
 
 from pipeline import registry
 from pipeline.config import Config
-from pipeline.evaluate.data import local_eval_data
-from pipeline.preflight import CHECKED
+from pipeline.preflight import checked
 from pipeline.stage import Stage, input_fingerprints
 from storage import DamagedDataset, DatasetError, complete, dataset_parts, dataset_path, read_manifest, verify
 from storage.dataset import SUCCESS, TMP_PREFIX
@@ -50,22 +49,10 @@ class Step:
     after: list[str] = field(default_factory=list)  # UNKNOWN: the instances whose datasets decide it
 
 
-def checked(cfg: Config, until: str | None = None) -> Config:
-    """The checks `cpipe run` makes after pre-flight (flows.pipeline_flows.checked) before any work, without
-    Prefect: the evaluation data fetched once where the run reaches past the data flow, then each stage's own."""
-    reached = registry.stages(last=until or registry.NAMES[-1])
-    if any(stage.flow != "data" for stage in reached):
-        cfg.evaluate.data = local_eval_data(cfg.evaluate.data, cfg.corpus.download_dir)
-    for stage in reached:
-        if stage.name not in CHECKED:
-            stage.check(cfg)
-    return cfg
-
-
 def plan(cfg: Config, until: str | None = None) -> list[Step]:
     """Every instance the run of `cfg` builds up to `until`, in the run's order; `cfg` as pipeline.preflight.configured
     returns it (checked here as the run checks it)."""
-    checked(cfg, until)
+    checked(cfg, until=until)
     steps: list[Step] = []
     done: dict[str, str] = {}  # label -> its dataset's path, as the flows' `build` keeps it
     waits: dict[str, list[str]] = {}  # path (or a placeholder) -> the instances it is unknown until

@@ -6,13 +6,16 @@ the stages' own modules follow in flows.pipeline_flows.checked."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from pipeline import registry
 from pipeline.config import Config, load_config
 from pipeline.config_base import unusable_name
 from pipeline.errors import ConfigError, InputError
+from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.given import row_name
-from pipeline.model.locate import is_hub_name
+from pipeline.locate import is_hub_name
 from storage import DatasetError, check_writable
 
 # Bad input (a file, a row, a key) and a damaged or unreadable dataset: phrased for the user, one line says it
@@ -55,6 +58,24 @@ def configured(
     for name in CHECKED:
         if name in reached:
             registry.stage(name).check(cfg)
+    return cfg
+
+
+def checked(
+    cfg: Config,
+    first: str = registry.NAMES[0],
+    until: str | None = None,
+    fetch: Callable[[Any, str], Any] = local_eval_data,
+) -> Config:
+    """`configured`'s config through the checks that need the stages' modules, as a run makes them before any work:
+    the evaluation data fetched once by `fetch` where the run reaches past the data flow (a flow run passes a
+    Prefect task that retries a network failure), then each stage's own check."""
+    reached = registry.stages(first, until or registry.NAMES[-1])
+    if any(stage.flow != "data" for stage in reached):
+        cfg.evaluate.data = fetch(cfg.evaluate.data, cfg.corpus.download_dir)  # URLs: fetched once
+    for stage in reached:
+        if stage.name not in CHECKED:
+            stage.check(cfg)
     return cfg
 
 
