@@ -22,9 +22,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from bench.common import alternate, default_model, ratio_report, shared_corpus
-from pipeline.evaluate.sts_data import find_sts
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import ST_DIR, pool
+from pipeline.readers.sts import find_sts
 
 
 def stsb_sentences() -> list[str]:

@@ -7,7 +7,7 @@ import pytest
 from pipeline.baselines.vectors import RandomEncoder
 from pipeline.evaluate.analysis import alignment, score_analysis, sentence_anisotropy, token_anisotropy, uniformity
 from pipeline.evaluate.encoders import token_vectors
-from pipeline.evaluate.sts_data import StsSubset, find_sts
+from pipeline.readers.sts import StsSubset, find_sts
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 

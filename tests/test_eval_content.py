@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.evaluate import clustering, kinds, reranking, retrieval
-from pipeline.evaluate.sts_data import find_sts, read_pair_file
+from pipeline.readers.sts import find_sts, read_pair_file
 from tests.conftest import write_sts
 from tests.helpers import write_jsonl
 from tests.test_sts import SICK_TEST, write_sick

@@ -19,10 +19,10 @@ from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.evaluate.sts_data import StsDataError, find_sts
-from pipeline.evaluate.transfer_data import TransferDataError, find_transfer
 from pipeline.leaderboard.table import leaderboard, to_markdown
 from pipeline.model import locate
+from pipeline.readers.sts import StsDataError, find_sts
+from pipeline.readers.transfer import TransferDataError, find_transfer
 from pipeline.train import devset
 from tests.conftest import SHARED, make_document, write_sts
 from tests.helpers import tiny_model

@@ -14,8 +14,8 @@ from pipeline.baselines.config import Baselines
 from pipeline.config import Config
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.evaluate.names import STS_TASKS
-from pipeline.evaluate.transfer_data import TRANSFER_TASKS
+from pipeline.readers.names import STS_TASKS
+from pipeline.readers.transfer import TRANSFER_TASKS
 from pipeline.stage import run_stage
 from storage import read_table
 from tests.conftest import SHARED, WORDS, write_sts

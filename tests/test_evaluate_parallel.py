@@ -12,9 +12,9 @@ import pytest
 from pipeline.config import Config
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.evaluate.sts_data import find_sts
-from pipeline.evaluate.transfer_data import find_transfer
 from pipeline.model.exported import Encoder
+from pipeline.readers.sts import find_sts
+from pipeline.readers.transfer import find_transfer
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, write_sts

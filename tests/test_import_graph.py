@@ -21,8 +21,8 @@ LEAVES = (
     "pipeline.augment.segment",
     "pipeline.augment.clear_names",
     "pipeline.train.splits",
-    "pipeline.evaluate.names",
-    "pipeline.evaluate.registry",
+    "pipeline.readers.names",
+    "pipeline.readers.registry",
     "pipeline.repeats",
     "pipeline.objectives",
 )

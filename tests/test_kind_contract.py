@@ -14,10 +14,11 @@ import pytest
 
 from pipeline.decontaminate.evalsets import eval_texts
 from pipeline.evaluate import items as test_items
-from pipeline.evaluate import kind, kinds, mteb_results, registry
+from pipeline.evaluate import kind, kinds, mteb_results
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard.table import leaderboard
+from pipeline.readers import registry
 
 # The toy kind: `<task>.toy.csv` files of (sentence, target) rows; an item is a hit when the sentence's embedding is
 # nearer the target's than any other target's, and the task's main metric is the share of hits.

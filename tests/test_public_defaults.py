@@ -20,8 +20,8 @@ from pipeline.config import DEFAULT_PROFILE, load_config
 from pipeline.corpus import stage as corpus
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import StsDataError, find_sts
 from pipeline.leaderboard.table import leaderboard, to_markdown
+from pipeline.readers.sts import StsDataError, find_sts
 from pipeline.stage import run_stage
 from storage import read_table
 from tests import reference

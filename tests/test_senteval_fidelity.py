@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import StsSubset
+from pipeline.readers.sts import StsSubset
 from tests.reference import cosine, pearson, spearman
 
 DIM = 6

@@ -16,9 +16,9 @@ from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimil
 from transformers import AutoModel, BertConfig
 
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import find_sts
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import ST_DIR
+from pipeline.readers.sts import find_sts
 from tests.conftest import SHARED, WORDS
 from tests.helpers import MAX_LENGTH, tiny_model, tiny_tokenizer
 

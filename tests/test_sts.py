@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.evaluate.names import STS_TASKS
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import EvalDataError, StsDataError, StsSubset, data_hash, find_sts
+from pipeline.readers.names import STS_TASKS
+from pipeline.readers.sts import EvalDataError, StsDataError, StsSubset, data_hash, find_sts
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 

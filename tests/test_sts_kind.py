@@ -8,8 +8,8 @@ import pandas as pd
 
 from pipeline.decontaminate.evalsets import eval_texts
 from pipeline.evaluate import kinds, sts
-from pipeline.evaluate.sts_data import find_sts
 from pipeline.leaderboard.intervals import Spec, spec, typed_from
+from pipeline.readers.sts import find_sts
 from tests.conftest import write_sts
 
 

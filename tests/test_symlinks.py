@@ -18,9 +18,9 @@ from pipeline.corpus.stage import open_source
 from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
 from pipeline.errors import InputError
 from pipeline.evaluate import retrieval
-from pipeline.evaluate.sts_data import find_sts
 from pipeline.file_snapshot import listing, rglob, snapshot
 from pipeline.preflight import configured
+from pipeline.readers.sts import find_sts
 
 
 def write(path: Path, text: str = "x\n") -> Path:

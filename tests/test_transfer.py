@@ -10,7 +10,7 @@ from pipeline.errors import InputError
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.evaluate.logreg import Settings
 from pipeline.evaluate.transfer import averages, score_transfer
-from pipeline.evaluate.transfer_data import (
+from pipeline.readers.transfer import (
     TRANSFER_TASKS,
     Examples,
     TransferDataError,

@@ -18,7 +18,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from pipeline.evaluate.logreg import Settings
 from pipeline.evaluate.transfer import score_transfer
-from pipeline.evaluate.transfer_data import Examples, TransferTask
+from pipeline.readers.transfer import Examples, TransferTask
 
 SEED = 1111
 REGS = [1e-5, 1e-4, 1e-3, 1e-2]

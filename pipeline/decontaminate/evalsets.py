@@ -13,8 +13,8 @@ from pathlib import Path
 from pipeline.errors import InputError
 from pipeline.evaluate import kinds
 from pipeline.evaluate.kind import Task
-from pipeline.evaluate.sts_data import read_stsb_split
-from pipeline.evaluate.transfer_data import find_transfer
+from pipeline.readers.sts import read_stsb_split
+from pipeline.readers.transfer import find_transfer
 
 UNSCORED = "train"
 

@@ -24,7 +24,7 @@ from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
 from pipeline.evaluate.sts import unit_rows
-from pipeline.evaluate.sts_data import StsSubset
+from pipeline.readers.sts import StsSubset
 
 PROTOCOL = "simcse"
 TOKEN_PROTOCOL = "ethayarajh"

@@ -25,8 +25,8 @@ from sklearn.metrics import v_measure_score
 
 from pipeline.evaluate import kind
 from pipeline.evaluate.items import run_stratum
-from pipeline.evaluate.names import pair_format
-from pipeline.evaluate.sts_data import EvalDataError, records
+from pipeline.readers.names import pair_format
+from pipeline.readers.sts import EvalDataError, records
 
 NAME = "clustering"
 MAIN = "v_measure"

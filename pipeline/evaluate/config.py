@@ -10,8 +10,8 @@ from pipeline.baselines.config import Baselines
 from pipeline.baselines.fasttext.config import FastTextBaseline
 from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.corpus.credentials import conceal
-from pipeline.evaluate.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
-from pipeline.evaluate.registry import is_kind_column
+from pipeline.readers.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
+from pipeline.readers.registry import is_kind_column
 
 
 class EvaluateConfig(Strict):

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.corpus.download import LOCAL_COPIES, fetch
-from pipeline.evaluate.names import pair_suffix
+from pipeline.readers.names import pair_suffix
 
 
 def local_eval_data(data: str | dict[str, str] | None, download_dir: str) -> str | None:

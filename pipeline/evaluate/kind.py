@@ -1,10 +1,10 @@
 """A task kind's declaration (Kind) and what its module builds its tasks and rows with. A kind is one module ending
-in `KIND = Kind(...)` plus its line in pipeline.evaluate.registry; it imports this module, never the registry or
+in `KIND = Kind(...)` plus its line in pipeline.readers.registry; it imports this module, never the registry or
 pipeline.evaluate.kinds, so that no import cycle runs through the registry's lazy imports. What the declaration
 says, and who reads it:
 
     find(data_dir) -> [Task]        its tasks in an --eval-data directory, [] when none; a bad file or row is an
-                                    InputError "FILE:LINE: what" (sts_data.EvalDataError) (kinds.find_all)
+                                    InputError "FILE:LINE: what" (pipeline.readers.sts.EvalDataError) (kinds.find_all)
     score(task, embed, seed) -> rows  the evaluate stage's scoring columns (task, subset, split, metric, protocol,
                                     value, n), built by `rows`; `embed(list[str]) -> np.ndarray` is the stage's
                                     Embed; its test items go to `keep_items`, for the bootstrap (evaluate.stage)
@@ -29,8 +29,8 @@ import numpy as np
 
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
-from pipeline.evaluate.names import pair_format
-from pipeline.evaluate.sts_data import EvalDataError
+from pipeline.readers.names import pair_format
+from pipeline.readers.sts import EvalDataError
 
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
 SUBSET, SPLIT = "all", "test"

@@ -1,5 +1,5 @@
 """The task kinds beside STS and SentEval's transfer tasks (retrieval, pair classification, ...), as the evaluation
-finds them: every kind's tasks in the evaluation data (the kinds are listed in pipeline.evaluate.registry, each
+finds them: every kind's tasks in the evaluation data (the kinds are listed in pipeline.readers.registry, each
 declared in its module: pipeline.evaluate.kind.Kind), and the data's fingerprint.
 
 The evaluate stage scores one unit per task (pipeline.evaluate.stage.units) and fingerprints every kind's files
@@ -15,12 +15,12 @@ from pathlib import Path
 from types import ModuleType
 
 from pipeline.errors import InputError
-from pipeline.evaluate import registry
 from pipeline.evaluate.kind import Kind, Task, rows, warn_once  # noqa: F401 (rows: pipeline.train's)
-from pipeline.evaluate.names import pair_format
-from pipeline.evaluate.sts_data import SENTEVAL_NAMES
-from pipeline.evaluate.transfer_data import LAYOUT_FILES
 from pipeline.file_snapshot import rglob
+from pipeline.readers import registry
+from pipeline.readers.names import pair_format
+from pipeline.readers.sts import SENTEVAL_NAMES
+from pipeline.readers.transfer import LAYOUT_FILES
 
 KINDS = registry.names()  # as at import, for pipeline.train; registry.names() sees a kind registered since
 main_metric = registry.main_metric

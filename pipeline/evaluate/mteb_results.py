@@ -40,7 +40,7 @@ from collections import defaultdict
 from pipeline.config_base import unusable_name
 from pipeline.errors import InputError
 from pipeline.evaluate import kinds
-from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, SIMILARITY_TASKS, STS_YEARS
+from pipeline.readers.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, SIMILARITY_TASKS, STS_YEARS
 from storage import put_file, read_manifest, read_table
 
 CORRELATIONS = {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}

@@ -17,8 +17,8 @@ import numpy as np
 from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kind
-from pipeline.evaluate.names import PAIR_SUFFIXES, pair_format
-from pipeline.evaluate.sts_data import EvalDataError, sentence_pairs
+from pipeline.readers.names import PAIR_SUFFIXES, pair_format
+from pipeline.readers.sts import EvalDataError, sentence_pairs
 
 NAME = "pairclass"
 MAIN = "AP"

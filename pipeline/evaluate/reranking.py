@@ -21,7 +21,7 @@ from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kind
 from pipeline.evaluate.sts import unit_rows
-from pipeline.evaluate.sts_data import EvalDataError, records
+from pipeline.readers.sts import EvalDataError, records
 
 NAME = "reranking"
 AT_K = 10

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.evaluate import kind
-from pipeline.evaluate.sts_data import EvalDataError, text_file
 from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
+from pipeline.readers.sts import EvalDataError, text_file
 
 NAME = "retrieval"
 MAIN = "nDCG@10"

@@ -43,13 +43,13 @@ from pipeline.evaluate import items as test_items
 from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.progress import Progress
 from pipeline.evaluate.sts import tasks as sts_tasks
-from pipeline.evaluate.sts_data import data_hash, find_sts
 from pipeline.evaluate.transfer import averages, score_transfer
-from pipeline.evaluate.transfer_data import find_transfer, transfer_data_hash
 from pipeline.file_snapshot import snapshot
 from pipeline.init.stage import init_label
 from pipeline.model.locate import check_models, is_hub_name
 from pipeline.parallel import fetch, ordered_map, share
+from pipeline.readers.sts import data_hash, find_sts
+from pipeline.readers.transfer import find_transfer, transfer_data_hash
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
 from pipeline.train import devset

@@ -1,4 +1,4 @@
-"""Scoring STS12-16, STS-B, SICK-R and STS pair files (read by pipeline.evaluate.sts_data).
+"""Scoring STS12-16, STS-B, SICK-R and STS pair files (read by pipeline.readers.sts).
 
 Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
@@ -32,8 +32,8 @@ from pipeline.evaluate import relatedness
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.kind import Kind, Task
-from pipeline.evaluate.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SIMILARITY_PROTOCOLS, STS_TASKS, STS_YEARS
-from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, find_sts
+from pipeline.readers.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SIMILARITY_PROTOCOLS, STS_TASKS, STS_YEARS
+from pipeline.readers.sts import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, find_sts
 
 # SentEval's default params.batch_size: how many pairs its batcher embeds at a time.
 BATCH_SIZE = 128

@@ -29,7 +29,7 @@ the very fold it is then scored on while searching, the folds are stratified
 and shuffled with the seed (SentEval's default, 1111, which its
 InnerKFoldClassifier hard-codes), every classifier is seeded with it, and
 sentence pairs become [|u-v|, u*v]. Samples come in SentEval's order
-(pipeline.evaluate.transfer_data), which the folds depend on.
+(pipeline.readers.transfer), which the folds depend on.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from threadpoolctl import threadpool_limits
 
 from pipeline.evaluate.items import WHOLE, Items, fold
 from pipeline.evaluate.logreg import PAPERS, Fit, Settings, fit_many
-from pipeline.evaluate.transfer_data import TRANSFER_TASKS, Examples, TransferTask
+from pipeline.readers.transfer import TRANSFER_TASKS, Examples, TransferTask
 
 PROTOCOLS = ("senteval", "sklearn")
 AVERAGE_TASK, AVERAGE_PROTOCOL = "transfer", "declutr"

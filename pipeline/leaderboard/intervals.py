@@ -48,10 +48,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from pipeline.evaluate import kinds, registry, sts
+from pipeline.evaluate import kinds, sts
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import run_group
-from pipeline.evaluate.names import (
+from pipeline.leaderboard import bootstrap
+from pipeline.readers import registry
+from pipeline.readers.names import (
     AVG_PAIRS,
     MRPC_BOTH,
     PAPER_AVERAGES,
@@ -61,7 +63,6 @@ from pipeline.evaluate.names import (
     avg_transfer,
     is_pair_column,
 )
-from pipeline.leaderboard import bootstrap
 from pipeline.repeats import seeded
 
 LO, HI, DIFF, DIFF_LO, DIFF_HI, SIGNIFICANT = "lo", "hi", "diff", "diff lo", "diff hi", "significant"

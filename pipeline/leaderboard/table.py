@@ -30,9 +30,16 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import ConfigError
-from pipeline.evaluate import kinds, registry
+from pipeline.evaluate import kinds
 from pipeline.evaluate.column import Column
-from pipeline.evaluate.names import (
+from pipeline.evaluate.sts import KIND as STS
+from pipeline.leaderboard import bootstrap
+from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
+from pipeline.leaderboard.readouts import READOUT, matched_intervals
+from pipeline.leaderboard.readouts import notes as readout_notes
+from pipeline.leaderboard.seeds import aggregate, groups
+from pipeline.readers import registry
+from pipeline.readers.names import (
     AVERAGES,
     AVG_DOWNSTREAM_DECLUTR,
     AVG_PAIRS,
@@ -51,14 +58,8 @@ from pipeline.evaluate.names import (
     is_pair_column,
     rankable_columns,
 )
-from pipeline.evaluate.registry import is_kind_column
-from pipeline.evaluate.sts import KIND as STS
-from pipeline.evaluate.sts_data import LEADERBOARD_SPLIT
-from pipeline.leaderboard import bootstrap
-from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
-from pipeline.leaderboard.readouts import READOUT, matched_intervals
-from pipeline.leaderboard.readouts import notes as readout_notes
-from pipeline.leaderboard.seeds import aggregate, groups
+from pipeline.readers.registry import is_kind_column
+from pipeline.readers.sts import LEADERBOARD_SPLIT
 from pipeline.train.devset import SELECTED
 from storage import put_file
 

@@ -39,7 +39,7 @@ def files(cfg: Config) -> dict:
     evaluation scores, whatever its name (pipeline.baselines.infersent.model.refuse_scored_copy)."""
     # torch (InferSent's module), the evaluation's files: not at the config's import
     from pipeline.baselines.infersent.model import refuse_scored_copy, scored_pairs
-    from pipeline.evaluate.sts_data import SCORED_SPLITS, SICK_FILES, find_file
+    from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
 
     paths = cfg.augment.simcse_sup.nli
     if not paths:

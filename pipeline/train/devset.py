@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate.sts import score_sts
-from pipeline.evaluate.sts_data import StsSubset, data_hash, find_file, read_stsb_split, same_pair, scored_splits
+from pipeline.readers.sts import StsSubset, data_hash, find_file, read_stsb_split, same_pair, scored_splits
 
 if TYPE_CHECKING:
     from pipeline.train.config import TrainConfig

@@ -43,7 +43,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
-from pipeline.evaluate.sts_data import (
+from pipeline.jsonlines import json_objects
+from pipeline.readers.sts import (
     SCORED_SPLITS,
     SICK_FILES,
     StsSubset,
@@ -52,7 +53,6 @@ from pipeline.evaluate.sts_data import (
     scored_splits,
     sick_rows,
 )
-from pipeline.jsonlines import json_objects
 from storage import local_copy
 
 LABELS = ("entailment", "neutral", "contradiction")

@@ -18,8 +18,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.evaluate import registry
-from pipeline.evaluate.names import (
+from pipeline.file_snapshot import rglob
+from pipeline.jsonlines import json_objects
+from pipeline.readers import registry
+from pipeline.readers.names import (
     PAIR_SUFFIXES,
     SENTEVAL_TABLES,
     SICK_TASK,
@@ -28,8 +30,6 @@ from pipeline.evaluate.names import (
     kind_file,
     pair_format,
 )
-from pipeline.file_snapshot import rglob
-from pipeline.jsonlines import json_objects
 
 LEADERBOARD_SPLIT = "test"
 

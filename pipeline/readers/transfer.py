@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.evaluate.names import MRPC_TABLES, TRANSFER_TASKS
-from pipeline.evaluate.sts_data import SICK_FILES, EvalDataError, find_file, sick_rows
+from pipeline.readers.names import MRPC_TABLES, TRANSFER_TASKS
+from pipeline.readers.sts import SICK_FILES, EvalDataError, find_file, sick_rows
 
 _TREC_CLASSES = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
 _SICK_CLASSES = ("CONTRADICTION", "NEUTRAL", "ENTAILMENT")

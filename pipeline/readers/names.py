@@ -1,7 +1,7 @@
 """The evaluation's names: SentEval's task names, the STS pair files' suffixes, and the leaderboard columns
 they make. A leaf, importing nothing of this project's, so that the config (pipeline.evaluate.config) checks
 evaluate.data and evaluate.rank_by by the names the evaluation and the leaderboard use
-(pipeline.evaluate.sts, pipeline.evaluate.transfer_data, pipeline.leaderboard.table)."""
+(pipeline.evaluate.sts, pipeline.readers.transfer, pipeline.leaderboard.table)."""
 
 from __future__ import annotations
 

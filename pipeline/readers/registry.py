@@ -3,7 +3,9 @@ the one list of them. A kind is one module ending in its declaration, `KIND = Ki
 named here on one line with the metric its leaderboard columns show, and imported only when first needed, by
 pipeline.evaluate.kinds (as pipeline.registry does for stages). A leaf, importing nothing, so that the config checks
 `evaluate.rank_by` against the kinds' columns without importing their scorers, and so that no import cycle closes
-through the lazy import (a kind's module reaches this list, through sts_data, but never the module importing it)."""
+through the lazy import (a kind's module reaches this list, through pipeline.readers.sts, but never the module
+importing it). It sits with the readers because the STS pair files' reader tells a kind's `<task>.<kind>.<format>`
+file from a pair file by these names."""
 
 from __future__ import annotations
 
