@@ -15,7 +15,7 @@ import tasks  # noqa: F401  (sets logging before prefect is imported)
 from pipeline import stopping
 from pipeline.config import Config
 from pipeline.corpus.credentials import conceal
-from pipeline.model.locate import check_models
+from pipeline.locate import check_models
 from pipeline.preflight import USER_ERRORS, configured
 from pipeline.ray_session import ray_shutdown
 from pipeline.registry import NAMES

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 from huggingface_hub import errors as hub_errors
 
+from pipeline import locate
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard.table import leaderboard, to_markdown
-from pipeline.model import locate
 from pipeline.readers.sts import StsDataError, find_sts
 from pipeline.readers.transfer import TransferDataError, find_transfer
 from pipeline.train import devset
@@ -216,7 +216,7 @@ def test_a_directory_that_is_not_a_model_says_why_in_one_line(tmp_path, model_di
 def test_the_light_check_imports_no_torch_transformers_prefect_or_ray():
     """Importable by a pre-flight that runs before the heavy libraries load (imports at any depth, ours followed)."""
     edges, imports = graph()
-    seen, todo = set(), ["pipeline.model.locate"]
+    seen, todo = set(), ["pipeline.locate"]
     while todo:
         name = todo.pop()
         if name not in seen:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.model.locate import HF_DIR, ST_DIR
+from pipeline.locate import HF_DIR, ST_DIR
 from tests.conftest import ROOT
 from tests.helpers import tiny_model
 

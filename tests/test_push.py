@@ -18,7 +18,7 @@ import yaml
 from pipeline.config import Config
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.model.locate import ST_DIR
+from pipeline.locate import ST_DIR
 from pipeline.stage import run_stage
 from tests.conftest import ROOT
 from tests.helpers import tiny_model

@@ -22,7 +22,7 @@ from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.readouts import READOUT
 from pipeline.leaderboard.table import leaderboard
-from pipeline.model.locate import HF_DIR
+from pipeline.locate import HF_DIR
 from pipeline.model.transformer import build_model, export
 from pipeline.stage import run_stage
 from storage import read_table

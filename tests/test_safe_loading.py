@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from pipeline import locate
 from pipeline.errors import InputError
-from pipeline.model import locate
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import export
 from pipeline.train import loop

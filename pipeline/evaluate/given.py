@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline.model.locate import is_hub_name
+from pipeline.locate import is_hub_name
 from storage import DatasetError, complete, dataset_parts, list_datasets, read_manifest
 
 

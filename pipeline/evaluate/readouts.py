@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 
-from pipeline.model.locate import is_hub_name
+from pipeline.locate import is_hub_name
 from pipeline.repeats import seeded, split_seeded
 
 MEAN, CLS = "mean", "cls"

@@ -46,7 +46,7 @@ from pipeline.evaluate.sts import tasks as sts_tasks
 from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.file_snapshot import snapshot
 from pipeline.init.stage import init_label
-from pipeline.model.locate import check_models, is_hub_name
+from pipeline.locate import check_models, is_hub_name
 from pipeline.parallel import fetch, ordered_map, share
 from pipeline.readers.sts import data_hash, find_sts
 from pipeline.readers.transfer import find_transfer, transfer_data_hash
@@ -175,7 +175,7 @@ def model_row(name: str, path: str, pooling: str | None = None) -> Row:
 def user_models(models: list[str]) -> dict[str, str]:
     """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
     directory's name, or by its hub name, or a run's train dataset by its run's name (given.row_name). Before
-    any work, each is a model directory, or a hub model downloaded into the hub's cache (pipeline.model.locate)."""
+    any work, each is a model directory, or a hub model downloaded into the hub's cache (pipeline.locate)."""
     check_models(models)
     named = [(given.row_name(m), m if is_hub_name(m) else os.path.abspath(m)) for m in models]
     names = [name for name, _ in named]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from pipeline.config import Config
-from pipeline.model.locate import check_base
+from pipeline.locate import check_base
 from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.repeats import label
 from pipeline.stage import Stage

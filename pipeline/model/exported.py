@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
+from pipeline.locate import hf_dir, resolve, why_not_a_model
 from pipeline.model.head import load_head
-from pipeline.model.locate import hf_dir, resolve, why_not_a_model
 from pipeline.model.transformer import ST_DIR, pool, quiet_transformers
 from storage import local_copy
 
@@ -88,7 +88,7 @@ def embed(
 
 class Encoder:
     """Any Hugging Face encoder directory (ours under `hf/`, or a plain model dir), or hub name
-    (pipeline.model.locate).
+    (pipeline.locate).
 
     `pooling` defaults to what the export declares, else mean: pass "cls" for
     a plain model whose [CLS] state is the sentence embedding.

@@ -18,7 +18,7 @@ import tempfile
 import pandas as pd
 
 from pipeline.errors import InputError
-from pipeline.model.locate import HUB_NAME, ST_DIR, why_not_a_model
+from pipeline.locate import HUB_NAME, ST_DIR, why_not_a_model
 from storage import complete, dataset_parts, list_datasets, read_manifest, read_table
 
 CARD = "README.md"

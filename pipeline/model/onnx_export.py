@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
-from pipeline.model.locate import resolve
+from pipeline.locate import resolve
 
 if TYPE_CHECKING:  # torch and transformers are imported by the export itself: its argument checks answer at once
     from torch import nn

@@ -13,8 +13,8 @@ from transformers import AutoModelForMaskedLM, RobertaConfig
 from transformers.utils import logging as hf_logging
 
 from pipeline.errors import InputError
+from pipeline.locate import HF_DIR, ST_DIR
 from pipeline.model.head import dense_layers
-from pipeline.model.locate import HF_DIR, ST_DIR
 from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
 from pipeline.tokenizer.loading import base_path
 from storage import local_copy

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from tokenizers import AddedToken, Tokenizer
 
-from pipeline.model.locate import hf_dir, resolve
+from pipeline.locate import hf_dir, resolve
 from storage import local_copy
 
 SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
@@ -93,7 +93,7 @@ def encode_whole(backend: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 
 def base_path(base: str) -> str:
-    """Where a base model's Hugging Face files are (pipeline.model.locate): a hub name's snapshot in the hub's
+    """Where a base model's Hugging Face files are (pipeline.locate): a hub name's snapshot in the hub's
     cache, and in a sentence-transformers directory its Transformer module's folder."""
     return hf_dir(resolve(base))
 

@@ -12,7 +12,7 @@ from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
 from pipeline.config import Config
-from pipeline.model.locate import check_base
+from pipeline.locate import check_base
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import SPECIAL, add_deletion_token, base_path, untruncated
 from storage import DatasetWriter, iter_batches
