@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoConfig
 
 from pipeline.leaderboard import stage as ranking
-from pipeline.model.card import CARD, render, train_info, update_cards, write_card
+from pipeline.model.card import CARD, render, score_texts, train_info, update_cards, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.stage import run_stage
 from pipeline.train.config import TrainConfig
@@ -77,7 +77,7 @@ def test_a_base_model_is_named_and_a_run_without_dev_evaluation_says_so():
 
 
 def test_scores_are_listed_with_missing_ones_marked():
-    card = render(INFO, {"avg STS (SimCSE 7)": float("nan"), "STSB cosine": 80.0, "uniformity": -2.1234})
+    card = render(INFO, score_texts({"avg STS (SimCSE 7)": float("nan"), "STSB cosine": 80.0, "uniformity": -2.1234}))
     assert "| STSB cosine | 80.00 |" in card and "| uniformity | -2.123 |" in card
     assert "| avg STS (SimCSE 7) | — |" in card and "Not scored yet" not in card
 

@@ -182,9 +182,9 @@ def _architecture(base: str | None, config) -> str:
     return f"{base} (continued pretraining; {kind}: {shape})" if base else f"{kind} from scratch: {shape}"
 
 
-def render(info: dict, scores: dict | None = None) -> str:
+def render(info: dict, scores: dict[str, str] | None = None) -> str:
     """The card: Hub metadata, then what the model was trained from and how, then its leaderboard scores
-    (`scores`: leaderboard column -> value) or a line saying it has none yet."""
+    (`scores`: leaderboard column -> its value as text, score_texts) or a line saying it has none yet."""
     return "\n".join(
         [
             *_metadata(info),
@@ -283,7 +283,7 @@ def _training(info: dict) -> list[tuple[str, str]]:
     ]
 
 
-def _scores(scores: dict | None) -> list[str]:
+def _scores(scores: dict[str, str] | None) -> list[str]:
     if not scores:
         return ["Not scored yet: the pipeline's leaderboard stage writes this model's scores here."]
     lines = [
@@ -293,7 +293,13 @@ def _scores(scores: dict | None) -> list[str]:
         "| column | score |",
         "|---|---:|",
     ]
-    return lines + [f"| {column} | {_value(column, v)} |" for column, v in scores.items()]
+    return lines + [f"| {column} | {text} |" for column, text in scores.items()]
+
+
+def score_texts(scores: dict[str, float | None]) -> dict[str, str]:
+    """A leaderboard row's scores (column -> value) as the card lists them: missing ones marked, the analysis
+    columns to three decimals, the others to two."""
+    return {column: _value(column, value) for column, value in scores.items()}
 
 
 def _value(column: str, value) -> str:
@@ -302,7 +308,7 @@ def _value(column: str, value) -> str:
     return f"{value:.3f}" if column in ANALYSIS else f"{value:.2f}"
 
 
-def write_card(st_dir: str, info: dict, scores: dict | None = None) -> None:
+def write_card(st_dir: str, info: dict, scores: dict[str, str] | None = None) -> None:
     """Replace `<st_dir>/README.md` (any fsspec URL) whole: readers see the old card or the new one."""
     with tempfile.TemporaryDirectory(prefix="cpipe-card-") as tmp:
         with open(f"{tmp}/{CARD}", "w", encoding="utf-8") as f:
@@ -324,6 +330,6 @@ def update_cards(runs: dict[str, TrainedRun], table: pd.DataFrame) -> list[str]:
             continue
         recipe = ran_recipe(info["recipe"], train["config"]["train"], train.get("steps"), pairs)
         scores = {c: float(rows.at[name, c]) for c in columns if pd.notna(rows.at[name, c])}
-        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name, "recipe": recipe}, scores)
+        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name, "recipe": recipe}, score_texts(scores))
         written.append(model_dir)
     return written
