@@ -10,9 +10,10 @@ import pytest
 from transformers import AutoConfig
 
 from pipeline.leaderboard import stage as ranking
-from pipeline.model.card import CARD, render, score_texts, train_info, update_cards, write_card
+from pipeline.leaderboard.cards import score_texts, update_cards
 from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.stage import run_stage
+from pipeline.train.card import CARD, render, train_info, write_card
 from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, dataset_path, read_manifest
 from tests.helpers import tiny_model

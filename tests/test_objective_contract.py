@@ -17,9 +17,9 @@ from pipeline.augment import stage as augment
 from pipeline.augment.config import AugmentConfig
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError
-from pipeline.model.card import render
 from pipeline.objectives import simcse
 from pipeline.train.batching import collate, special_ids
+from pipeline.train.card import render
 from pipeline.train.config import TrainConfig
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import make_encoder, train_step

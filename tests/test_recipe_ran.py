@@ -14,10 +14,10 @@ from transformers import RobertaConfig
 from pipeline.evaluate.stage import trained_about
 from pipeline.leaderboard import stage as ranking
 from pipeline.leaderboard.table import DOCUMENTS, TRAINED_ON, leaderboard, to_markdown
-from pipeline.model.card import CARD, render, train_info
 from pipeline.model.transformer import ST_DIR
 from pipeline.stage import run_stage
 from pipeline.train import selection
+from pipeline.train.card import CARD, render, train_info
 from pipeline.train.config import HELDOUT_LOSS, TrainConfig
 from pipeline.train.devset import selected
 from storage import DatasetWriter, dataset_path, read_manifest

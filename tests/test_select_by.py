@@ -19,11 +19,11 @@ from pipeline.augment.heldout import read_heldout
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import retrieval
-from pipeline.model.card import render
 from pipeline.model.exported import embed
 from pipeline.stage import run_stage
 from pipeline.train import loop, selection
 from pipeline.train.batching import special_ids
+from pipeline.train.card import render
 from pipeline.train.config import TrainConfig
 from pipeline.train.heldout import heldout_batches, heldout_scores
 from pipeline.train.scorers import make_scorer, task_score

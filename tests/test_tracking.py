@@ -14,11 +14,11 @@ from transformers import AutoConfig
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.leaderboard import stage as ranking
-from pipeline.model.card import CARD, train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.stage import run_stage
 from pipeline.tracking.config import MlflowConfig
 from pipeline.tracking.mlflow_report import report_leaderboard, report_trainings
+from pipeline.train.card import CARD, train_info, write_card
 from pipeline.train.config import TrainConfig
 from pipeline.train.curves import PNG, write_curves
 from storage import DatasetWriter, dataset_path, read_manifest

@@ -25,6 +25,7 @@ from pipeline.evaluate import items as test_items
 from pipeline.evaluate.stage import STAGE as EVALUATE
 from pipeline.evaluate.stage import initial_row
 from pipeline.leaderboard import kept_items
+from pipeline.leaderboard.cards import restated, trained_runs, update_cards
 from pipeline.leaderboard.readouts import with_readouts
 from pipeline.leaderboard.table import (
     DATA,
@@ -35,7 +36,6 @@ from pipeline.leaderboard.table import (
     to_markdown,
     write_leaderboard,
 )
-from pipeline.model.card import restated, trained_runs, update_cards
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage
 from pipeline.train import stage as train

@@ -67,7 +67,7 @@ META = ("kind", "objective", "parameters", "dimension", "corpus", READOUT)  # sh
 ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
 MISSING = "—"
 DATA = "data"  # the cumulative table's: the evaluation data's hash, by which its rows are sectioned
-# A trained row's training data (pipeline.model.card.restated): what its pairs were made from, and the digest of
+# A trained row's training data (pipeline.leaderboard.cards.restated): what its pairs were made from, and the digest of
 # the documents drawn, which tells rows trained on different documents apart. In the CSV and Parquet; the
 # Markdown says them in a note.
 TRAINED_ON, DOCUMENTS = "trained on", "documents digest"

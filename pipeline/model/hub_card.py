@@ -2,7 +2,7 @@
 model card whose metadata the Hub reads (license, language, datasets, tags, library, pipeline tag and a
 `model-index` of the model's scores).
 
-The card is the model's own README.md (train writes it, the leaderboard stage adds its scores; pipeline.model.card)
+The card is the model's own README.md (train writes it, the leaderboard stage adds its scores; pipeline.train.card)
 with this metadata merged into its front matter; the artifact itself is never changed: the upload is made from a
 staging directory of links to the model's files and the new card. The scores are the evaluate stage's test scores
 of the model found under its artifacts directory (a train dataset's own, or `--artifacts`). The token is

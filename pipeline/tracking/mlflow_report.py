@@ -29,13 +29,14 @@ import pyarrow.parquet as pq
 from pipeline.augment import stage as augment
 from pipeline.errors import InputError
 from pipeline.leaderboard import stage as ranking
+from pipeline.leaderboard.cards import trained_runs
 from pipeline.leaderboard.intervals import LO, PER_SEED, SEEDS
 from pipeline.leaderboard.table import ANALYSIS, rankable_columns
-from pipeline.model.card import CARD, ran_recipe, trained_runs
 from pipeline.model.transformer import ST_DIR
 from pipeline.repeats import seeded, split_seeded
 from pipeline.tracking.config import MlflowConfig
 from pipeline.train import stage as train
+from pipeline.train.card import CARD, ran_recipe
 from pipeline.train.curves import PNG, series
 from storage import complete, dataset_parts, dataset_path, local_copy, read_manifest
 
@@ -186,7 +187,7 @@ def _log_training(store: Store, run_id: str, path: str, manifest: dict, rows: li
 
 def recipe_params(path: str, manifest: dict) -> dict[str, str]:
     """The train dataset's settings as params: its stage config flattened ("train.lr", "dev.by", ...), the
-    recipe as it ran (as the leaderboard states it: pipeline.model.card.ran_recipe), the card's description of the
+    recipe as it ran (as the leaderboard states it: pipeline.train.card.ran_recipe), the card's description of the
     model and the fingerprints of its inputs ("input.pairs")."""
     config = manifest["config"]
     params = _flat(config)

@@ -9,5 +9,5 @@ learning-rate schedules), `loop` (each worker's training loop: checkpoints, resu
 key encoder), `gradcache` (batches larger than memory). Model selection: `selection` (train.select_by), `devset`,
 `scorers`, `heldout`, `splits` (no test split is a dev set). `resources` checks Ray can hold the workers, `resume`
 finds where a stopped run resumes, `curves` writes the training curves; the exported model's card is
-pipeline.model.card's.
+pipeline.train.card's.
 """

@@ -6,7 +6,7 @@ Checkpoints go through `ray.train.report`; a rerun with the same fingerprint res
 latest one (Ray Train restores its run state from the same storage path). With train.eval_every, rank 0
 scores the model by train.select_by every eval_every steps (pipeline.train.selection), the latest checkpoint
 carries the best-scoring step's weights, and those are exported, with the curves and model card
-(pipeline.model.card).
+(pipeline.train.card).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pipeline.augment.stage import pairs_label
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.init.stage import init_label
-from pipeline.model.card import train_info, write_card
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.objectives import objective
 from pipeline.ray_session import ray_init, started_here
@@ -31,6 +30,7 @@ from pipeline.stage import Stage, declared_settings, runtime, runtime_defaults, 
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import resume, selection
 from pipeline.train.batching import special_ids
+from pipeline.train.card import train_info, write_card
 from pipeline.train.config import STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
 from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop

@@ -1,26 +1,19 @@
 """The model card (README.md) of a trained model's `sentence-transformers/` directory.
 
-Train writes it at export; the leaderboard stage rewrites it with the model's scores. sentence-transformers
-reads a model directory's README.md as its card and, on a later save(), keeps a card that its trainer did not
-generate as it is, so this card travels with the model. The card is documentation: no fingerprint, manifest
-entry or loader depends on its content, so rewriting it inside a finished dataset changes nothing else.
+Train writes it at export; the leaderboard stage rewrites it with the model's scores (pipeline.leaderboard.cards).
+sentence-transformers reads a model directory's README.md as its card and, on a later save(), keeps a card that its
+trainer did not generate as it is, so this card travels with the model. The card is documentation: no fingerprint,
+manifest entry or loader depends on its content, so rewriting it inside a finished dataset changes nothing else.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import tempfile
-from typing import NamedTuple
 
-import pandas as pd
-
-from pipeline.leaderboard.table import ANALYSIS, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
-from pipeline.model.transformer import ST_DIR
 from pipeline.objectives import names, objective
-from pipeline.train import devset
 from pipeline.train.config import TrainConfig
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 
@@ -114,62 +107,6 @@ def drawn(pairs: dict) -> tuple[str | None, str | None]:
         files = json.dumps(pairs.get("config", {}).get("files"), sort_keys=True, default=str)
         return f"{pairs['triplets']:,} NLI triplets", f"nli-{hashlib.sha256(files.encode()).hexdigest()[:16]}"
     return None, None
-
-
-class TrainedRun(NamedTuple):
-    """A leaderboard row's train run: its dataset, that dataset's manifest, its pairs dataset's manifest (None when
-    that dataset is gone), and whether the row is the model post-processed (evaluate.baselines.postprocess)."""
-
-    model_dir: str
-    train: dict
-    pairs: dict | None
-    postprocessed: bool
-
-
-def trained_runs(scores_inputs: dict[str, str], train_stage: str, pairs_stage: str) -> dict[str, TrainedRun]:
-    """{row: its TrainedRun} of each trained model among the leaderboard's scores datasets, which name their model,
-    and it its pairs, by fingerprint beside them in the same artifacts."""
-    runs = {}
-    for path in scores_inputs.values():
-        manifest = read_manifest(path)
-        if manifest["config"]["spec"]["kind"] != "trained":
-            continue
-        root = dataset_parts(path)[0]
-        model_dir = dataset_path(root, train_stage, manifest["inputs"]["model"])
-        train = read_manifest(model_dir)
-        pairs = dataset_path(root, pairs_stage, train["inputs"]["pairs"])
-        runs[manifest["config"]["model"]] = TrainedRun(
-            model_dir,
-            train,
-            read_manifest(pairs) if complete(pairs) else None,
-            bool(manifest["config"]["spec"].get("postprocess")),
-        )
-    return runs
-
-
-def restated(scores: pd.DataFrame, runs: dict[str, TrainedRun]) -> pd.DataFrame:
-    """The leaderboard's scores with each trained row's recipe stating what ran (ran_recipe, and the dev-selected
-    step where selection chose one; a post-processed row's recipe is its post-processing) and, in TRAINED_ON and
-    DOCUMENTS, what its pairs were made from (missing for pairs made before their manifest recorded it, and for
-    rows not trained)."""
-    scores = scores.assign(**{TRAINED_ON: None, DOCUMENTS: None})
-    for model, (_, train, pairs, postprocessed) in runs.items():
-        rows = scores["model"] == model
-        if not rows.any():
-            continue
-        text, key = drawn(pairs) if pairs is not None else (None, None)
-        for column, value in ((TRAINED_ON, text), (DOCUMENTS, key)):
-            scores.loc[rows, column] = value
-        if not postprocessed and "recipe" in scores.columns and pd.notna(said := scores.loc[rows, "recipe"].iloc[0]):
-            scores.loc[rows, "recipe"] = _row_recipe(said, train, pairs)
-    return scores
-
-
-def _row_recipe(recipe: str, train: dict, pairs: dict | None) -> str:
-    recipe = ran_recipe(recipe, train["config"]["train"], train.get("steps"), pairs)
-    if (chosen := devset.selected(train)) and devset.SELECTED not in recipe:  # rows scored before it was said
-        recipe += f", {chosen}"
-    return recipe
 
 
 def _architecture(base: str | None, config) -> str:
@@ -296,40 +233,9 @@ def _scores(scores: dict[str, str] | None) -> list[str]:
     return lines + [f"| {column} | {text} |" for column, text in scores.items()]
 
 
-def score_texts(scores: dict[str, float | None]) -> dict[str, str]:
-    """A leaderboard row's scores (column -> value) as the card lists them: missing ones marked, the analysis
-    columns to three decimals, the others to two."""
-    return {column: _value(column, value) for column, value in scores.items()}
-
-
-def _value(column: str, value) -> str:
-    if value is None or isinstance(value, float) and math.isnan(value):
-        return MISSING
-    return f"{value:.3f}" if column in ANALYSIS else f"{value:.2f}"
-
-
 def write_card(st_dir: str, info: dict, scores: dict[str, str] | None = None) -> None:
     """Replace `<st_dir>/README.md` (any fsspec URL) whole: readers see the old card or the new one."""
     with tempfile.TemporaryDirectory(prefix="cpipe-card-") as tmp:
         with open(f"{tmp}/{CARD}", "w", encoding="utf-8") as f:
             f.write(render(info, scores))
         put_file(f"{tmp}/{CARD}", f"{st_dir.rstrip('/')}/{CARD}")
-
-
-def update_cards(runs: dict[str, TrainedRun], table: pd.DataFrame) -> list[str]:
-    """Rewrite the card of every trained model among the leaderboard's rows (`runs`: trained_runs) with its row's
-    scores (the table's score, average and analysis columns; not a post-processed row's, which are not the
-    model's) and a recipe that states what ran (ran_recipe: a card written before it said max_steps). Returns the
-    model directories whose cards it wrote."""
-    columns = [c for c in (*rankable_columns(), *ANALYSIS) if c in table.columns]
-    rows = table.set_index("model")
-    written = []
-    for name, (model_dir, train, pairs, postprocessed) in runs.items():
-        info = train.get("card")
-        if info is None or postprocessed or name not in rows.index:  # a model trained before cards has none
-            continue
-        recipe = ran_recipe(info["recipe"], train["config"]["train"], train.get("steps"), pairs)
-        scores = {c: float(rows.at[name, c]) for c in columns if pd.notna(rows.at[name, c])}
-        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name, "recipe": recipe}, score_texts(scores))
-        written.append(model_dir)
-    return written
