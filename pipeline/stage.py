@@ -65,6 +65,10 @@ def _one_at_a_time(cfg: Config) -> bool:
     return False
 
 
+def _says_nothing(manifest: dict[str, Any]) -> str | None:
+    return None
+
+
 def _no_inputs(cfg: Config, done: Done, key: Any) -> dict[str, str]:
     return {}
 
@@ -84,6 +88,9 @@ class Stage(Generic[Key]):
     check: Callable[[Config], None] = _no_check
     needs_ray: Callable[[dict[str, Any]], bool] = _never
     side_by_side: Callable[[Config], bool] = _one_at_a_time
+    # What a built dataset of this stage, by its manifest, adds to the recipe of a leaderboard row scored from it
+    # (the train stage: the step a dev-selected run exported): how a later stage learns it without importing this one.
+    describe: Callable[[dict[str, Any]], str | None] = _says_nothing
 
     def __post_init__(self) -> None:
         if self.flow not in FLOWS:

@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
+from pipeline import registry
 from pipeline.baselines import use
 from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
@@ -52,9 +53,10 @@ from pipeline.readers.sts import data_hash, find_sts
 from pipeline.readers.transfer import find_transfer, transfer_data_hash
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
-from pipeline.train import devset
-from pipeline.train.config import TrainConfig
 from storage import DatasetWriter, dataset_parts, read_manifest
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 SCHEMA = pa.schema(
     [
@@ -200,6 +202,12 @@ def _repeats(name: str, seeds: list[int]) -> list[tuple[str, int]]:
     return [(name if len(seeds) == 1 else seeded(name, s), s) for s in seeds]
 
 
+def _selection(train: str) -> str | None:
+    """A run's dev selection, as its train dataset's manifest says it: the train stage's `describe`, found through
+    the stage registry (evaluate sits left of train in the package order and imports none of it)."""
+    return registry.stage("train").describe(read_manifest(train))
+
+
 def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
     trainings = cfg.trainings()
     rows = [
@@ -207,7 +215,7 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
             row,
             {"kind": "trained"},
             {"model": path},
-            trained_about(trainings[row].config, _corpus(done), devset.selected(read_manifest(path))),
+            trained_about(trainings[row].config, _corpus(done), _selection(path)),
         )
         for row, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))
     ]

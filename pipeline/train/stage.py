@@ -28,7 +28,7 @@ from pipeline.objectives import objective
 from pipeline.ray_session import ray_init, started_here
 from pipeline.stage import Stage, declared_settings, runtime, runtime_defaults, section_from
 from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.train import resume, selection
+from pipeline.train import devset, resume, selection
 from pipeline.train.batching import special_ids
 from pipeline.train.card import train_info, write_card
 from pipeline.train.config import STS_DEV, TrainConfig
@@ -249,4 +249,5 @@ STAGE = Stage(
     runtime=RUNTIME,
     check=check,
     needs_ray=needs_ray,
+    describe=devset.selected,
 )
