@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 
 from bench.common import default_model, shared_corpus
-from pipeline.augment.segment import sentences
+from pipeline.corpus.segment import sentences
 from pipeline.model.exported import embed
 from pipeline.model.transformer import HF_DIR, load_mlm
 from pipeline.tokenizer.loading import load_tokenizer

@@ -8,7 +8,7 @@ times, side by side (`--steps` timed after `--warmup` untimed, in `--precision`,
 - `train_step` on every span l_max (512) tokens: the fixed-length batch;
 - a plain torch loop of the same batch (one padded forward, NT-Xent + MLM, backward, clip, AdamW),
   eager and under torch.compile (`--no-compile` skips every compiled case): the reference;
-- `train_step` on the paper's span lengths (the project's sampler, pipeline.augment.spans: l_min 32,
+- `train_step` on the paper's span lengths (the project's sampler, pipeline.objectives.spans: l_min 32,
   l_max 512, Beta(4, 2) anchors, Beta(2, 4) positives), with every row padded to the longest
   (the padded path, the default), in length-sorted blocks (train.block_tokens), packed (train.packing), and
   compiled.
@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, RobertaConfig
 
-from pipeline.augment.spans import span_length
 from pipeline.config import load_config
+from pipeline.objectives.spans import span_length
 from pipeline.train.batching import collate
 from pipeline.train.config import TrainConfig
 from pipeline.train.losses import nt_xent

@@ -24,8 +24,8 @@ from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoModelForMaskedLM, RobertaConfig
 
 from bench.train_mfu import DISTILROBERTA, TINY, spans_table
-from pipeline.augment.spans import span_length
 from pipeline.config import load_config
+from pipeline.objectives.spans import span_length
 from pipeline.train.batching import collate
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step

@@ -1,6 +1,6 @@
 """Back-translation throughput: Translator.translate against bare transformers, and what length sorting gains.
 
-All runs translate the same State of the Union sentences (cut by pipeline.augment.segment,
+All runs translate the same State of the Union sentences (cut by pipeline.corpus.segment,
 in corpus order) with the same FSMT model, batch size and generation settings.
 The reference is the loop one writes with transformers alone (tokenize a batch,
 model.generate, batch_decode) over the same length-sorted batches, so the ratio
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from bench.common import alternate, ratio_report, shared_corpus
-from pipeline.augment.segment import sentences
 from pipeline.backtranslate.translate import load_translator
+from pipeline.corpus.segment import sentences
 from tests.translation_models import build_fsmt, parallel_sentences
 
 SMALL = dict(

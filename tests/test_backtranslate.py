@@ -11,12 +11,12 @@ import pytest
 
 from pipeline.augment import stage as augment
 from pipeline.augment.config import AugmentConfig
-from pipeline.augment.segment import segments
 from pipeline.backtranslate import stage as backtranslate
 from pipeline.backtranslate.config import BacktranslateConfig
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
+from pipeline.corpus.segment import segments
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
 from pipeline.stage import run_stage

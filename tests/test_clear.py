@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.augment.clear_names import OPERATIONS
-from pipeline.augment.clear_operations import (
+from pipeline.baselines.fasttext.bow import train_fasttext
+from pipeline.baselines.vectors import read_vectors
+from pipeline.errors import InputError
+from pipeline.objectives.clear_names import OPERATIONS
+from pipeline.objectives.clear_operations import (
     ClearParams,
     SynonymsError,
     augment,
@@ -24,9 +27,6 @@ from pipeline.augment.clear_operations import (
     wordnet_dir,
     wordnet_synonyms,
 )
-from pipeline.baselines.fasttext.bow import train_fasttext
-from pipeline.baselines.vectors import read_vectors
-from pipeline.errors import InputError
 
 SHARED = os.environ.get("CPIPE_SHARED_DATA")
 SEEDS = range(200)

@@ -11,16 +11,16 @@ from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaske
 
 from pipeline import objectives
 from pipeline.augment import stage as augment
-from pipeline.augment.clear_operations import WORDNET, wordnet_dir
 from pipeline.augment.config import AugmentConfig
-from pipeline.augment.segment import document_sentences, sentences
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
+from pipeline.corpus.segment import document_sentences, sentences
 from pipeline.init import stage as init
 from pipeline.init.config import ModelConfig
 from pipeline.model.transformer import load_mlm
 from pipeline.objectives.base import Objective
+from pipeline.objectives.clear_operations import WORDNET, wordnet_dir
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from pipeline.tokenizer.loading import load_tokenizer
@@ -193,7 +193,7 @@ def test_clear_substitution_replaces_thirty_percent_of_each_sentences_tokens(doc
 
 
 def test_clear_substitution_falls_back_to_corpus_vectors_without_wordnet(documents, monkeypatch):
-    monkeypatch.setattr("pipeline.augment.clear_operations.wordnet_dir", lambda: None)
+    monkeypatch.setattr("pipeline.objectives.clear_operations.wordnet_dir", lambda: None)
     rows, path = clear_rows(documents, "subs", epochs=1, subs_share=1.0, synonym_threshold=-1.0)
     manifest = read_manifest(path)
     assert manifest["counts"]["synonym_entries"] > 0

@@ -26,7 +26,7 @@ PAIRS = 30  # rows of every pairs dataset here: with batch 4, 7 steps run before
 STEPS = PAIRS // 4
 RAN = f"{STEPS} steps (max_steps 1000) on {STEPS * 4} of {PAIRS} pairs"
 SAME, OTHER = "1a2b3c4d" * 2, "5e6f7a8b" * 2
-DRAWN = {  # each objective's pairs manifest record (pipeline.augment.pairs.record_drawn)
+DRAWN = {  # each objective's pairs manifest record (pipeline.corpus.sentences.record_drawn)
     "simcse": {"documents": 3, "sentences": 30, "documents_digest": SAME},
     "tsdae": {"documents": 3, "sentences": 30, "documents_digest": SAME},
     "declutr": {"documents": 5, "documents_digest": OTHER},

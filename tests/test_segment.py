@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.augment.segment import segment_id, segments, sentences
+from pipeline.corpus.segment import segment_id, segments, sentences
 from tests.conftest import SHARED
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
+from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
 
 L_MIN, L_MAX, A, P = 32, 512, 2, 2
 

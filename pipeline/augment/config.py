@@ -5,27 +5,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.augment.segment import MIN_SENTENCE_CHARS
 from pipeline.config_base import Strict, absolute
-
-# The augmentation a clear run trains on where train.augmentation is null.
-DEFAULT_CLEAR = "del-span+reorder"
-
-
-class ClearOperations(Strict):
-    """CLEAR's augmentation hyperparameters (Wu et al., 2020); the defaults are the paper's.
-    pipeline.augment.clear_operations.ClearParams adds the synonym table and the deletion token to them."""
-
-    word_share: float = Field(0.7, ge=0, le=1, description="del-word: share of the tokens deleted")
-    n_spans: int = Field(5, ge=0, description="del-span: spans deleted")
-    span_share: float = Field(
-        0.05,
-        ge=0,
-        le=1,
-        description="del-span and reorder: span length as a share of the sentence (at least one token)",
-    )
-    n_pairs: int = Field(5, ge=0, description="reorder: span pairs swapped")
-    subs_share: float = Field(0.3, ge=0, le=1, description="subs: share of the sentence's tokens replaced by a synonym")
+from pipeline.corpus.segment import MIN_SENTENCE_CHARS
+from pipeline.objectives.config import ClearOperations
 
 
 class ClearConfig(ClearOperations):

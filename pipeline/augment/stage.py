@@ -9,8 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline.augment.heldout import HeldOutSplit
-from pipeline.augment.pairs import SPREAD
 from pipeline.config import Config
+from pipeline.corpus.sentences import SPREAD
 from pipeline.objectives import objective
 from pipeline.repeats import label
 from pipeline.stage import Stage

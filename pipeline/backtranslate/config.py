@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.augment.segment import MIN_SENTENCE_CHARS
 from pipeline.config_base import Strict
+from pipeline.corpus.segment import MIN_SENTENCE_CHARS
 
 ModelName = str | dict[str, str]
 

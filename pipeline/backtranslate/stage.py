@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.augment.pairs import SPREAD, sentences
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.config import Config
+from pipeline.corpus.sentences import SPREAD, sentences
 from pipeline.objectives import objective
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.augment.objectives.common import sentences
-from pipeline.augment.segment import MIN_SENTENCE_CHARS
 from pipeline.baselines import postprocess
 from pipeline.baselines.fasttext.bow import FastTextEncoder
 from pipeline.baselines.fasttext.stage import MODEL_FILE
 from pipeline.baselines.infersent.model import InferSentEncoder
 from pipeline.baselines.use import UseEncoder
 from pipeline.baselines.vectors import RandomEncoder, WordVectorEncoder
+from pipeline.corpus.segment import MIN_SENTENCE_CHARS
+from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.model.exported import Encoder
 

@@ -3,7 +3,10 @@
 An objective is named here with the module declaring its `OBJECTIVE` (pipeline.objectives.base.Objective), which
 is imported only when the objective is first needed, so that the config checks a run without importing any
 other. Adding an objective is its module and one line here (and a loss in pipeline.train.losses only when new).
-A leaf: the config modules import it, so it imports nothing of the project's (the declarations come by name).
+Beside the objectives: `pairs`, the row every objective writes; `spans`, DeCLUTR's span sampler;
+`clear_operations` (and `clear_names`), CLEAR's sentence augmentations; `config`, CLEAR's hyperparameters.
+This module is a leaf: the config modules import it, so it imports nothing of the project's (the declarations
+come by name).
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.pairs import epoch_seed, pair, record_drawn
+from pipeline.corpus.sentences import record_drawn
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
+from pipeline.objectives.pairs import epoch_seed, pair
 from storage import read_table
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""CLEAR (Wu et al., 2020): two independently augmented views of each sentence (pipeline.augment.clear_operations), and the
+"""CLEAR (Wu et al., 2020): two independently augmented views of each sentence (pipeline.objectives.clear_operations), and the
 original sentence, which is CLEAR's MLM input (section 3, eq. 3: L = L_MLM(original) + L_CL(view 1, view 2));
 a run's train.augmentation picks the views (default DEFAULT_CLEAR), and with them its pairs' dataset.
 
@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.config import DEFAULT_CLEAR, ClearOperations
-from pipeline.augment.pairs import epoch_seed, pair, sentences
+from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
+from pipeline.objectives.config import DEFAULT_CLEAR, ClearOperations
+from pipeline.objectives.pairs import epoch_seed, pair
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -36,7 +37,8 @@ log = logging.getLogger("cpipe")
 def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
     # fastText, WordNet: not at the config's import
-    from pipeline.augment.clear_operations import (
+    from pipeline.baselines.fasttext.bow import train_fasttext
+    from pipeline.objectives.clear_operations import (
         WORDNET,
         read_synonyms,
         synonyms_from_vectors,
@@ -44,7 +46,6 @@ def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
         wordnet_dir,
         wordnet_synonyms,
     )
-    from pipeline.baselines.fasttext.bow import train_fasttext
 
     words = {word_core(w)[1] for t in texts for w in t.split()}
     if c["synonyms"] == "wordnet" and wordnet_dir() is not None:
@@ -75,7 +76,7 @@ def deletion_id(tok) -> int:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.augment.clear_operations import ClearParams, operations, two_views
+    from pipeline.objectives.clear_operations import ClearParams, operations, two_views
     from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
 
     c = config["clear"]

@@ -2,7 +2,7 @@
 NT-Xent loss between each anchor and its positives' mean, plus MLM on the anchors.
 
 Each epoch draws fresh spans, as DeCLUTR resamples every epoch. Documents shorter than the sampler
-needs (pipeline.augment.spans.min_document_tokens) are dropped and counted (`too_short`). With
+needs (pipeline.objectives.spans.min_document_tokens) are dropped and counted (`too_short`). With
 `collapse_whitespace`, runs of whitespace become one space before tokenising, as the reference does,
 so newlines and indentation do not take up span tokens. Documents are
 shuffled per epoch but a document's anchors stay adjacent, so a batch of N * A
@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.pairs import epoch_seed, pair, record_drawn
-from pipeline.augment.spans import TooShort, min_document_tokens, sample_spans
+from pipeline.corpus.sentences import record_drawn
 from pipeline.objectives.base import Objective
+from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
 from storage import read_table
 
 if TYPE_CHECKING:

@@ -9,9 +9,10 @@ import logging
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.pairs import epoch_seed, pair, sentences
+from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
+from pipeline.objectives.pairs import epoch_seed, pair
 
 NAME = "simcse"
 INPUTS = {"documents": "decontaminate"}

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.pairs import epoch_seed, pair
 from pipeline.errors import InputError
 from pipeline.file_snapshot import snapshot
 from pipeline.objectives.base import Objective
+from pipeline.objectives.pairs import epoch_seed, pair
 
 if TYPE_CHECKING:
     from pipeline.config import Config

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from pipeline.augment.pairs import epoch_seed, pair, sentences
+from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
+from pipeline.objectives.pairs import epoch_seed, pair
 
 if TYPE_CHECKING:
     from pipeline.train.config import TrainConfig

@@ -93,7 +93,7 @@ def ran(train: dict, steps: int, pairs: dict | None) -> str:
 
 def drawn(pairs: dict) -> tuple[str | None, str | None]:
     """What a pairs dataset (its manifest) was made from, and a key two datasets share when made from the same
-    data: the corpus documents drawn (record_drawn of pipeline.augment.pairs: "20,000 sentences of 96
+    data: the corpus documents drawn (record_drawn of pipeline.corpus.sentences: "20,000 sentences of 96
     documents", the digest of their ids) or supervised SimCSE's NLI triplets (a digest of their files). (None,
     None) for pairs made before their manifest recorded it."""
     if (record := pairs.get("drawn")) is not None:

@@ -8,8 +8,8 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pipeline import objectives
-from pipeline.augment.clear_names import unknown_augmentation
 from pipeline.config_base import Strict, absolute
+from pipeline.objectives.clear_names import unknown_augmentation
 from pipeline.train.splits import why_test_split
 
 # train.select_by's values beside a task's name.

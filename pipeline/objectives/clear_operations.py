@@ -22,10 +22,10 @@ import fasttext
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from pipeline.augment.clear_names import unknown_augmentation
 from pipeline.augment.config import ClearOperations
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
+from pipeline.objectives.clear_names import unknown_augmentation
 
 
 class SynonymsError(InputError):
@@ -33,7 +33,7 @@ class SynonymsError(InputError):
 
 
 class ClearParams(ClearOperations):
-    """The operations' hyperparameters (pipeline.augment.config.ClearOperations, the paper's defaults), the
+    """The operations' hyperparameters (pipeline.objectives.config.ClearOperations, the paper's defaults), the
     synonym table (a lowercased word -> its synonyms) and the token a deleted run becomes."""
 
     model_config = ConfigDict(frozen=True)

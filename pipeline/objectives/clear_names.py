@@ -1,6 +1,6 @@
 """CLEAR's operation names and the rule an augmentation's name follows: a leaf, importing nothing of this
 project's, so that the config (pipeline.augment.config, pipeline.train.config) checks a name by the rule the
-augmentation applies (pipeline.augment.clear_operations)."""
+augmentation applies (pipeline.objectives.clear_operations)."""
 
 from __future__ import annotations
 
