@@ -43,10 +43,13 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
+from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items, fold
 from pipeline.evaluate.logreg import PAPERS, Fit, Settings, fit_many
+from pipeline.readers.names import MRPC_BOTH
 from pipeline.readers.transfer import TRANSFER_TASKS, Examples, TransferTask
 
+NAME = "transfer"  # the kind its leaderboard columns are of
 PROTOCOLS = ("senteval", "sklearn")
 AVERAGE_TASK, AVERAGE_PROTOCOL = "transfer", "declutr"
 SEED = 1111
@@ -294,3 +297,23 @@ def averages(rows: list[dict]) -> list[dict]:
                 }
             )
     return out
+
+
+def columns(task: str, protocol: str) -> list[Column]:
+    """A transfer task's leaderboard columns under one protocol, each recomputed by the bootstrap from the test items
+    kept under that protocol (pipeline.leaderboard.intervals): its accuracy ("MR senteval"), and MRPC's F1 ("MRPC F1
+    senteval") and the mean of the two, by which DeCLUTR's averages count MRPC ("MRPC accuracy+F1 senteval", a part
+    of averages and no column of its own)."""
+    accuracy = Column(task, NAME, "accuracy", protocol, form="{task} {protocol}", statistic="accuracy")
+    if task != "MRPC":
+        return [accuracy]
+    return [
+        accuracy,
+        Column(task, NAME, "f1", protocol, form="{task} F1 {protocol}", statistic="f1"),
+        Column(task, NAME, "accuracy_f1", protocol, form=f"{MRPC_BOTH} {{protocol}}", statistic="accuracy_f1"),
+    ]
+
+
+def averaged(task: str, protocol: str) -> Column:
+    """The column by which the transfer average counts a task: its accuracy, MRPC's mean of accuracy and F1."""
+    return columns(task, protocol)[-1]

@@ -48,14 +48,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from pipeline.evaluate import kinds, sts
+from pipeline.evaluate import kinds, sts, transfer
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import run_group
 from pipeline.leaderboard import bootstrap
 from pipeline.readers import registry
 from pipeline.readers.names import (
     AVG_PAIRS,
-    MRPC_BOTH,
     PAPER_AVERAGES,
     STS_AVERAGES,
     TRANSFER_PROTOCOLS,
@@ -76,7 +75,6 @@ CORRECTIONS = {
     "bh": "Benjamini-Hochberg's correction (false discovery rate)",
 }
 ALPHA = 1 - bootstrap.LEVEL
-_MRPC_BOTH = MRPC_BOTH
 # (task, stratum sizes, resamples) -> blocks of per-stratum index arrays: bootstrap.chunks, seeded.
 Draw = Callable[[str, list[int], int], Iterator[list[np.ndarray]]]
 DRAW: Draw = partial(bootstrap.chunks, seed=bootstrap.SEED)
@@ -98,22 +96,18 @@ class Comparison(NamedTuple):
     correction: str = CORRECTION
 
 
-# The typed columns of the task kinds' on a table, by name: pipeline.leaderboard.table gives them.
+# The typed score columns of a table (STS's, transfer's, the task kinds'), by name: pipeline.leaderboard.table
+# gives them.
 Typed = Mapping[str, Column]
 
 
 def spec(column: str, typed: Typed | None = None) -> Spec | None:
-    if column in (typed or {}):  # a kind's column (STS's too), recomputed from its items as it declares
-        c = typed[column]
-        return Spec(c.task, c.kept_as or c.protocol, c.statistic or kinds.kind(c.kind).statistic)
-    task, _, protocol = column.rpartition(" ")
-    if task in TRANSFER_TASKS and protocol in TRANSFER_PROTOCOLS:
-        return Spec(task, protocol, "accuracy")
-    if task == "MRPC F1" and protocol in TRANSFER_PROTOCOLS:
-        return Spec("MRPC", protocol, "f1")
-    if task == _MRPC_BOTH:
-        return Spec("MRPC", protocol, "accuracy_f1")
-    return None
+    """How a typed column is recomputed from its items, as it (or its kind) declares; None for any other column:
+    a name is never parsed."""
+    c = (typed or {}).get(column)
+    if c is None:
+        return None
+    return Spec(c.task, c.kept_as or c.protocol, c.statistic or kinds.kind(c.kind).statistic)
 
 
 def typed_from(items: dict[str, pd.DataFrame]) -> dict[str, Column]:
@@ -121,6 +115,9 @@ def typed_from(items: dict[str, pd.DataFrame]) -> dict[str, Column]:
     of which has items, as a test's)."""
     keys = {(t, p) for frame in items.values() for t, p in zip(frame["task"], frame["protocol"])}
     out = {c.name: c for task, protocol in sorted(keys) for c in sts.kept_columns(task, protocol)}
+    for task, protocol in sorted(keys):
+        if task in TRANSFER_TASKS and protocol in TRANSFER_PROTOCOLS:
+            out.update({c.name: c for c in transfer.columns(task, protocol)})
     for name in registry.names():
         k = kinds.kind(name)
         out.update({(c := k.column(task)).name: c for task, protocol in sorted(keys) if protocol == name})
@@ -139,9 +136,9 @@ def averages(columns: Sequence[str], typed: Typed | None = None) -> dict[str, li
     for protocol in TRANSFER_PROTOCOLS:
         if avg_transfer(protocol) in present:
             out[avg_transfer(protocol)] = [
-                f"{_MRPC_BOTH} {protocol}" if t == "MRPC" else f"{t} {protocol}"
+                transfer.averaged(t, protocol).name
                 for t in TRANSFER_TASKS
-                if f"{t} {protocol}" in present
+                if transfer.columns(t, protocol)[0].name in present
             ]
     out.update({name: parts for name, parts in PAPER_AVERAGES.items() if name in present})
     return out

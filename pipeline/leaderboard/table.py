@@ -33,6 +33,7 @@ from pipeline.errors import ConfigError
 from pipeline.evaluate import kinds
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.sts import KIND as STS
+from pipeline.evaluate.transfer import columns as transfer_columns
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
 from pipeline.leaderboard.readouts import READOUT, matched_intervals
@@ -140,18 +141,21 @@ def _similarity(scores: pd.DataFrame, models, tasks: Sequence[str]) -> tuple[pd.
     return table, {**typed, **paired}
 
 
-def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
+def _transfer(scores: pd.DataFrame, models) -> tuple[pd.DataFrame, dict[str, Column]]:
+    """Each transfer task's accuracy (MRPC's F1 too) per protocol, with the protocol's average; and the columns
+    those are recomputed from, typed, by name (pipeline.evaluate.transfer.columns)."""
     test = _test(scores)
     test = test[test["task"].isin(TRANSFER_TASKS) & test["protocol"].isin(list(TRANSFER_PROTOCOLS))]
     accuracy = test[test["metric"] == "accuracy"]
     f1 = test[(test["task"] == "MRPC") & (test["metric"] == "f1")]
     _no_duplicates(pd.concat([accuracy, f1]))
-    parts = []
+    parts, typed = [], {}
     for protocol in TRANSFER_PROTOCOLS:
         acc, mrpc_f1 = accuracy[accuracy["protocol"] == protocol], f1[f1["protocol"] == protocol]
         tasks = [t for t in TRANSFER_TASKS if t in set(acc["task"])]
         if not tasks:
             continue
+        typed.update({c.name: c for t in tasks for c in transfer_columns(t, protocol)})
         columns = [f"{t} {protocol}" for t in tasks]
         f1_column = f"MRPC F1 {protocol}"
         table = pd.concat(
@@ -169,7 +173,7 @@ def _transfer(scores: pd.DataFrame, models) -> pd.DataFrame:
             per_task[f"MRPC {protocol}"] = (table[f"MRPC {protocol}"] + table[f1_column]) / 2
         table[avg_transfer(protocol)] = _mean_of_all(per_task, columns)
         parts.append(table)
-    return pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)
+    return (pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)), typed
 
 
 def _paper_averages(similarity: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
@@ -247,9 +251,9 @@ def leaderboard(
     models = pd.unique(scores["model"])
     meta = [c for c in META if c in scores.columns]
     table = scores.groupby("model", sort=False)[meta].first().reindex(models).reset_index()
-    (similarity, sts_typed), transfer = _similarity(scores, models, tasks), _transfer(scores, models)
+    (similarity, sts_typed), (transfer, transfer_typed) = _similarity(scores, models, tasks), _transfer(scores, models)
     kind_table, typed = _kinds(scores, models)
-    typed = {**sts_typed, **typed}
+    typed = {**sts_typed, **transfer_typed, **typed}
     extra = [similarity, transfer, _paper_averages(similarity, transfer), kind_table, _analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     table = _described(table, scores, models)
