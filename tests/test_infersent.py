@@ -20,6 +20,7 @@ from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
 from pipeline.errors import InputError
 from pipeline.evaluate import stage as evaluate
+from pipeline.readers import nli
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import WORDS, write_corpus, write_sts
@@ -170,10 +171,10 @@ def write_jsonl(path, rows) -> str:
 
 
 def test_snli_and_multinli_jsonl_drop_rows_without_a_gold_label(tmp_path):
-    pairs = infersent.read_jsonl(write_jsonl(tmp_path / "snli_1.0_train.jsonl", SNLI_ROWS))
+    pairs = nli.read_jsonl(write_jsonl(tmp_path / "snli_1.0_train.jsonl", SNLI_ROWS))
     assert pairs.premise == [SNLI_ROWS[0]["sentence1"], SNLI_ROWS[2]["sentence1"], SNLI_ROWS[3]["sentence1"]]
     assert pairs.hypothesis == [SNLI_ROWS[0]["sentence2"], SNLI_ROWS[2]["sentence2"], SNLI_ROWS[3]["sentence2"]]
-    assert [infersent.LABELS[y] for y in pairs.labels] == ["neutral", "entailment", "contradiction"]
+    assert [nli.LABELS[y] for y in pairs.labels] == ["neutral", "entailment", "contradiction"]
     assert pairs.dropped == 1
 
 
@@ -193,9 +194,9 @@ def test_sick_entailment_labels(tmp_path):
         ("A man sings", "Nobody sings", "CONTRADICTION"),
         ("A cat sleeps", "A cat is black", "NEUTRAL"),
     ]
-    pairs = infersent.read_nli(write_sick(tmp_path / "SICK_train.txt", rows))
+    pairs = nli.read_nli(write_sick(tmp_path / "SICK_train.txt", rows))
     assert list(zip(pairs.premise, pairs.hypothesis)) == [(a, b) for a, b, _ in rows]
-    assert [infersent.LABELS[y] for y in pairs.labels] == ["entailment", "contradiction", "neutral"]
+    assert [nli.LABELS[y] for y in pairs.labels] == ["entailment", "contradiction", "neutral"]
 
 
 @pytest.mark.parametrize(
@@ -215,7 +216,7 @@ def test_a_bad_nli_file_is_one_line_naming_file_and_line(tmp_path, content, wher
     path = tmp_path / ("bad.jsonl" if content.startswith(("{", "\n")) else "SICK_bad.txt")
     path.write_text(content)
     with pytest.raises(InputError) as e:
-        infersent.read_nli(path)
+        nli.read_nli(path)
     assert f"{path}{where}" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -224,21 +225,21 @@ def test_nli_files_by_split_by_name(tmp_path):
     sick.mkdir(parents=True)
     for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
         write_sick(sick / name, [(f"a {name}", "b", "NEUTRAL")])  # no split a copy of another
-    assert infersent.nli_files([], str(tmp_path / "eval")) == {
+    assert nli.nli_files([], str(tmp_path / "eval")) == {
         "train": [str(sick / "SICK_train.txt")],
         "dev": [str(sick / "SICK_trial.txt")],
     }
-    assert infersent.nli_files([], str(tmp_path / "nothing-here")) is None
-    assert infersent.nli_files([], None) is None
+    assert nli.nli_files([], str(tmp_path / "nothing-here")) is None
+    assert nli.nli_files([], None) is None
     snli = [write_jsonl(tmp_path / f"snli_1.0_{s}.jsonl", SNLI_ROWS) for s in ("train", "dev", "test")]
     mnli = write_jsonl(tmp_path / "multinli_1.0_dev_matched.jsonl", SNLI_ROWS)
-    assert infersent.nli_files(snli[:2] + [mnli], None) == {"train": snli[:1], "dev": [snli[1], mnli]}
+    assert nli.nli_files(snli[:2] + [mnli], None) == {"train": snli[:1], "dev": [snli[1], mnli]}
     # A test split the evaluation does not score is training data like any other (scored ones: test_eval_content)
-    assert infersent.nli_files(snli, None) == {"train": [snli[0], snli[2]], "dev": snli[1:2]}
+    assert nli.nli_files(snli, None) == {"train": [snli[0], snli[2]], "dev": snli[1:2]}
     with pytest.raises(InputError, match="no dev file"):
-        infersent.nli_files(snli[:1], None)
+        nli.nli_files(snli[:1], None)
     with pytest.raises(InputError, match="not found"):
-        infersent.nli_files([str(tmp_path / "missing_train.jsonl")], None)
+        nli.nli_files([str(tmp_path / "missing_train.jsonl")], None)
 
 
 def made_up_nli(n: int, seed: int) -> list[tuple[str, str, str]]:
@@ -247,7 +248,7 @@ def made_up_nli(n: int, seed: int) -> list[tuple[str, str, str]]:
     rows = []
     for i in range(n):
         premise = rng.sample(WORDS, 6)
-        label = infersent.LABELS[i % 3]
+        label = nli.LABELS[i % 3]
         hypothesis = {
             "entailment": premise[:3],
             "contradiction": ["nobody", *premise[:3]],
@@ -270,9 +271,7 @@ def test_a_tiny_training_run_learns_and_its_export_encodes_as_the_trained_encode
     vectors = infersent.file_vectors(write_vectors(tmp_path / "v.txt", ["<s>", "</s>", "nobody", *WORDS]), None, set())
     vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
     data = [
-        infersent.encode_pairs(
-            infersent.read_sick(write_sick(tmp_path / f"SICK_{split}.txt", made_up_nli(n, s))), vocab
-        )[0]
+        infersent.encode_pairs(nli.read_sick(write_sick(tmp_path / f"SICK_{split}.txt", made_up_nli(n, s))), vocab)[0]
         for split, n, s in (("train", 300, 0), ("trial", 90, 1))
     ]
     encoder, history = infersent.train(*data, vectors.matrix, infersent.Settings(**SMALL))

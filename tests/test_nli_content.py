@@ -12,10 +12,10 @@ import pytest
 
 from pipeline.augment import stage as augment
 from pipeline.augment.config import AugmentConfig
-from pipeline.baselines.infersent import model as infersent
 from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.evaluate.config import EvaluateConfig
+from pipeline.readers import nli
 from pipeline.train.config import TrainConfig
 from tests.conftest import WORDS
 from tests.test_sts import SICK_HEADER
@@ -67,7 +67,7 @@ def test_a_renamed_test_split_is_refused_as_nli_training_data_naming_the_file_an
     assert "test split SICKR SICK_test_annotated" in message and "\n" not in message
     dev = write_sick_file(tmp_path / "my_dev.txt", nli_rows(3, 30))
     with pytest.raises(InputError, match=f"InferSent's train file {renamed}: 60 of its 60 pairs"):
-        infersent.nli_files([renamed, dev], str(data))
+        nli.nli_files([renamed, dev], str(data))
 
 
 def test_a_test_split_hidden_in_a_large_file_is_refused_too(eval_with_sick, tmp_path):
@@ -88,8 +88,8 @@ def test_a_train_file_whose_name_holds_test_is_accepted(eval_with_sick, tmp_path
     protest = write_sick_file(tmp_path / "protest_train.txt", nli_rows(5, 60))
     assert simcse_sup_files([protest], data)["files"]["nli"] == [protest]
     dev = write_sick_file(tmp_path / "protest_dev.txt", nli_rows(6, 30))
-    assert infersent.nli_files([protest, dev], str(data)) == {"train": [protest], "dev": [dev]}
+    assert nli.nli_files([protest, dev], str(data)) == {"train": [protest], "dev": [dev]}
     # A few pairs in common are no copy (SICK's train split shares 2.1% of its pairs with its test split)
     write_sick_file(tmp_path / "protest_train.txt", nli_rows(7, 100) + test[:2])  # 2 of the 60 test pairs: 3%
     assert simcse_sup_files([protest], data)["files"]["nli"] == [protest]
-    assert infersent.nli_files([], str(data))["train"] == [str(data / "sick2014" / "SICK_train.txt")]
+    assert nli.nli_files([], str(data))["train"] == [str(data / "sick2014" / "SICK_train.txt")]

@@ -22,6 +22,8 @@ from pipeline.errors import InputError
 from pipeline.file_snapshot import snapshot
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.readers.nli import LABELS, read_nli, refuse_scored_copy, scored_pairs
+from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -36,11 +38,7 @@ log = logging.getLogger("cpipe")
 def files(cfg: Config) -> dict:
     """The NLI files the triplets are read from, with their snapshot (an edited file rebuilds the pairs):
     augment.simcse_sup.nli, else SICK_train.txt under evaluate.data. None may copy a test or dev split the
-    evaluation scores, whatever its name (pipeline.baselines.infersent.model.refuse_scored_copy)."""
-    # torch (InferSent's module), the evaluation's files: not at the config's import
-    from pipeline.baselines.infersent.model import refuse_scored_copy, scored_pairs
-    from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
-
+    evaluation scores, whatever its name (pipeline.readers.nli.refuse_scored_copy)."""
     paths = cfg.augment.simcse_sup.nli
     if not paths:
         data = cfg.evaluate.data  # a directory, or pair files that hold no SICK
@@ -62,7 +60,6 @@ def files(cfg: Config) -> dict:
 def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> tuple[list[tuple[str, str, str]], dict]:
     """(premise, entailment, contradiction) triplets in the premises' first-seen order, and the counts of
     premises left out for lacking an entailment or a contradiction."""
-    from pipeline.baselines.infersent.model import LABELS
 
     entailment, contradiction = LABELS.index("entailment"), LABELS.index("contradiction")
     groups: dict[str, tuple[list[str], list[str]]] = {}
@@ -84,7 +81,6 @@ def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> t
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.baselines.infersent.model import read_nli
     from pipeline.tokenizer.loading import encode_whole
 
     read = [read_nli(path) for path in config["files"]["nli"]]

@@ -14,6 +14,7 @@ from pipeline.baselines.fasttext.bow import MODEL_FILE
 from pipeline.baselines.infersent import model as infersent
 from pipeline.config import Config
 from pipeline.file_snapshot import snapshot
+from pipeline.readers import nli
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from storage import DatasetWriter
@@ -24,7 +25,7 @@ log = logging.getLogger("cpipe")
 
 def _nli(cfg: Config) -> dict[str, list[str]] | None:
     settings = cfg.evaluate.baselines.infersent
-    return infersent.nli_files(settings.nli, cfg.evaluate.data) if settings.enabled else None
+    return nli.nli_files(settings.nli, cfg.evaluate.data) if settings.enabled else None
 
 
 def infersent_label(seed: int) -> str:
@@ -83,11 +84,11 @@ def about(config: dict) -> dict:
     }
 
 
-def _read(files: list[str], limit: int | None = None) -> infersent.NliPairs:
-    pairs = sum((infersent.read_nli(f) for f in files[1:]), infersent.read_nli(files[0]))
+def _read(files: list[str], limit: int | None = None) -> nli.NliPairs:
+    pairs = sum((nli.read_nli(f) for f in files[1:]), nli.read_nli(files[0]))
     if limit is None:
         return pairs
-    return infersent.NliPairs(pairs.premise[:limit], pairs.hypothesis[:limit], pairs.labels[:limit], pairs.dropped)
+    return nli.NliPairs(pairs.premise[:limit], pairs.hypothesis[:limit], pairs.labels[:limit], pairs.dropped)
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
@@ -107,7 +108,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         infersent.encode_pairs(p, vocab) for p in (train_pairs, dev_pairs)
     )
     if not train_data[2] or not dev_data[2]:
-        raise infersent.NliDataError(
+        raise nli.NliDataError(
             f"{', '.join(config['nli']['train'] + config['nli']['dev'])}: no pair left "
             "whose two sentences have a word with a vector"
         )
