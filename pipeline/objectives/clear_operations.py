@@ -22,10 +22,10 @@ import fasttext
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from pipeline.augment.config import ClearOperations
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
 from pipeline.objectives.clear_names import unknown_augmentation
+from pipeline.objectives.config import ClearOperations
 
 
 class SynonymsError(InputError):
