@@ -6,17 +6,21 @@ one schema, one config slice each, and their input datasets.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from pipeline.augment.heldout import HeldOutSplit
-from pipeline.config import Config
 from pipeline.corpus.sentences import SPREAD
 from pipeline.objectives import objective
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
-from pipeline.train.config import TrainConfig
-from storage import DatasetWriter
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from pipeline.train.config import TrainConfig
+    from storage import DatasetWriter
 
 SCHEMA = pa.schema(
     [

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,11 +22,13 @@ from tqdm import tqdm
 
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
-from pipeline.config import Config
 from pipeline.corpus.sentences import SPREAD, sentences
 from pipeline.objectives import objective
 from pipeline.stage import Stage, runtime, split_runtime
-from storage import DatasetWriter
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from storage import DatasetWriter
 
 SEGMENT_SCHEMA = pa.schema(
     [

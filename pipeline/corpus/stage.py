@@ -12,11 +12,11 @@ import os
 from collections import Counter
 from contextlib import closing
 from itertools import islice
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from tqdm import tqdm
 
-from pipeline.config import Config
 from pipeline.corpus.download import LOCAL_COPIES, fetch
 from pipeline.corpus.openwebtext import OpenWebTextSource, is_openwebtext
 from pipeline.corpus.sources import LocalSource, Source, SourceError, read_part
@@ -25,7 +25,10 @@ from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
 from pipeline.file_snapshot import rglob
 from pipeline.parallel import ordered_map
 from pipeline.stage import Stage, runtime, split_runtime
-from storage import DatasetWriter
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from storage import DatasetWriter
 
 RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 SCHEMA = pa.schema(

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from tqdm import tqdm
 
-from pipeline.config import Config
 from pipeline.corpus.download import fetch
 from pipeline.corpus.stage import SCHEMA as CORPUS_SCHEMA
 from pipeline.errors import InputError
@@ -26,6 +26,9 @@ from pipeline.parallel import ordered_map
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches, read_manifest
 from storage.dropped import DroppedLog
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
 
 SCHEMA = (
     CORPUS_SCHEMA.append(pa.field("n_tokens", pa.int32()))

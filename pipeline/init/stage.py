@@ -9,14 +9,17 @@ tokenizer's model_max_length is the model's position limit, which training reads
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from pipeline.config import Config
 from pipeline.locate import check_base
 from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
-from storage import DatasetWriter
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from storage import DatasetWriter
 
 log = logging.getLogger("cpipe")
 

@@ -7,15 +7,18 @@ embedding table to match.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
-from pipeline.config import Config
 from pipeline.locate import check_base
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import SPECIAL, add_deletion_token, base_path, untruncated
 from storage import DatasetWriter, iter_batches
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
 
 log = logging.getLogger("cpipe")
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.augment.stage import pairs_label
-from pipeline.config import Config
 from pipeline.errors import InputError
 from pipeline.init.stage import init_label
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
@@ -37,6 +37,9 @@ from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
 
 # Ray is imported where the driver uses it (run, checkpoint_config): the stage registry, which imports every
 # stage (the CLI, the flows), does not wait for it.

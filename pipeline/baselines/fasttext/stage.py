@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from pipeline.baselines.fasttext.bow import MODEL_FILE, train_fasttext
 from pipeline.baselines.infersent import stage as infersent_stage
-from pipeline.config import Config
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from storage import DatasetWriter, iter_batches
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
 
 log = logging.getLogger("cpipe")
 

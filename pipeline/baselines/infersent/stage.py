@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from pipeline.baselines.fasttext.bow import MODEL_FILE
 from pipeline.baselines.infersent import model as infersent
-from pipeline.config import Config
 from pipeline.file_snapshot import snapshot
 from pipeline.readers import nli
 from pipeline.repeats import label
 from pipeline.stage import Stage
-from storage import DatasetWriter
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from storage import DatasetWriter
 
 TRAINING = tuple(infersent.Settings.__dataclass_fields__)
 log = logging.getLogger("cpipe")
