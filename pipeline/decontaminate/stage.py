@@ -18,10 +18,10 @@ import json
 import logging
 import os
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from pipeline.config import Config
 from pipeline.decontaminate.evalsets import eval_texts
 from pipeline.decontaminate.match import Matcher, masked
 from pipeline.decontaminate.ngrams import Index
@@ -33,6 +33,9 @@ from pipeline.filter.stage import SCHEMA
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches
 from storage.dropped import DroppedLog
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
 
 # Where the evaluation text is read from: its n-grams' hash, not these paths, is what the fingerprint holds.
 RUNTIME = {"data": None, "transfer": True, "dev_sets": []}

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from typing import TYPE_CHECKING
 
 import fsspec
 import pandas as pd
 
 from pipeline.augment import stage as augment
-from pipeline.config import Config
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.stage import STAGE as EVALUATE
 from pipeline.evaluate.stage import initial_row
@@ -40,6 +40,9 @@ from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage
 from pipeline.train import stage as train
 from storage import DatasetWriter, dataset_parts, dataset_path, leased, put_file, read_manifest, read_table
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
 
 # 3: columns name their protocol; averages name their tasks and are missing when a task is; rank_by.
 # 4: bootstrap intervals on every score column, and the paired difference to evaluate.compare_to's row.
