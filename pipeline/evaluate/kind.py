@@ -19,7 +19,6 @@ says, and who reads it:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,6 @@ from pipeline.readers.sts import EvalDataError
 
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
 SUBSET, SPLIT = "all", "test"
-log = logging.getLogger("cpipe")
-_said: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -47,14 +44,6 @@ class Task:
     name: str
     files: tuple[str, ...]
     data: Any
-
-
-def warn_once(message: str) -> None:
-    """A warning about the evaluation data, said once a process: the data is found several times a run (the check
-    before any work, the data's fingerprint, the scoring)."""
-    if message not in _said:
-        _said.add(message)
-        log.warning(message)
 
 
 def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str, Path]:

@@ -15,12 +15,13 @@ from pathlib import Path
 from types import ModuleType
 
 from pipeline.errors import InputError
-from pipeline.evaluate.kind import Kind, Task, rows, warn_once  # noqa: F401 (rows: pipeline.train's)
+from pipeline.evaluate.kind import Kind, Task, rows  # noqa: F401 (rows: pipeline.train's)
 from pipeline.file_snapshot import rglob
 from pipeline.readers import registry
 from pipeline.readers.names import pair_format
 from pipeline.readers.sts import SENTEVAL_NAMES
 from pipeline.readers.transfer import LAYOUT_FILES
+from pipeline.readers.warn import warn_once
 
 KINDS = registry.names()  # as at import, for pipeline.train; registry.names() sees a kind registered since
 main_metric = registry.main_metric
