@@ -193,7 +193,7 @@ def test_clear_substitution_replaces_thirty_percent_of_each_sentences_tokens(doc
 
 
 def test_clear_substitution_falls_back_to_corpus_vectors_without_wordnet(documents, monkeypatch):
-    monkeypatch.setattr("pipeline.objectives.clear_operations.wordnet_dir", lambda: None)
+    monkeypatch.setattr("pipeline.objectives.clear.wordnet_dir", lambda: None)
     rows, path = clear_rows(documents, "subs", epochs=1, subs_share=1.0, synonym_threshold=-1.0)
     manifest = read_manifest(path)
     assert manifest["counts"]["synonym_entries"] > 0

@@ -18,6 +18,7 @@ from pipeline.corpus.sentences import record_drawn
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.tokenizer.loading import encode_whole
 from storage import read_table
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ def pivot_pairs(pivots: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.tokenizer.loading import encode_whole  # tokenizers: not at the config's import
-
     sentences = translations(inputs["backtranslations"], out)
     if not sentences:
         raise InputError(

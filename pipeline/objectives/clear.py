@@ -18,11 +18,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
+from pipeline.objectives.clear_operations import (
+    WORDNET,
+    ClearParams,
+    operations,
+    read_synonyms,
+    synonyms_from_vectors,
+    two_views,
+    word_core,
+    wordnet_dir,
+    wordnet_synonyms,
+)
 from pipeline.objectives.config import DEFAULT_CLEAR, ClearOperations
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -36,17 +49,6 @@ log = logging.getLogger("cpipe")
 
 def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
     """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
-    # fastText, WordNet: not at the config's import
-    from pipeline.baselines.fasttext.bow import train_fasttext
-    from pipeline.objectives.clear_operations import (
-        WORDNET,
-        read_synonyms,
-        synonyms_from_vectors,
-        word_core,
-        wordnet_dir,
-        wordnet_synonyms,
-    )
-
     words = {word_core(w)[1] for t in texts for w in t.split()}
     if c["synonyms"] == "wordnet" and wordnet_dir() is not None:
         return wordnet_synonyms(words), WORDNET
@@ -67,8 +69,6 @@ def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
 
 def deletion_id(tok) -> int:
     """The deletion token's id; a tokenizer built before the tokenizer stage added it is refused."""
-    from pipeline.tokenizer.loading import DEL_TOKEN
-
     del_id = tok.convert_tokens_to_ids(DEL_TOKEN)
     if del_id is None or del_id == tok.unk_token_id or DEL_TOKEN not in tok.all_special_tokens:
         raise InputError(f"the tokenizer has no {DEL_TOKEN!r} special token: rebuild it with the tokenizer stage")
@@ -76,9 +76,6 @@ def deletion_id(tok) -> int:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.objectives.clear_operations import ClearParams, operations, two_views
-    from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
-
     c = config["clear"]
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:

@@ -18,7 +18,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import fasttext
 import numpy as np
 from pydantic import ConfigDict, Field
 
@@ -233,6 +232,8 @@ def synonyms_from_vectors(
         rows, matrix = read_vectors(vectors, vocab)
         vocab = sorted(rows, key=rows.get)
     else:
+        import fasttext  # not at the config's import: CLEAR's objective imports this module at its top
+
         model = fasttext.load_model(str(vectors)) if isinstance(vectors, (str, Path)) else vectors
         matrix = np.stack([model.get_word_vector(w) for w in vocab]) if vocab else np.zeros((0, 1))
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)

@@ -21,6 +21,7 @@ from pipeline.corpus.sentences import record_drawn
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
 from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
+from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 from storage import read_table
 
 if TYPE_CHECKING:
@@ -36,8 +37,6 @@ log = logging.getLogger("cpipe")
 def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
     """Every document's token ids as int32, its pieces' joined: spans may fall anywhere in a document, so all of
     it is kept, at 4 bytes a token."""
-    from pipeline.tokenizer.loading import encoded_pieces  # tokenizers: not at the config's import
-
     pieces: list[list[np.ndarray]] = [[] for _ in texts]
     for i, ids in encoded_pieces(backend, texts):
         pieces[i].append(np.asarray(ids, dtype=np.int32))
@@ -45,8 +44,6 @@ def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.tokenizer.loading import collapse_whitespace
-
     docs = read_table(inputs["documents"], columns=["doc_id", "text"])
     doc_ids = docs.column("doc_id").to_pylist()
     texts = docs.column("text").to_pylist()

@@ -13,6 +13,7 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.tokenizer.loading import encode_whole
 
 NAME = "simcse"
 INPUTS = {"documents": "decontaminate"}
@@ -21,8 +22,6 @@ log = logging.getLogger("cpipe")
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.tokenizer.loading import encode_whole  # tokenizers: not at the config's import
-
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
         raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")

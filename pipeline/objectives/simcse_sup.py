@@ -24,6 +24,7 @@ from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
 from pipeline.readers.nli import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
+from pipeline.tokenizer.loading import encode_whole
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -81,8 +82,6 @@ def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> t
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from pipeline.tokenizer.loading import encode_whole
-
     read = [read_nli(path) for path in config["files"]["nli"]]
     rows, dropped = triplets(*(sum((getattr(r, f) for r in read), []) for f in ("premise", "hypothesis", "labels")))
     for reason, n in {**dropped, "no_gold_label": sum(r.dropped for r in read)}.items():

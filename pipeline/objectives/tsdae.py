@@ -23,6 +23,8 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.objectives.tsdae_decoder import decoder_class
+from pipeline.tokenizer.loading import encode_whole
 
 if TYPE_CHECKING:
     from pipeline.train.config import TrainConfig
@@ -43,9 +45,7 @@ def delete(words: list, ratio: float, rng: np.random.Generator) -> list:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import, nor tokenizers
-
-    from pipeline.tokenizer.loading import encode_whole
+    from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import
 
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
@@ -82,9 +82,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
 
 def decoder(mlm_model, cfg: TrainConfig):
     """The decoder that rebuilds each sentence from its damaged copy's embedding (pipeline.objectives.tsdae_decoder)."""
-    from pipeline.objectives.tsdae_decoder import TsdaeDecoder  # torch: not at the config's import
-
-    return TsdaeDecoder(mlm_model, cfg.seed, cfg.tie_decoder)
+    return decoder_class()(mlm_model, cfg.seed, cfg.tie_decoder)
 
 
 def denoising_alone(run: TrainConfig) -> str | None:

@@ -5,18 +5,21 @@ one id that is neither the mask token nor an MLM target. It neither truncates no
 model's files said (published sentence-transformers models often truncate at 128 and pad), and every reader
 switches both off again (`untruncated`), so documents are counted and cut by their true length.
 
-transformers is imported only where a function needs it: the filter's worker processes import this
-module for `encoded_pieces` alone.
+transformers and tokenizers are imported only where a function needs them: the filter's worker processes import
+this module for `encoded_pieces` alone, and the objectives' modules, which the config imports, import it at their
+top.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from tokenizers import AddedToken, Tokenizer
+from typing import TYPE_CHECKING
 
 from pipeline.locate import hf_dir, resolve
 from storage import local_copy
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>"}
 DEL_TOKEN = "<del>"
@@ -110,6 +113,8 @@ def load_tokenizer(path: str):
 
 def add_deletion_token(tok) -> None:
     """DEL_TOKEN as a special token; lstrip takes the space before it, so " <del>" is that one id."""
+    from tokenizers import AddedToken
+
     tok.add_special_tokens(
         {
             "additional_special_tokens": [

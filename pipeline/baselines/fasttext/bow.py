@@ -2,6 +2,9 @@
 
 It tells whether a contrastive encoder beats what the same corpus gives with
 no transformer at all.
+
+fastText is imported where it trains or loads a model: CLEAR's objective, which the config imports, imports this
+module at its top.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-import fasttext
 import numpy as np
 
 from pipeline.baselines.fasttext.config import FASTTEXT_MIN_THREADS, FastTextBaseline
@@ -43,6 +45,8 @@ def train_fasttext(
     (pipeline.repeats), 0 in the texts' own. `bucket` sizes the subword hash table: fastText's default of 2M
     makes an ~800 MB model at dim 100.
     """
+    import fasttext
+
     if threads < FASTTEXT_MIN_THREADS:
         raise ValueError(
             f"fastText needs threads >= {FASTTEXT_MIN_THREADS} here (fewer gives NaN vectors), got {threads}"
@@ -91,6 +95,8 @@ class FastTextEncoder:
     """Sentence vector = fastText's average of L2-normalised word vectors."""
 
     def __init__(self, model_path: str):
+        import fasttext
+
         with local_copy(str(model_path)) as local:  # any fsspec URL; fastText reads the file whole
             self.model = fasttext.load_model(local)
         self.dim = self.model.get_dimension()
