@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 
 from pipeline.locate import is_hub_name
+from pipeline.model.exported import export_pooling, st_dir
 from pipeline.repeats import seeded, split_seeded
 
 MEAN, CLS = "mean", "cls"
@@ -58,8 +59,6 @@ def _model_dir(path: str, pool: str | None) -> str | None:
     None for hub names and remote paths, whose files are not read here."""
     if is_hub_name(path) or "://" in path or not os.path.isdir(path):
         return None
-    from pipeline.model.exported import export_pooling, st_dir  # torch: only where a model directory is read
-
     modules = st_dir(path)
     head = False
     if modules:
