@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from contextlib import contextmanager
 
 import torch
-from huggingface_hub import utils as hf_hub_utils
 from torch import nn
 from transformers import AutoModelForMaskedLM, RobertaConfig
-from transformers.utils import logging as hf_logging
 
 from pipeline.errors import InputError
 from pipeline.locate import HF_DIR, ST_DIR
 from pipeline.model.head import dense_layers
+from pipeline.model.hf_files import no_file_bars, portable_tokenizer, quiet_transformers
 from pipeline.model.packing import PACKED, first_position, packable, packed_hidden
+from pipeline.model.pooling import pool
 from pipeline.tokenizer.loading import base_path
 from storage import local_copy
 
@@ -24,16 +22,6 @@ log = logging.getLogger("cpipe")
 # torch.compile's backend for SpanEncoder(compile=True); tests on CPU swap in "aot_eager", which traces the
 # same graphs, forward and backward, but skips inductor's C++ code generation (minutes on a small CPU).
 COMPILE_BACKEND = "inductor"
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """ "mean" over real tokens (DeCLUTR), or "cls": the first token's state (<s> / [CLS])."""
-    return hidden[:, 0] if pooling == "cls" else mean_pool(hidden, attention_mask)
 
 
 def projection_head(kind: str | None, dim: int, out: int | None = None) -> nn.Module | None:
@@ -81,36 +69,6 @@ def build_model(cfg: dict, tokenizer) -> nn.Module:
         torch.manual_seed(cfg["seed"])
         model.resize_token_embeddings(len(tokenizer))
     return model
-
-
-@contextmanager
-def no_file_bars():
-    """Without transformers' bar for every weights file read or written ("Loading weights", "Writing model
-    shards"): noise on the user's terminal for a step of milliseconds. A download from the Hub keeps its bar."""
-    bars, hub_bars = hf_logging.is_progress_bar_enabled(), not hf_hub_utils.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()  # the Hub's too, given back here
-    if hub_bars:
-        hf_hub_utils.enable_progress_bars()
-    try:
-        yield
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-        if not hub_bars:
-            hf_hub_utils.disable_progress_bars()
-
-
-@contextmanager
-def quiet_transformers():
-    """transformers' own load report too, whose expected lines (a missing head, an unused pooler) would read
-    as faults."""
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        with no_file_bars():
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def load_base(base: str) -> nn.Module:
@@ -252,24 +210,6 @@ def export(mlm_model: nn.Module, tokenizer, out_dir: str, pooling: str = "mean",
         SentenceTransformer(modules=[word, pooler, *dense], device="cpu").save(f"{out_dir}/{ST_DIR}")
     for folder in (hf, f"{out_dir}/{ST_DIR}"):
         portable_tokenizer(folder)
-
-
-# transformers 5 saves a tokenizer that only tokenizer.json describes as class "TokenizersBackend", a name that
-# transformers 4 (and sentence-transformers on it) cannot load; PreTrainedTokenizerFast is that tokenizer's name
-# in both.
-PORTABLE_TOKENIZERS = {"TokenizersBackend": "PreTrainedTokenizerFast"}
-
-
-def portable_tokenizer(folder: str) -> None:
-    """Give `folder`'s tokenizer_config.json a tokenizer_class that transformers 4 and 5 both load."""
-    file = f"{folder}/tokenizer_config.json"
-    with open(file, encoding="utf-8") as f:
-        settings = json.load(f)
-    if (portable := PORTABLE_TOKENIZERS.get(settings.get("tokenizer_class"))) is None:
-        return
-    with open(file, "w", encoding="utf-8") as f:
-        json.dump({**settings, "tokenizer_class": portable}, f, indent=2, ensure_ascii=False)
-        f.write("\n")
 
 
 def load_mlm(path: str) -> nn.Module:
