@@ -18,6 +18,7 @@ import torch
 
 from pipeline.backtranslate.config import Generation
 from pipeline.errors import InputError
+from pipeline.model.hf_files import no_file_bars
 
 log = logging.getLogger("cpipe")
 
@@ -74,8 +75,6 @@ class HFTranslator(Translator):
     ):
         # Imported here: config validation imports this module for check_backend only.
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        from pipeline.model.transformer import no_file_bars
 
         super().__init__(generation)
         path = Path(model).expanduser()

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.jsonlines import json_objects
+from pipeline.model.exported import Encoder
 
 
 def _utf8(raw: bytes, path: str, lineno: int) -> str:
@@ -126,10 +127,9 @@ def embed_file(
     if not os.path.isfile(input_path):
         raise InputError(f"{input_path}: no such file")
     with closing(READERS[suffix](input_path, text_column)) as texts:
-        # The first chunk is read before the model loads, so a bad header fails fast.
+        # The first chunk is read before the model loads (torch and transformers: seconds), so a bad header fails
+        # fast.
         chunk = list(islice(texts, chunk_rows))
-        from pipeline.model.exported import Encoder  # torch and transformers: seconds, after the input's checks
-
         encoder = Encoder(model_dir, max_length=max_length, pooling=pooling)
         dim = encoder.dimension
         schema = pa.schema([("row", pa.int64()), ("text", pa.string()), ("embedding", pa.list_(pa.float32(), dim))])

@@ -1,20 +1,27 @@
 """Load an exported encoder and embed sentences: the export's pooling (and Dense head, where it keeps one),
-length-sorted batches."""
+length-sorted batches.
+
+torch and transformers are imported when a model loads or embeds: `cpipe embed` and `cpipe export` import this
+module and check their arguments first."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from transformers import AutoModel, AutoTokenizer
 
 from pipeline.errors import InputError
-from pipeline.locate import hf_dir, resolve, why_not_a_model
+from pipeline.locate import ST_DIR, hf_dir, resolve, why_not_a_model
 from pipeline.model.head import load_head
-from pipeline.model.transformer import ST_DIR, pool, quiet_transformers
+from pipeline.model.hf_files import quiet_transformers
+from pipeline.model.pooling import pool
 from storage import local_copy
+
+if TYPE_CHECKING:
+    import torch
 
 
 def st_dir(path: str) -> str | None:
@@ -56,7 +63,20 @@ def eval_length(model_config, tokenizer, max_length: int) -> int:
     return min(max_length, _model_limit(model_config, tokenizer))
 
 
-@torch.inference_mode()
+def _inference(fn):
+    """`fn` under torch.inference_mode(), as its decorator would run it; torch is imported at the call."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        import torch
+
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@_inference
 def embed(
     model,
     tokenizer,
@@ -95,6 +115,9 @@ class Encoder:
     """
 
     def __init__(self, path: str, max_length: int = 128, device: str | None = None, pooling: str | None = None):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
         with local_copy(resolve(path)) as local:  # a model on any fsspec URL is read whole into memory
             if why := why_not_a_model(local):
                 raise InputError(why if local == path else f"{path}: {why}")
@@ -129,13 +152,15 @@ class Encoder:
     @property
     def dimension(self) -> int:
         """The embeddings' width: the kept head's output, else the encoder's hidden size."""
+        import torch
+
         linears = [m for m in self.head.modules() if isinstance(m, torch.nn.Linear)] if self.head is not None else []
         return linears[-1].out_features if linears else self.model.config.hidden_size
 
     def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
         return embed(self.model, self.tokenizer, sentences, self.pooling, self.max_length, batch_size, self.head)
 
-    @torch.inference_mode()
+    @_inference
     def token_vectors(self, sentences: list[str], batch_size: int = 128) -> list[np.ndarray]:
         """Each sentence's last-layer token states in context, special tokens and padding left out."""
         order = np.argsort([-len(s) for s in sentences], kind="stable")

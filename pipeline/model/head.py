@@ -1,26 +1,29 @@
 """A head kept after the pooling (train.keep_head: supervised SimCSE's `cls` pooler, its MLP applied at
 evaluation too), as sentence-transformers keeps one: Dense modules after the Pooling module, each a Linear and
 an activation. `dense_layers` cuts a training head into them for the export; `load_head` reads them back from
-any sentence-transformers directory (ours, or a model such as distiluse's), without sentence-transformers."""
+any sentence-transformers directory (ours, or a model such as distiluse's), without sentence-transformers.
+torch is imported when a function runs: the exported model's readers import this module before their checks."""
 
 from __future__ import annotations
 
 import json
 import os
-
-import torch
-from safetensors.torch import load_file
-from torch import nn
+from typing import TYPE_CHECKING
 
 from pipeline.errors import InputError
 
+if TYPE_CHECKING:
+    from torch import nn
+
 # sentence-transformers leaves a Dense's activation out of its config.json when it is the default, Tanh.
 DEFAULT_ACTIVATION = "torch.nn.modules.activation.Tanh"
-ACTIVATIONS = {"Tanh": nn.Tanh, "ReLU": nn.ReLU, "Identity": nn.Identity}
+ACTIVATIONS = ("Tanh", "ReLU", "Identity")  # torch.nn's classes of these names
 
 
 def dense_layers(head: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     """The head (projection_head's linear, tanh or mlp) as (Linear, activation) pairs, in order."""
+    from torch import nn
+
     layers: list[tuple[nn.Linear, nn.Module]] = []
     for module in head if isinstance(head, nn.Sequential) else [head]:
         if isinstance(module, nn.Linear):
@@ -33,6 +36,10 @@ def dense_layers(head: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
 
 
 def _dense(folder: str) -> nn.Sequential:
+    import torch
+    from safetensors.torch import load_file
+    from torch import nn
+
     with open(f"{folder}/config.json", encoding="utf-8") as f:
         config = json.load(f)
     name = config.get("activation_function", DEFAULT_ACTIVATION)
@@ -44,11 +51,13 @@ def _dense(folder: str) -> nn.Sequential:
         load_file(weights) if os.path.isfile(weights) else torch.load(f"{folder}/pytorch_model.bin", weights_only=True)
     )
     linear.load_state_dict({k.removeprefix("linear."): v for k, v in state.items()})
-    return nn.Sequential(linear, ACTIVATIONS[name.rsplit(".", 1)[-1]]())
+    return nn.Sequential(linear, getattr(nn, name.rsplit(".", 1)[-1])())
 
 
 def load_head(st_dir: str) -> nn.Sequential | None:
     """The Dense modules a sentence-transformers directory lists after its Pooling, in order; None if none."""
+    from torch import nn
+
     modules = f"{st_dir}/modules.json"
     if not os.path.isfile(modules):
         return None

@@ -24,11 +24,12 @@ import numpy as np
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
 from pipeline.locate import resolve
+from pipeline.model.exported import Encoder, st_dir
+from pipeline.model.hf_files import portable_tokenizer
+from pipeline.model.pooling import pool
 
 if TYPE_CHECKING:  # torch and transformers are imported by the export itself: its argument checks answer at once
     from torch import nn
-
-    from pipeline.model.exported import Encoder
 
 ONNX_FILE = "model.onnx"
 INPUTS = ("input_ids", "attention_mask")
@@ -55,8 +56,6 @@ def sentence_graph(encoder: Encoder, normalize: bool) -> nn.Module:
     model lists Normalize."""
     from torch import nn
 
-    from pipeline.model.transformer import pool
-
     class SentenceGraph(nn.Module):
         def __init__(self):
             super().__init__()
@@ -74,8 +73,6 @@ def sentence_graph(encoder: Encoder, normalize: bool) -> nn.Module:
 def _modules(path: str) -> tuple[bool, int | None]:
     """(whether the model's sentence-transformers modules end in Normalize, their max_seq_length or None); an
     InputError naming modules.json for a module the graph cannot reproduce."""
-    from pipeline.model.exported import st_dir
-
     folder = st_dir(path)
     if folder is None:
         return False, None
@@ -173,8 +170,6 @@ def export_onnx(model: str, out: str) -> float:
             f"cpipe export --onnx needs the `onnx` extra ({e.name} is not installed): "
             "pip install 'contrastive-pipeline[onnx]'"
         ) from None
-    from pipeline.model.exported import Encoder
-    from pipeline.model.transformer import portable_tokenizer
 
     normalize, length = _modules(local)
     encoder = Encoder(local, device="cpu", max_length=1 << 30)  # the model's own limit, cut to length below
