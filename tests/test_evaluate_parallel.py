@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Config
+from pipeline.evaluate import kinds
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.model.exported import Encoder
-from pipeline.readers.sts import find_sts
-from pipeline.readers.transfer import find_transfer
 from pipeline.stage import run_stage
 from storage import read_manifest, read_table
 from tests.conftest import SHARED, write_sts
@@ -112,9 +111,7 @@ def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(
 
 def test_units_score_the_same_in_any_order(setup, data, one_torch_thread):  # noqa: F811
     config = jobs(setup, data, 1)[0][0]
-    subsets, _ = find_sts(data)
-    transfer, _ = find_transfer(data)
-    units = evaluate.units(config, subsets, transfer, Encoder(setup["model"], max_length=config["max_length"]))
+    units = evaluate.units(config, kinds.search(data, config), Encoder(setup["model"], max_length=config["max_length"]))
     assert [u.name for u in units] == UNITS
     forward = [evaluate.score_unit(u).rows for u in units]
     assert [evaluate.score_unit(u).rows for u in reversed(units)][::-1] == forward

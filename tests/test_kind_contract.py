@@ -78,7 +78,7 @@ def test_a_registered_kind_is_found_scored_and_indexed(toy):
     (task,) = kinds.find_all(data)
     assert (task.kind, task.name, task.data) == (NAME, "greet", pairs)
     config = {"batch_size": 8, "seed": 1, "kfold": 2, "transfer_protocol": "senteval", "analysis": False}
-    (unit,) = evaluate.units(config, [], [], Letters(), [task])
+    (unit,) = evaluate.units(config, [kinds.Found(kinds.kind(NAME), [task], [])], Letters())
     scored = evaluate.score_unit(unit)
     (row,) = scored.rows
     assert unit.name == "toy/greet"
@@ -94,10 +94,10 @@ def test_a_registered_kind_is_found_scored_and_indexed(toy):
     (items,) = scored.items
     assert (items.task, items.protocol, items.prediction.tolist()) == ("greet", NAME, [1.0, 1.0, 1.0, 0.0])
     assert eval_texts(str(data), False, [])["greet"] == [s for p in pairs for s in p]
-    before = evaluate.data_fingerprint(str(data), False)
+    before = evaluate.data_fingerprint(str(data), {"transfer": False})
     with open(data / "greet.toy.csv", "a") as f:
         f.write("sun,sunny\n")
-    assert evaluate.data_fingerprint(str(data), False) != before  # the kind's files are the scores' data
+    assert evaluate.data_fingerprint(str(data), {"transfer": False}) != before  # the kind's files are the scores' data
 
 
 def test_a_registered_kind_gets_its_columns_intervals_mteb_names_and_rank_by(toy):

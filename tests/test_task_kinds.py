@@ -326,10 +326,10 @@ def test_the_stage_scores_a_directory_of_other_kinds_alone_and_fingerprints_thei
     (ap,) = scores.loc[scores["metric"] == "AP", "value"]
     assert pairs["gold"].isin([0, 1]).all() and pairs["prediction"].abs().le(1 + 1e-6).all()
     assert average_precision_score(pairs["gold"], pairs["prediction"]) == pytest.approx(ap)
-    before = evaluate.data_fingerprint(str(data), True)
+    before = evaluate.data_fingerprint(str(data), {"transfer": True})
     with (data / "mini-beir" / "qrels" / "test.tsv").open("a") as f:
         f.write("q1\td7\t1\n")
-    assert evaluate.data_fingerprint(str(data), True) != before
+    assert evaluate.data_fingerprint(str(data), {"transfer": True}) != before
 
 
 def kind_scores() -> pd.DataFrame:

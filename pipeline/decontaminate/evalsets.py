@@ -14,9 +14,6 @@ from pipeline.errors import InputError
 from pipeline.evaluate import kinds
 from pipeline.evaluate.kind import Task
 from pipeline.readers.sts import read_stsb_split
-from pipeline.readers.transfer import find_transfer
-
-UNSCORED = "train"
 
 
 def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[str, list[str]]:
@@ -25,12 +22,11 @@ def eval_texts(data: str | None, transfer: bool, dev_sets: list[str]) -> dict[st
     if data is not None:
         if not Path(data).exists():
             raise InputError(f"evaluate.data: {data}: no such file or directory")
-        for kind in kinds.senteval_kinds():  # STS: its directories and pair files, or `data` as one pair file
-            _texts(kind.find(Path(data)), out)
-        for task in find_transfer(data)[0] if transfer else []:
-            for split, ex in task.splits.items():
-                if split != UNSCORED:
-                    out.setdefault(task.name, []).extend([*ex.text, *(ex.pair or [])])
+        # SentEval's kinds the run scores (STS: its directories and pair files, or `data` as one pair file; the
+        # transfer tasks with evaluate.transfer), then the file kinds'
+        for kind in kinds.senteval_kinds():
+            if kind.on({"transfer": transfer}):
+                _texts(kind.find(Path(data)), out)
         _kind_texts(data, out)
     # A dev set that is not there is the train stage's pre-flight error to report, naming its key.
     for path in map(Path, dev_sets):
@@ -49,4 +45,5 @@ def _kind_texts(data, out: dict[str, list[str]]) -> None:
 def _texts(tasks: list[Task], out: dict[str, list[str]]) -> None:
     """Each task's sentences, as its kind declares them (pipeline.evaluate.kind.Kind.texts)."""
     for task in tasks:
-        out.setdefault(task.name, []).extend(kinds.kind(task.kind).texts(task.data))
+        if (texts := kinds.kind(task.kind).texts) is not None:
+            out.setdefault(task.name, []).extend(texts(task.data))

@@ -17,16 +17,20 @@ The mean cosine between two different sentences' embeddings is kept as
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
+from pipeline.evaluate.kind import Kind, Task
+from pipeline.evaluate.sts import NAME as STS
 from pipeline.evaluate.sts import unit_rows
-from pipeline.readers.sts import StsSubset
+from pipeline.readers.sts import StsSubset, find_sts
 
 PROTOCOL = "simcse"
+TASK = "STSB"  # the task described
 TOKEN_PROTOCOL = "ethayarajh"
 POSITIVE_THRESHOLD = 4.0
 PAIRS = 1000
@@ -77,7 +81,7 @@ def token_anisotropy(tokens: list[np.ndarray], pairs: int = PAIRS, seed: int = 0
 def score_analysis(
     encode: Callable[[list[str]], np.ndarray],
     subsets: list[StsSubset],
-    task: str = "STSB",
+    task: str = TASK,
     threshold: float = POSITIVE_THRESHOLD,
     tokens: Callable[[list[str]], list[np.ndarray]] | None = None,
     seed: int = 0,
@@ -110,3 +114,35 @@ def score_analysis(
         if value is not None:
             rows.append({**common, "protocol": TOKEN_PROTOCOL, "metric": "anisotropy", "value": value, "n": pairs})
     return rows
+
+
+# The analysis as a kind (pipeline.evaluate.kind): one unit, "analysis", over the STS subsets the STS kind found (of
+# which score_analysis describes STS-B's), on with evaluate.analysis. Its sentences are STS's, indexed there, and its
+# data STS's, hashed there.
+NAME = "analysis"
+
+
+def search(data_dir: Path, before: Mapping[str, list[Task]]) -> tuple[list[Task], list[str]]:
+    return [Task(NAME, NAME, (), [s for t in before.get(STS, []) for s in t.data])], []
+
+
+def find(data_dir: Path) -> list[Task]:
+    return search(data_dir, {STS: [Task(STS, STS, (), find_sts(data_dir, required=False)[0])]})[0]
+
+
+def score(task: Task, embed, seed: int) -> list[dict]:
+    return score_analysis(embed, task.data, tokens=getattr(embed, "tokens", None), seed=seed)
+
+
+KIND = Kind(
+    name=NAME,
+    main="alignment",
+    find=find,
+    score=score,
+    texts=None,
+    statistic="",
+    switch="analysis",
+    search=search,
+    fingerprint=lambda found: None,
+    whole=True,
+)

@@ -15,6 +15,21 @@ says, and who reads it:
                                     "mean" of per-query values, "average_precision" of scored pairs, "v_measure"
                                     of clustered sentences (leaderboard.intervals)
     mteb                            MTEB's task type and metric names for its result files (evaluate.mteb_results)
+
+SentEval's kinds (STS, transfer) and the analysis also declare what the evaluate stage otherwise assumes of a file
+kind (each optional; the defaults are a file kind's):
+
+    switch                          the evaluate setting that turns it on (evaluate.transfer); None: always on
+    settings                        the evaluate settings its `score` takes as keywords (kfold, transfer_protocol)
+    search(data_dir, found)         (its tasks, the names of those the data lacks: the manifest's absent_tasks),
+      -> (tasks, absent)            given the tasks of the kinds searched before it, by kind (the file kinds'
+                                    first): STS requires its own only where no file kind's are there, the analysis
+                                    describes STS's; default (find(data_dir), [])
+    fingerprint(tasks) -> str|None  its part of the evaluation data's hash (None: it adds none); default: its
+                                    tasks' files, hashed with every file kind's (kinds.data_hash)
+    summary(rows) -> rows           rows made from every unit's, once all are back (the transfer average)
+    whole                           scored as one unit over all its tasks' data, named by the kind (the analysis)
+    texts None                      its sentences are another kind's, indexed there (the analysis: STS-B's)
 """
 
 from __future__ import annotations
@@ -115,11 +130,28 @@ class Kind:
     main: str
     find: Callable[[Path], list[Task]]
     score: Callable[[Task, Any, int], list[dict]]
-    texts: Callable[[Any], Iterable[str]]
+    texts: Callable[[Any], Iterable[str]] | None
     statistic: str
     mteb: Mteb | None = None
     # A kind shown in several columns per task (STS's protocols) lists them; else one, `column`.
     columns: Callable[[str], list[Column]] | None = None
+    switch: str | None = None
+    settings: tuple[str, ...] = ()
+    search: Callable[[Path, Mapping[str, list[Task]]], tuple[list[Task], list[str]]] | None = None
+    fingerprint: Callable[[list[Task]], str | None] | None = None
+    summary: Callable[[list[dict]], list[dict]] | None = None
+    whole: bool = False
+
+    def on(self, settings: Mapping[str, Any]) -> bool:
+        """Whether the evaluate settings score this kind (a switch they do not hold is off)."""
+        return self.switch is None or bool(settings.get(self.switch, False))
+
+    def found(self, data_dir: Path, before: Mapping[str, list[Task]]) -> tuple[list[Task], list[str]]:
+        return self.search(data_dir, before) if self.search is not None else (self.find(data_dir), [])
+
+    def unit(self, task: Task) -> str:
+        """The name of the evaluate unit scoring `task` ("sts/STS12"; the manifest's units, the progress lines)."""
+        return self.name if self.whole else f"{self.name}/{task.name}"
 
     def column(self, task: str) -> Column:
         return Column(task=task, kind=self.name, metric=self.main, protocol=self.name)

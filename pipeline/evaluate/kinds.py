@@ -1,9 +1,10 @@
-"""The task kinds beside STS and SentEval's transfer tasks (retrieval, pair classification, ...), as the evaluation
-finds them: every kind's tasks in the evaluation data (the kinds are listed in pipeline.readers.registry, each
-declared in its module: pipeline.evaluate.kind.Kind), and the data's fingerprint.
+"""Every kind of the evaluation, as it finds them: STS, SentEval's transfer tasks, the file kinds (retrieval, pair
+classification, ...) and the analysis, each declared in its module (pipeline.evaluate.kind.Kind) and listed in
+pipeline.readers.registry; every kind's tasks in the evaluation data (`search`), and the data's fingerprint.
 
-The evaluate stage scores one unit per task (pipeline.evaluate.stage.units) and fingerprints every kind's files
-(`data_hash`); the leaderboard shows each task's main metric and a mean per kind (pipeline.leaderboard.table).
+The evaluate stage scores one unit per task of every kind the settings turn on (pipeline.evaluate.stage.units) and
+fingerprints every kind's data (`fingerprint`); the leaderboard shows each task's columns as its kind declares them
+(pipeline.leaderboard.table). `KINDS`, `all_kinds` and `find_all` are the file kinds alone (pipeline.train's view).
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.evaluate.kind import Kind, Task, rows  # noqa: F401 (rows: pipeline.train's)
@@ -50,13 +54,52 @@ def all_kinds() -> list[Kind]:
 
 
 def senteval_kinds() -> list[Kind]:
-    """SentEval's kinds (registry.SENTEVAL: STS), each finding its own tasks by its `find`."""
+    """SentEval's kinds (registry.SENTEVAL: STS, transfer), each finding its own tasks by its `find`."""
     return [kind(name) for name in registry.SENTEVAL]
 
 
+def space_kinds() -> list[Kind]:
+    """The kinds describing the embedding space on other kinds' data (registry.SPACE: the analysis)."""
+    return [kind(name) for name in registry.SPACE]
+
+
 def every_kind() -> list[Kind]:
-    """SentEval's kinds, then the file kinds."""
-    return senteval_kinds() + all_kinds()
+    """Every kind, in the order the evaluate stage scores and writes them: SentEval's, the file kinds, the
+    analysis."""
+    return senteval_kinds() + all_kinds() + space_kinds()
+
+
+@dataclass(frozen=True)
+class Found:
+    """One kind's tasks in the evaluation data, and the names of its tasks the data lacks (SentEval's)."""
+
+    kind: Kind
+    tasks: list[Task]
+    absent: list[str]
+
+
+def search(data: str | Path, settings: Mapping[str, Any]) -> list[Found]:
+    """Every kind the evaluate settings turn on (Kind.on), with its tasks in `data`, in every_kind()'s order. The file
+    kinds are searched first (find_all), then the others in order, each told what was found before it (Kind.found);
+    a bad file is the error of the first kind to read it."""
+    files = find_all(data)
+    before = {k.name: [t for t in files if t.kind == k.name] for k in all_kinds()}
+    found: dict[str, Found] = {}
+    for k in senteval_kinds() + space_kinds():
+        if k.on(settings):
+            tasks, absent = k.found(Path(data), before)
+            before[k.name] = tasks
+            found[k.name] = Found(k, tasks, absent)
+    return [found[k.name] if k.name in found else Found(k, before[k.name], []) for k in every_kind() if k.on(settings)]
+
+
+def fingerprint(found: list[Found]) -> str:
+    """The evaluation data's hash: each kind's own part (Kind.fingerprint) in order, then the file kinds' files
+    hashed together (data_hash), where there are any, so that data without them keeps the hash it had before them."""
+    parts = [part for f in found if f.kind.fingerprint is not None and (part := f.kind.fingerprint(f.tasks))]
+    files = [t for f in found if f.kind.fingerprint is None for t in f.tasks]
+    parts += [data_hash(files)] if files else []
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
 
 
 def find_all(data: str | Path | None) -> list[Task]:

@@ -1,30 +1,27 @@
 """evaluate stage: score one encoder on every task present in the evaluation data.
 
-STS12-16 by cosine and Spearman under both aggregations, STS-B and SICK-R by
-cosine and by SentEval's relatedness regressor (pipeline.evaluate.sts); the SentEval
-transfer tasks (pipeline.evaluate.transfer); alignment, uniformity and anisotropy on
-STS-B (pipeline.evaluate.analysis); and every task of the other kinds (retrieval, pair classification, ...:
-pipeline.evaluate.kinds) found in the data. Each row carries the
-model's size, objective and training corpus, so a leaderboard built from any
-set of these datasets explains itself.
+Every kind (pipeline.evaluate.kinds, each declared in its module: pipeline.evaluate.kind.Kind) that the evaluate
+settings turn on, in order: STS12-16 by cosine and Spearman under both aggregations, STS-B and SICK-R by cosine and
+by SentEval's relatedness regressor (pipeline.evaluate.sts); the SentEval transfer tasks
+(pipeline.evaluate.transfer); every task of the file kinds (retrieval, pair classification, ...) found in the data;
+alignment, uniformity and anisotropy on STS-B (pipeline.evaluate.analysis). Each row carries the model's size,
+objective and training corpus, so a leaderboard built from any set of these datasets explains itself.
 
-One model's scoring splits into independent units, one per STS task, per
-transfer task, per task of another kind and the analysis, which the runtime backend runs one after
-another here (sharing one loaded encoder) or as Ray tasks (each loading its
-own). Every unit is a function of its own data and seed alone, and the rows
-are merged in unit order, so both write the same dataset.
+One model's scoring splits into independent units, one per task of every kind (the analysis one in all), which the
+runtime backend runs one after another here (sharing one loaded encoder) or as Ray tasks (each loading its own).
+Every unit is a function of its own data and seed alone, and the rows are merged in unit order, so both write the
+same dataset.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -37,25 +34,20 @@ from pipeline.baselines import use
 from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
-from pipeline.config import Config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
-from pipeline.evaluate.analysis import score_analysis
 from pipeline.evaluate.progress import Progress
-from pipeline.evaluate.sts import tasks as sts_tasks
-from pipeline.evaluate.transfer import averages, score_transfer
 from pipeline.file_snapshot import snapshot
 from pipeline.init.stage import init_label
 from pipeline.locate import check_models, is_hub_name
 from pipeline.parallel import fetch, ordered_map, share
-from pipeline.readers.sts import data_hash, find_sts
-from pipeline.readers.transfer import find_transfer, transfer_data_hash
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, dataset_parts, read_manifest
 
 if TYPE_CHECKING:
+    from pipeline.config import Config
     from pipeline.train.config import TrainConfig
 
 SCHEMA = pa.schema(
@@ -81,7 +73,8 @@ SCHEMA = pa.schema(
 log = logging.getLogger("cpipe")
 # How a config without a runtime (one written by hand) is scored.
 RUNTIME = {"backend": "serial", "workers": 1}
-SETTINGS = ("data", "batch_size", "max_length", "transfer", "analysis", "seed", "kfold", "transfer_protocol")
+# The settings every score depends on; the kinds add theirs (Kind.switch, Kind.settings: evaluate.transfer, ...).
+SETTINGS = ("data", "batch_size", "max_length", "seed")
 UNTRAINED = "untrained"
 
 
@@ -95,18 +88,26 @@ class Row(NamedTuple):
     about: dict
 
 
-def data_fingerprint(data: str, transfer: bool) -> str:
-    """A hash of the evaluation data's content, so changed files invalidate every model's scores."""
-    tasks = kinds.find_all(data)
-    subsets, _ = find_sts(data, required=not tasks)
-    parts = [data_hash(subsets)] + ([transfer_data_hash(find_transfer(data)[0])] if transfer else [])
-    parts += [kinds.data_hash(tasks)] if tasks else []  # data without them keeps the hash it had before them
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:16]
+def data_fingerprint(data: str, settings: Mapping[str, Any]) -> str:
+    """A hash of the evaluation data's content, of the kinds `settings` (the evaluate settings) turn on, so changed
+    files invalidate every model's scores."""
+    return kinds.fingerprint(kinds.search(data, settings))
 
 
 @functools.lru_cache(maxsize=8)
-def _data_fingerprint(data: str, transfer: bool, listing: str) -> str:
-    return data_fingerprint(data, transfer)
+def _data_fingerprint(data: str, switches: tuple[tuple[str, Any], ...], listing: str) -> str:
+    return data_fingerprint(data, dict(switches))
+
+
+def settings() -> tuple[str, ...]:
+    """The evaluate settings a score depends on: SETTINGS, then each kind's switch and its scorer's settings."""
+    declared = [s for k in kinds.every_kind() for s in (k.switch, *k.settings) if s is not None]
+    return tuple(dict.fromkeys((*SETTINGS, *declared)))
+
+
+def _switches(cfg: Config) -> dict[str, Any]:
+    """The evaluate settings that turn kinds on (evaluate.transfer, evaluate.analysis)."""
+    return {k.switch: getattr(cfg.evaluate, k.switch) for k in kinds.every_kind() if k.switch is not None}
 
 
 def config(cfg: Config, row: Row) -> dict:
@@ -114,11 +115,11 @@ def config(cfg: Config, row: Row) -> dict:
     cached scores, as they are. The data's hash is read once per content (its files' sizes and times), not per
     model."""
     ev = cfg.evaluate
-    data = _data_fingerprint(ev.data, ev.transfer, json.dumps(snapshot(ev.data)))
+    data = _data_fingerprint(ev.data, tuple(_switches(cfg).items()), json.dumps(snapshot(ev.data)))
     return split_runtime(
         RUNTIME,
         {
-            **{k: getattr(ev, k) for k in SETTINGS},
+            **{k: getattr(ev, k) for k in settings()},
             "data_hash": data,
             "model": row.name,
             "spec": row.spec,
@@ -143,13 +144,11 @@ def side_by_side(cfg: Config) -> bool:
 
 
 def check(cfg: Config) -> None:
-    """Before any work: evaluation data exists and every task's files parse, transfer tasks included (or the run
-    would train models before failing), and a USE row can be loaded here."""
+    """Before any work: evaluation data exists and every task's files parse, of every kind the run scores (or the
+    run would train models before failing), and a USE row can be loaded here."""
     if not cfg.evaluate.data:
         raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
-    find_sts(cfg.evaluate.data, required=not kinds.find_all(cfg.evaluate.data))
-    if cfg.evaluate.transfer:
-        find_transfer(cfg.evaluate.data)
+    kinds.search(cfg.evaluate.data, _switches(cfg))
     if cfg.evaluate.baselines.use is not None and (why := use.problem(cfg.evaluate.baselines.use.path)):
         raise ConfigError(f"evaluate.baselines.use.path: {why}")
 
@@ -403,16 +402,8 @@ def score_unit(unit: Unit) -> Scored:
     return Scored(rows, embed.items, embed.dimensions, encoder.parameters, where)
 
 
-def _transfer(embed: Embed, tasks: list, seed: int, k: int, protocol: str) -> list[dict]:
-    return score_transfer(embed, tasks, seed=seed, k=k, protocol=protocol, items=embed.items)
-
-
-def _analysis(embed: Embed, subsets: list, seed: int) -> list[dict]:
-    return score_analysis(embed, subsets, tokens=embed.tokens, seed=seed)
-
-
-def _kind(embed: Embed, task: kinds.Task, seed: int) -> list[dict]:
-    return kinds.kind(task.kind).score(task, embed, seed)
+def _kind(embed: Embed, task: kinds.Task, seed: int, settings: dict) -> list[dict]:
+    return kinds.kind(task.kind).score(task, embed, seed, **settings)
 
 
 def _ray_task() -> str | None:
@@ -424,28 +415,19 @@ def _ray_task() -> str | None:
     return context.get_task_id() if context.worker.mode == ray.WORKER_MODE else None
 
 
-def units(config: dict, subsets: list, transfer: list, encoder, tasks: list[kinds.Task] = ()) -> list[Unit]:
-    """One unit per STS task, per transfer task, per task of another kind and the analysis, in the order their
-    rows are written."""
-
-    def unit(name: str, score: Callable) -> Unit:
-        return Unit(name, score, encoder, config["batch_size"])
-
-    # STS's tasks (pipeline.evaluate.sts.KIND) from the subsets run() read, find_sts naming the absent ones
-    sts = [unit(f"{t.kind}/{t.name}", partial(_kind, task=t, seed=config["seed"])) for t in sts_tasks(subsets)]
-    # score_transfer seeds each task's folds and classifiers itself, never by its place in the run.
-    classify = [
-        unit(
-            f"transfer/{t.name}",
-            partial(_transfer, tasks=[t], seed=config["seed"], k=config["kfold"], protocol=config["transfer_protocol"]),
+def units(config: dict, found: list[kinds.Found], encoder) -> list[Unit]:
+    """One unit per task of every kind found (kinds.search), in the order their rows are written, each scored with
+    the run's seed and the settings its kind declares."""
+    return [
+        Unit(
+            f.kind.unit(t),
+            partial(_kind, task=t, seed=config["seed"], settings={s: config[s] for s in f.kind.settings}),
+            encoder,
+            config["batch_size"],
         )
-        for t in transfer
+        for f in found
+        for t in f.tasks
     ]
-    other = [unit(f"{t.kind}/{t.name}", partial(_kind, task=t, seed=config["seed"])) for t in tasks]
-    analysis = (
-        [unit("analysis", partial(_analysis, subsets=subsets, seed=config["seed"]))] if config["analysis"] else []
-    )
-    return sts + classify + other + analysis
 
 
 def _encoder(config: dict, inputs: dict, out):
@@ -477,13 +459,12 @@ def _score(todo: list[Unit], model: str, runtime: dict) -> list[Scored]:
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     config = {**config, "runtime": runtime(config, RUNTIME)}
-    tasks = kinds.find_all(config["data"])
-    subsets, absent = find_sts(config["data"], required=not tasks)
-    transfer, absent_transfer = find_transfer(config["data"]) if config["transfer"] else ([], [])
-    todo = units(config, subsets, transfer, _encoder(config, inputs, out), tasks)
+    found = kinds.search(config["data"], config)
+    todo = units(config, found, _encoder(config, inputs, out))
     scored = _score(todo, config["model"], config["runtime"])
     rows = [row for s in scored for row in s.rows]
-    rows += averages(rows)  # of the transfer rows among them, so only once every transfer unit is back
+    for f in found:  # rows made of every unit's (the transfer average), so only once every unit is back
+        rows += f.kind.summary(rows) if f.kind.summary is not None else []
     [dimension] = set().union(*(s.dimensions for s in scored))
     spec = config["spec"]
     fingerprint = dataset_parts(inputs["model"])[2] if "model" in inputs else out.fp
@@ -498,19 +479,17 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     }
     out.write([{**row, **model} for row in rows])
     test_items.write([it for s in scored for it in s.items], out.local_dir)
-    out.extra["absent_tasks"] = absent + absent_transfer
+    absent = [name for f in found for name in f.absent]
+    out.extra["absent_tasks"] = absent
     out.extra["units"] = [s.where for s in scored]
     log.info(
-        "evaluate: %s on %d STS subsets, %d transfer tasks and %d of other kinds in %d units (%s, %d workers; "
-        "absent: %s)",
+        "evaluate: %s on %s in %d units (%s, %d workers; absent: %s)",
         config["model"],
-        len(subsets),
-        len(transfer),
-        len(tasks),
+        ", ".join(f"{len(f.tasks)} {f.kind.name}" for f in found),
         len(todo),
         config["runtime"]["backend"],
         config["runtime"]["workers"],
-        ", ".join(absent + absent_transfer) or "none",
+        ", ".join(absent) or "none",
     )
 
 

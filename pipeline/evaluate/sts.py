@@ -22,7 +22,7 @@ Every row names its protocol (DESIGN.md, "Evaluation"); papers mix them up:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.kind import Kind, Task
 from pipeline.readers.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SIMILARITY_PROTOCOLS, STS_TASKS, STS_YEARS
-from pipeline.readers.sts import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, find_sts
+from pipeline.readers.sts import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, data_hash, find_sts
 
 # SentEval's default params.batch_size: how many pairs its batcher embeds at a time.
 BATCH_SIZE = 128
@@ -193,6 +193,18 @@ def find(data_dir: Path) -> list[Task]:
     return tasks(find_sts(data_dir, required=False)[0])
 
 
+def search(data_dir: Path, before: Mapping[str, list[Task]]) -> tuple[list[Task], list[str]]:
+    """STS's tasks and SentEval's STS tasks the data lacks; data holding no task of the kinds searched before (the
+    file kinds') must hold STS's (find_sts's error names what it looked for)."""
+    subsets, absent = find_sts(data_dir, required=not any(before.values()))
+    return tasks(subsets), absent
+
+
+def fingerprint(found: list[Task]) -> str:
+    """The hash of exactly the subsets scored (pipeline.readers.sts.data_hash), in find_sts's order."""
+    return data_hash([s for t in found for s in t.data])
+
+
 def score(task: Task, embed, seed: int) -> list[dict]:
     return score_sts(embed, task.data, seed=seed, items=getattr(embed, "items", None))
 
@@ -230,4 +242,14 @@ def kept_columns(task: str, protocol: str) -> list[Column]:
     return [c for c in columns(task) if (c.kept_as or c.protocol) == protocol]
 
 
-KIND = Kind(name=NAME, main="spearman", find=find, score=score, texts=texts, statistic="spearman", columns=columns)
+KIND = Kind(
+    name=NAME,
+    main="spearman",
+    find=find,
+    score=score,
+    texts=texts,
+    statistic="spearman",
+    columns=columns,
+    search=search,
+    fingerprint=fingerprint,
+)

@@ -35,7 +35,8 @@ sentence pairs become [|u-v|, u*v]. Samples come in SentEval's order
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -45,9 +46,10 @@ from threadpoolctl import threadpool_limits
 
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items, fold
+from pipeline.evaluate.kind import Kind, Task
 from pipeline.evaluate.logreg import PAPERS, Fit, Settings, fit_many
 from pipeline.readers.names import MRPC_BOTH
-from pipeline.readers.transfer import TRANSFER_TASKS, Examples, TransferTask
+from pipeline.readers.transfer import TRANSFER_TASKS, Examples, TransferTask, find_transfer, transfer_data_hash
 
 NAME = "transfer"  # the kind its leaderboard columns are of
 PROTOCOLS = ("senteval", "sklearn")
@@ -317,3 +319,53 @@ def columns(task: str, protocol: str) -> list[Column]:
 def averaged(task: str, protocol: str) -> Column:
     """The column by which the transfer average counts a task: its accuracy, MRPC's mean of accuracy and F1."""
     return columns(task, protocol)[-1]
+
+
+# The transfer tasks as a kind (pipeline.evaluate.kind): its tasks SentEval's classification tasks found below the
+# data (pipeline.readers.transfer), a task holding its TransferTask; on with evaluate.transfer, scored under
+# evaluate.kfold and evaluate.transfer_protocol, and averaged once every task is back.
+UNSCORED = "train"  # the classifiers are fitted on it and no score is taken there
+
+
+def search(data_dir: Path, before: Mapping[str, list[Task]]) -> tuple[list[Task], list[str]]:
+    found, absent = find_transfer(data_dir)
+    return [Task(NAME, t.name, (), t) for t in found], absent
+
+
+def find(data_dir: Path) -> list[Task]:
+    return search(data_dir, {})[0]
+
+
+def score(task: Task, embed, seed: int, kfold: int, transfer_protocol: str) -> list[dict]:
+    """score_transfer of one task; each task seeds its folds and classifiers itself, never by its place in the run."""
+    return score_transfer(
+        embed, [task.data], seed=seed, k=kfold, protocol=transfer_protocol, items=getattr(embed, "items", None)
+    )
+
+
+def texts(task: TransferTask) -> Iterator[str]:
+    """What decontamination indexes: every split but train, dev too (a penalty picked on it has seen it)."""
+    for split, ex in task.splits.items():
+        if split != UNSCORED:
+            yield from ex.text
+            yield from ex.pair or []
+
+
+def fingerprint(found: list[Task]) -> str:
+    return transfer_data_hash([t.data for t in found])
+
+
+KIND = Kind(
+    name=NAME,
+    main="accuracy",
+    find=find,
+    score=score,
+    texts=texts,
+    statistic="accuracy",
+    columns=lambda task: [c for protocol in PROTOCOLS for c in columns(task, protocol)],
+    switch="transfer",
+    settings=("kfold", "transfer_protocol"),
+    search=search,
+    fingerprint=fingerprint,
+    summary=averages,
+)

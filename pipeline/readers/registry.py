@@ -1,5 +1,5 @@
-"""The task kinds beside STS and SentEval's transfer tasks (retrieval, clustering, pair classification, reranking):
-the one list of them. A kind is one module ending in its declaration, `KIND = Kind(...)` (pipeline.evaluate.kind),
+"""Every kind of the evaluation: SentEval's (STS, the transfer tasks), the file kinds (retrieval, clustering, pair
+classification, reranking) and the analysis, the one list of them, in the order they are scored. A kind is one module ending in its declaration, `KIND = Kind(...)` (pipeline.evaluate.kind),
 named here on one line with the metric its leaderboard columns show, and imported only when first needed, by
 pipeline.evaluate.kinds (as pipeline.registry does for stages). A leaf, importing nothing, so that the config checks
 `evaluate.rank_by` against the kinds' columns without importing their scorers, and so that no import cycle closes
@@ -19,10 +19,17 @@ MODULES = {
 
 
 # SentEval's own kinds, declared as the others are but found and shown by their own rules (STS: SentEval's
-# directories and the STS pair files; columns per protocol), so not among `names()`, which pipeline.train and the
-# file search read as the kinds of `<task>.<kind>.<format>` files and BEIR folders.
+# directories and the STS pair files, columns per protocol; transfer: SentEval's classification tasks, switched by
+# evaluate.transfer), so not among `names()`, which pipeline.train and the file search read as the kinds of
+# `<task>.<kind>.<format>` files and BEIR folders. Scored first, in this order.
 SENTEVAL = {
     "sts": ("pipeline.evaluate.sts", "spearman"),
+    "transfer": ("pipeline.evaluate.transfer", "accuracy"),
+}
+# Kinds that describe the embedding space on other kinds' data rather than score tasks (alignment, uniformity and
+# anisotropy on STS-B), scored after every task.
+SPACE = {
+    "analysis": ("pipeline.evaluate.analysis", "alignment"),
 }
 
 
@@ -31,8 +38,8 @@ def names() -> tuple[str, ...]:
 
 
 def line(name: str) -> tuple[str, str]:
-    """A kind's registry line, a file kind's or SentEval's: its module and shown metric."""
-    return MODULES[name] if name in MODULES else SENTEVAL[name]
+    """A kind's registry line, a file kind's, SentEval's or the analysis': its module and shown metric."""
+    return {**SENTEVAL, **MODULES, **SPACE}[name]
 
 
 def main_metric(name: str) -> str:
