@@ -24,6 +24,7 @@ import numpy as np
 from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 
+from pipeline.evaluate.column import Column
 from pipeline.evaluate.kind import Kind, Task
 from pipeline.evaluate.sts import NAME as STS
 from pipeline.evaluate.sts import unit_rows
@@ -118,8 +119,16 @@ def score_analysis(
 
 # The analysis as a kind (pipeline.evaluate.kind): one unit, "analysis", over the STS subsets the STS kind found (of
 # which score_analysis describes STS-B's), on with evaluate.analysis. Its sentences are STS's, indexed there, and its
-# data STS's, hashed there.
+# data STS's, hashed there. On the leaderboard, one column per metric, named by it, unscaled and without interval.
 NAME = "analysis"
+METRICS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
+
+
+def columns(task: str = TASK) -> list[Column]:
+    return [
+        Column(task, NAME, metric, TOKEN_PROTOCOL if metric == "anisotropy" else PROTOCOL, form="{metric}")
+        for metric in METRICS
+    ]
 
 
 def search(data_dir: Path, before: Mapping[str, list[Task]]) -> tuple[list[Task], list[str]]:
@@ -141,6 +150,7 @@ KIND = Kind(
     score=score,
     texts=None,
     statistic="",
+    columns=columns,
     switch="analysis",
     search=search,
     fingerprint=lambda found: None,

@@ -14,7 +14,8 @@ says, and who reads it:
     statistic                       how the leaderboard's bootstrap recomputes `main` from the kept items:
                                     "mean" of per-query values, "average_precision" of scored pairs, "v_measure"
                                     of clustered sentences (leaderboard.intervals)
-    mteb                            MTEB's task type and metric names for its result files (evaluate.mteb_results)
+    mteb                            MTEB's task type and metric names for its result files, and which protocol's
+                                    rows they are where that differs by task (STS's) (evaluate.mteb_results)
 
 SentEval's kinds (STS, transfer) and the analysis also declare what the evaluate stage otherwise assumes of a file
 kind (each optional; the defaults are a file kind's):
@@ -122,6 +123,11 @@ class Mteb:
 
     type: str
     metrics: Mapping[str, str]
+    # The protocol whose rows are MTEB's for a task (STS's differ by task); None: the kind's own.
+    protocol: Callable[[str], str] | None = None
+
+    def protocol_of(self, kind: str, task: str) -> str:
+        return self.protocol(task) if self.protocol is not None else kind
 
 
 @dataclass(frozen=True)

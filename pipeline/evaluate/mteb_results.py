@@ -40,20 +40,18 @@ from collections import defaultdict
 from pipeline.config_base import unusable_name
 from pipeline.errors import InputError
 from pipeline.evaluate import kinds
-from pipeline.readers.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SICK_TASK, SIMILARITY_TASKS, STS_YEARS
+from pipeline.readers.names import SICK_TASK, SIMILARITY_TASKS
 from storage import put_file, read_manifest, read_table
 
-CORRELATIONS = {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}
-# Our metric names to MTEB's, of the protocols whose rows are MTEB's; the first is the main score. A task kind's
-# are its declaration's (pipeline.evaluate.kind.Kind.mteb).
-CORRELATION_PROTOCOLS = ("simcse", PAIR_PROTOCOL)
 
-
-def metrics() -> dict[str, dict[str, str]]:
-    return {
-        **{p: CORRELATIONS for p in CORRELATION_PROTOCOLS},
-        **{k.name: dict(k.mteb.metrics) for k in kinds.all_kinds() if k.mteb is not None},
-    }
+def _mteb(task: str, protocols: set[str]) -> tuple[str | None, dict[str, str]]:
+    """The protocol whose rows are MTEB's for `task`, and MTEB's names of its metrics (the first is the main score):
+    the first kind declaring MTEB's files (Kind.mteb) whose protocol for the task the task's rows have (STS-B's
+    analysis rows are "simcse" too, under other metrics: STS-B's are its "cosine" rows)."""
+    for k in kinds.every_kind():
+        if k.mteb is not None and (protocol := k.mteb.protocol_of(k.name, task)) in protocols:
+            return protocol, dict(k.mteb.metrics)
+    return None, {}
 
 
 # SentEval's tasks that MTEB names otherwise: MTEB's name and the pairs of its test split (STS12-16 are named
@@ -64,15 +62,6 @@ SUBSET, DECIMALS = "default", 6
 META = "model_meta.json"
 DEFAULT_DIR = "mteb-results"  # under the artifacts directory, when evaluate.results_dir is null
 log = logging.getLogger("cpipe")
-
-
-def _protocol(task: str, protocols: set[str], known: dict) -> str | None:
-    """The protocol whose rows are MTEB's for `task` (STS-B's analysis rows are "simcse" too, under other metrics)."""
-    if task in STS_YEARS:
-        return "simcse"
-    if task in RELATEDNESS_TASKS:
-        return PAIR_PROTOCOL
-    return next((p for p in protocols if p in known), None)
 
 
 def task_name(task: str, test_pairs: int | None) -> str:
@@ -89,10 +78,9 @@ def task_results(
     for r in rows:
         if r["subset"] == "all":
             by_task[r["task"]].append(r)
-    out, known = {}, metrics()
+    out = {}
     for task, task_rows in by_task.items():
-        protocol = _protocol(task, {r["protocol"] for r in task_rows}, known)
-        names = known.get(protocol, {})
+        protocol, names = _mteb(task, {r["protocol"] for r in task_rows})
         scored = [r for r in task_rows if r["protocol"] == protocol and r["metric"] in names]
         if not scored:
             continue

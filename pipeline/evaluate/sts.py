@@ -31,7 +31,7 @@ from scipy import stats
 from pipeline.evaluate import relatedness
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
-from pipeline.evaluate.kind import Kind, Task
+from pipeline.evaluate.kind import Kind, Mteb, Task
 from pipeline.readers.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SIMILARITY_PROTOCOLS, STS_TASKS, STS_YEARS
 from pipeline.readers.sts import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, data_hash, find_sts
 
@@ -180,6 +180,7 @@ UNSCORED = "train"  # SentEval fits the relatedness regressor on it and takes no
 COSINE = "cosine"  # the protocol the cosine similarities' test items are kept under, whichever column they serve
 # How each of an STS12-16 task's columns is recomputed from those items (pipeline.leaderboard.intervals).
 YEAR_STATISTICS = {"senteval": "mean_spearman", "simcse": "spearman"}
+YEAR_MTEB = "simcse"
 
 
 def tasks(subsets: list[StsSubset]) -> list[Task]:
@@ -234,6 +235,12 @@ def columns(task: str) -> list[Column]:
     ]
 
 
+def mteb_protocol(task: str) -> str:
+    """The protocol whose rows MTEB's STS evaluator scores alike: one correlation over all of a task's test pairs,
+    STS12-16's "simcse" (their subsets concatenated), STS-B's, SICK-R's and the pair files' "cosine"."""
+    return YEAR_MTEB if task in STS_YEARS else PAIR_PROTOCOL
+
+
 def kept_columns(task: str, protocol: str) -> list[Column]:
     """The columns recomputed from the test items a model kept as (task, protocol): none for items not STS's (a
     transfer task's "senteval" ones, say)."""
@@ -250,6 +257,7 @@ KIND = Kind(
     texts=texts,
     statistic="spearman",
     columns=columns,
+    mteb=Mteb("STS", {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}, protocol=mteb_protocol),
     search=search,
     fingerprint=fingerprint,
 )

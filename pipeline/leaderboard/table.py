@@ -31,8 +31,11 @@ import pandas as pd
 
 from pipeline.errors import ConfigError
 from pipeline.evaluate import kinds
+from pipeline.evaluate.analysis import KIND as SPACE
+from pipeline.evaluate.analysis import TASK as DESCRIBED_TASK
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.sts import KIND as STS
+from pipeline.evaluate.transfer import PROTOCOLS as TRANSFER_CLASSIFIERS
 from pipeline.evaluate.transfer import columns as transfer_columns
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
@@ -47,7 +50,6 @@ from pipeline.readers.names import (
     AVG_SIMCSE,
     AVG_STS_SENTEVAL,
     AVG_TRANSFER_SIMCSE,
-    MRPC_BOTH,
     PAIR_PROTOCOL,
     PAPER_AVERAGES,
     SIMILARITY_PROTOCOLS,
@@ -65,7 +67,7 @@ from pipeline.train.devset import SELECTED
 from storage import put_file
 
 META = ("kind", "objective", "parameters", "dimension", "corpus", READOUT)  # shown when the scores carry them
-ANALYSIS = ("alignment", "uniformity", "sentence_anisotropy", "anisotropy")
+ANALYSIS = tuple(c.name for c in SPACE.task_columns(DESCRIBED_TASK))  # the analysis kind's columns, unscaled
 MISSING = "—"
 DATA = "data"  # the cumulative table's: the evaluation data's hash, by which its rows are sectioned
 # A trained row's training data (pipeline.leaderboard.cards.restated): what its pairs were made from, and the digest of
@@ -156,34 +158,38 @@ def _transfer(scores: pd.DataFrame, models) -> tuple[pd.DataFrame, dict[str, Col
         if not tasks:
             continue
         typed.update({c.name: c for t in tasks for c in transfer_columns(t, protocol)})
-        columns = [f"{t} {protocol}" for t in tasks]
-        f1_column = f"MRPC F1 {protocol}"
+        columns = [transfer_columns(t, protocol)[0].name for t in tasks]
+        accuracy_column, f1_column, _ = transfer_columns("MRPC", protocol)
+
+        def named(frame: pd.DataFrame, which: int, protocol=protocol) -> pd.Series:
+            return frame["task"].map(lambda task: transfer_columns(task, protocol)[which].name)
+
         table = pd.concat(
-            [
-                _wide(acc, models, acc["task"] + f" {protocol}", columns),
-                _wide(mrpc_f1, models, mrpc_f1["task"] + f" F1 {protocol}", [f1_column]),
-            ],
+            [_wide(acc, models, named(acc, 0), columns), _wide(mrpc_f1, models, named(mrpc_f1, 1), [f1_column.name])],
             axis=1,
         )
         if "MRPC" not in tasks:
-            table = table.drop(columns=f1_column)
+            table = table.drop(columns=f1_column.name)
         # DeCLUTR's rule: MRPC counts once, as the mean of its accuracy and F1.
         per_task = table[columns].copy()
         if "MRPC" in tasks:
-            per_task[f"MRPC {protocol}"] = (table[f"MRPC {protocol}"] + table[f1_column]) / 2
+            per_task[accuracy_column.name] = (table[accuracy_column.name] + table[f1_column.name]) / 2
         table[avg_transfer(protocol)] = _mean_of_all(per_task, columns)
         parts.append(table)
     return (pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)), typed
 
 
-def _paper_averages(similarity: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
-    """The papers' averages (PAPER_AVERAGES) on a table with senteval transfer columns, each missing unless a row has
-    all of its columns; MRPC, where DeCLUTR's counts it once, as the mean of its senteval accuracy and F1."""
+def _paper_averages(similarity: pd.DataFrame, transfer: pd.DataFrame, typed: dict[str, Column]) -> pd.DataFrame:
+    """The papers' averages (PAPER_AVERAGES) on a table with transfer columns of the papers' classifier (SentEval's
+    PyTorch one), each missing unless a row has all of its columns; MRPC, where DeCLUTR's counts it once, as the mean
+    of its accuracy and F1 under that classifier. `typed`: the transfer columns (_transfer's)."""
+    papers = TRANSFER_CLASSIFIERS[0]
     parts = pd.concat([similarity, transfer], axis=1)
-    if {"MRPC senteval", "MRPC F1 senteval"} <= set(parts.columns):
-        parts[f"{MRPC_BOTH} senteval"] = (parts["MRPC senteval"] + parts["MRPC F1 senteval"]) / 2
+    accuracy, f1, both = (c.name for c in transfer_columns("MRPC", papers))
+    if {accuracy, f1} <= set(parts.columns):
+        parts[both] = (parts[accuracy] + parts[f1]) / 2
     out = pd.DataFrame(index=parts.index)
-    if any(c.endswith(" senteval") for c in transfer.columns):
+    if any(c in typed and typed[c].protocol == papers for c in transfer.columns):
         for name, columns in PAPER_AVERAGES.items():
             out[name] = _mean_of_all(parts, columns)
     return out
@@ -212,9 +218,13 @@ def _kind_columns(columns) -> list[str]:
 
 
 def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
-    rows = scores[(scores["task"] == "STSB") & (scores["split"] == LEADERBOARD_SPLIT) & scores["metric"].isin(ANALYSIS)]
-    present = [m for m in ANALYSIS if m in set(rows["metric"])]
-    return _wide(rows, models, rows["metric"], present, scale=1).round(3)
+    """The analysis kind's columns (pipeline.evaluate.analysis), each its metric's value on the described task's test
+    split, unscaled."""
+    declared = {c.metric: c for c in SPACE.task_columns(DESCRIBED_TASK)}
+    test = scores[(scores["task"] == DESCRIBED_TASK) & (scores["split"] == LEADERBOARD_SPLIT)]
+    rows = test[test["metric"].isin(list(declared))]
+    present = [c.name for metric, c in declared.items() if metric in set(rows["metric"])]
+    return _wide(rows, models, rows["metric"].map(lambda m: declared[m].name), present, scale=1).round(3)
 
 
 def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
@@ -254,7 +264,8 @@ def leaderboard(
     (similarity, sts_typed), (transfer, transfer_typed) = _similarity(scores, models, tasks), _transfer(scores, models)
     kind_table, typed = _kinds(scores, models)
     typed = {**sts_typed, **transfer_typed, **typed}
-    extra = [similarity, transfer, _paper_averages(similarity, transfer), kind_table, _analysis(scores, models)]
+    extra = [similarity, transfer, _paper_averages(similarity, transfer, transfer_typed), kind_table]
+    extra += [_analysis(scores, models)]
     table = pd.concat([table, *(e.reset_index(drop=True) for e in extra)], axis=1)
     table = _described(table, scores, models)
     numeric = [c for c in table.columns if c not in (*meta, "model", *DESCRIBED, *ANALYSIS)]
