@@ -23,6 +23,7 @@ from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard.intervals import add_intervals
 from pipeline.leaderboard.table import leaderboard, to_markdown
+from pipeline.readers.sts import find_sts
 from pipeline.stage import run_stage
 from storage import read_table
 from tests.conftest import WORDS
@@ -382,7 +383,7 @@ def test_every_kind_is_found_beside_sts_pair_files_which_leave_the_kinds_files_a
     write_jsonl(tmp_path / "mine.jsonl", [{"sentence1": "kabar", "sentence2": "lodos", "score": s} for s in (1, 2)])
     found = [(t.kind, t.name) for t in kinds.find_all(tmp_path)]
     assert found == [("retrieval", "mini-beir"), ("clustering", "topics"), ("pairclass", "dupes"), ("reranking", "faq")]
-    assert [s.task for s in evaluate.find_sts(tmp_path)[0]] == ["mine"]
+    assert [s.task for s in find_sts(tmp_path)[0]] == ["mine"]
 
 
 def test_retrieval_columns_and_their_average_get_bootstrap_intervals_from_the_per_query_items():
