@@ -220,3 +220,17 @@ def test_rows_over_seeds_compare_every_seeds_documents():
     note = to_markdown(differ, [], "t")
     assert "a on 100 sentences of 9 documents + 200 sentences of 9 documents (xxxxxxxx + yyyyyyyy)" in note
     assert "b on 100 sentences of 9 documents + 200 sentences of 9 documents (xxxxxxxx + zzzzzzzz)" in note
+
+
+def test_a_row_over_seeds_says_each_seeds_selected_step():
+    ran = "batch 4, 1000 steps, cls pooling"
+    recipes = {seed: f"{ran}, selected at step {step} of 1000 by sts-dev" for seed, step in ((0, 1000), (1, 500))}
+    scores = pd.DataFrame(
+        [r for seed, recipe in recipes.items() for r in _scores(f"a (seed {seed})", "trained", 0.5, recipe)]
+        + [r for seed in (0, 1) for r in _scores(f"b (seed {seed})", "trained", 0.5, ran)]
+    )
+    table = leaderboard(scores).set_index("model")
+    assert table.at["a", "recipe"] == (
+        f"{ran}; per seed: 0: selected at step 1000 of 1000 by sts-dev / 1: selected at step 500 of 1000 by sts-dev"
+    )
+    assert table.at["b", "recipe"] == ran, "seeds that ran the same recipe keep it as it is"

@@ -286,7 +286,8 @@ def leaderboard(
 
 def _described(table: pd.DataFrame, scores: pd.DataFrame, models) -> pd.DataFrame:
     """The DESCRIBED columns the scores carry, per model; a row over several seeds is trained on each seed's
-    documents, so its seeds' models all carry every seed's (joined in seed order), which aggregate keeps."""
+    documents, so its seeds' models all carry every seed's (joined in seed order), and each seed's recipe where
+    they differ (seeds_recipe), which aggregate keeps."""
     for column in [c for c in DESCRIBED if c in scores.columns]:
         table[column] = scores.groupby("model", sort=False)[column].first().reindex(models).to_numpy()
     for members in groups(table["model"]).values():
@@ -295,7 +296,22 @@ def _described(table: pd.DataFrame, scores: pd.DataFrame, models) -> pd.DataFram
             values = table.set_index("model").loc[[m for _, m in members], column]
             # One seed's unknown leaves the row's unknown.
             table.loc[at, column] = " + ".join(dict.fromkeys(map(str, values))) if values.notna().all() else None
+        if "recipe" in table.columns:
+            recipes = table.set_index("model").loc[[m for _, m in members], "recipe"]
+            if recipes.notna().all():
+                table.loc[at, "recipe"] = seeds_recipe(list(recipes), [s for s, _ in members])
     return table
+
+
+def seeds_recipe(recipes: list[str], seeds: list[int]) -> str:
+    """One recipe for a row over seeds that says what each seed ran where they differ (dev selection picks each
+    seed's own step): the parts every seed shares, then "per seed:" and each seed's other parts."""
+    if len(set(recipes)) == 1:
+        return recipes[0]
+    parts = [r.split(", ") for r in recipes]
+    shared = [p for p in parts[0] if all(p in other for other in parts[1:])]
+    own = [", ".join(p for p in mine if p not in shared) or "-" for mine in parts]
+    return f"{', '.join(shared)}; per seed: " + " / ".join(f"{s}: {o}" for s, o in zip(seeds, own))
 
 
 def ranked(table: pd.DataFrame, column: str) -> pd.DataFrame:
