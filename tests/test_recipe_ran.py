@@ -1,6 +1,7 @@
 """A trained row's recipe states what ran (the steps taken, not max_steps; the pairs read and the documents they
 were drawn from; the dev-selected step), in the leaderboard and in the model card, and the leaderboard's notes name
-the compared rows that were trained on different documents, or on documents no manifest recorded."""
+the compared rows that were trained on different documents, or on documents no manifest recorded, or for different
+budgets."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from transformers import RobertaConfig
 
 from pipeline.evaluate.stage import trained_about
 from pipeline.leaderboard import stage as ranking
-from pipeline.leaderboard.table import DOCUMENTS, TRAINED_ON, leaderboard, to_markdown
+from pipeline.leaderboard.table import BUDGET, DOCUMENTS, TRAINED_ON, leaderboard, to_markdown
 from pipeline.model.transformer import ST_DIR
 from pipeline.stage import run_stage
 from pipeline.train import selection
@@ -234,3 +235,18 @@ def test_a_row_over_seeds_says_each_seeds_selected_step():
         f"{ran}; per seed: 0: selected at step 1000 of 1000 by sts-dev / 1: selected at step 500 of 1000 by sts-dev"
     )
     assert table.at["b", "recipe"] == ran, "seeds that ran the same recipe keep it as it is"
+
+
+def test_each_trained_row_says_its_budget_and_the_notes_name_rows_that_differ_in_it(built):
+    _, _, path = built
+    table = _table(path)
+    assert set(table.loc[["simcse", "tsdae", "declutr", "cert"], BUDGET]) == {f"{STEPS} steps of 4 pairs"}
+    assert pd.isna(table.at["untrained", BUDGET])
+    assert "Training budgets differ" not in Path(path, "leaderboard.md").read_text(), "every row ran the same"
+
+    budgets = {"a": "1000 steps of 16 pairs", "b": "1000 steps of 16 pairs", "sup": "27 steps of 16 pairs"}
+    rows = [{**r, BUDGET: b} for m, b in budgets.items() for r in _scores(m, "trained", 0.5, "r")]
+    markdown = to_markdown(leaderboard(pd.DataFrame(rows + _scores("untrained", "untrained", 0.2, None))), [], "t")
+    [note] = [n for n in markdown.split("\n\n") if n.startswith("Training budgets differ")]
+    assert "a, b 1000 steps of 16 pairs; sup 27 steps of 16 pairs" in note
+    assert "untrained" not in note and "| budget |" not in markdown

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from pipeline.leaderboard.table import ANALYSIS, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
+from pipeline.leaderboard.table import ANALYSIS, BUDGET, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
 from pipeline.model.transformer import ST_DIR
 from pipeline.train import devset
 from pipeline.train.card import drawn, ran_recipe, write_card
@@ -50,18 +50,25 @@ def restated(scores: pd.DataFrame, runs: dict[str, TrainedRun]) -> pd.DataFrame:
     """The leaderboard's scores with each trained row's recipe stating what ran (ran_recipe, and the dev-selected
     step where selection chose one; a post-processed row's recipe is its post-processing) and, in TRAINED_ON and
     DOCUMENTS, what its pairs were made from (missing for pairs made before their manifest recorded it, and for
-    rows not trained)."""
-    scores = scores.assign(**{TRAINED_ON: None, DOCUMENTS: None})
+    rows not trained) and in BUDGET how long it trained."""
+    scores = scores.assign(**{TRAINED_ON: None, DOCUMENTS: None, BUDGET: None})
     for model, (_, train, pairs, postprocessed) in runs.items():
         rows = scores["model"] == model
         if not rows.any():
             continue
         text, key = drawn(pairs) if pairs is not None else (None, None)
-        for column, value in ((TRAINED_ON, text), (DOCUMENTS, key)):
+        for column, value in ((TRAINED_ON, text), (DOCUMENTS, key), (BUDGET, _budget(train))):
             scores.loc[rows, column] = value
         if not postprocessed and "recipe" in scores.columns and pd.notna(said := scores.loc[rows, "recipe"].iloc[0]):
             scores.loc[rows, "recipe"] = _row_recipe(said, train, pairs)
     return scores
+
+
+def _budget(train: dict) -> str | None:
+    settings = train["config"]["train"]
+    if train.get("steps") is None:
+        return None
+    return f"{train['steps']} steps of {settings['batch_size'] * settings.get('grad_accumulation', 1)} pairs"
 
 
 def _row_recipe(recipe: str, train: dict, pairs: dict | None) -> str:

@@ -74,7 +74,10 @@ DATA = "data"  # the cumulative table's: the evaluation data's hash, by which it
 # the documents drawn, which tells rows trained on different documents apart. In the CSV and Parquet; the
 # Markdown says them in a note.
 TRAINED_ON, DOCUMENTS = "trained on", "documents digest"
-DESCRIBED = ("recipe", TRAINED_ON, DOCUMENTS)  # text columns: a row's first model's (a row over seeds: see _described)
+# A trained row's own training budget: "1000 steps of 16 pairs" (steps taken, pairs a step), said in a note where
+# compared rows differ in it. A row continued from another (its recipe's "from <row>") trained that one's first.
+BUDGET = "budget"
+DESCRIBED = ("recipe", TRAINED_ON, DOCUMENTS, BUDGET)  # text: a row's first model's (a row over seeds: _described)
 
 
 def _test(scores: pd.DataFrame) -> pd.DataFrame:
@@ -292,7 +295,7 @@ def _described(table: pd.DataFrame, scores: pd.DataFrame, models) -> pd.DataFram
         table[column] = scores.groupby("model", sort=False)[column].first().reindex(models).to_numpy()
     for members in groups(table["model"]).values():
         at = table["model"].isin([m for _, m in members])
-        for column in [c for c in (TRAINED_ON, DOCUMENTS) if c in table.columns]:
+        for column in [c for c in (TRAINED_ON, DOCUMENTS, BUDGET) if c in table.columns]:
             values = table.set_index("model").loc[[m for _, m in members], column]
             # One seed's unknown leaves the row's unknown.
             table.loc[at, column] = " + ".join(dict.fromkeys(map(str, values))) if values.notna().all() else None
@@ -442,6 +445,31 @@ def _data_notes(table: pd.DataFrame) -> list[str]:
     ]
 
 
+def _budget_notes(table: pd.DataFrame) -> list[str]:
+    """Which trained rows trained how long, where the rows a table compares differ in it: a difference between
+    them compares their budgets too (supervised SimCSE's pairs run out long before max_steps, for one)."""
+    if BUDGET not in table.columns or "kind" not in table.columns:
+        return []
+    clauses = []
+    for index in _sections(table):
+        rows = table.iloc[index]
+        trained = rows[(rows["kind"] == "trained") & rows[BUDGET].notna()]
+        if trained[BUDGET].nunique() > 1:
+            said = [
+                f"{', '.join(map(_escaped, group['model']))} {budget}"
+                for budget, group in trained.groupby(BUDGET, sort=False)
+            ]
+            data = f"on data {str(rows[DATA].iat[0])[:8]}: " if DATA in table.columns else ""
+            clauses.append(data + "; ".join(said))
+    if not clauses:
+        return []
+    return [
+        "Training budgets differ between compared rows: " + "; ".join(clauses) + ". Differences between them "
+        "also compare how long each trained (its own steps taken and pairs a step; a row continued from another, "
+        '"from <row>" in its recipe, trained that row\'s first; column "budget" in the CSV).'
+    ]
+
+
 def _trained_on(rows: pd.DataFrame) -> str | None:
     """ "simcse, tsdae on 20,000 sentences of 96 documents (1a2b3c4d); declutr on 275 documents (5e6f7a8b)" for one
     section's trained rows, or None when they are fewer than two or were all trained on the same documents."""
@@ -542,6 +570,7 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
             "a task's main metric on its dev split), not the last."
         )
     notes += _data_notes(table)
+    notes += _budget_notes(table)
     notes += readout_notes(table, compare_to)
     notes += _interval_notes(table, compare_to)
     if DATA in columns:
@@ -561,7 +590,7 @@ def to_markdown(
 ) -> str:
     """GitHub-flavoured Markdown: missing scores as "—", intervals inside their score's cell, then notes on every
     column's protocol."""
-    derived = _derived(table.columns) | {TRAINED_ON, DOCUMENTS}  # said in _data_notes
+    derived = _derived(table.columns) | {TRAINED_ON, DOCUMENTS, BUDGET}  # said in the notes
     columns = [c for c in table.columns if c not in derived]
     text = ("model", DATA, SEEDS, "kind", "objective", "corpus", READOUT, "recipe")
     lines = [
