@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 # 5: a difference over seeds counts their variance with the items'; marks after Holm's correction; p, p adjusted.
 # 5 also: a trained row's recipe states what ran (steps taken, pairs read, documents drawn); a note names
 # compared rows trained on different documents.
-# 6: a row over seeds says each seed's recipe where they differ (each seed's dev-selected step).
+# 6: a row over seeds says each seed's recipe where they differ (each seed's dev-selected step); a budget column
+# and a note naming compared rows trained for different budgets.
 VERSION = "6"
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
