@@ -11,11 +11,9 @@ from typing import Any
 
 from pipeline import registry
 from pipeline.config import Config, load_config
-from pipeline.config_base import unusable_name
 from pipeline.errors import ConfigError, InputError
+from pipeline.evaluate import given
 from pipeline.evaluate.data import local_eval_data
-from pipeline.evaluate.given import row_name
-from pipeline.locate import is_hub_name
 from storage import DatasetError, check_writable
 
 # Bad input (a file, a row, a key) and a damaged or unreadable dataset: phrased for the user, one line says it
@@ -96,23 +94,11 @@ def _local_files_exist(data: str | dict[str, str] | None) -> None:
             raise ConfigError(f"evaluate.data: {path}: no such file or directory")
 
 
-def model_rows(models: list[str]) -> list[str]:
-    """`cpipe evaluate --model`'s rows, as pipeline.evaluate.stage.user_models names them: a hub name (org/name,
-    which MTEB's folder spells org__name), or the directory's name (a run's train dataset: its run's), which names
-    its folder of MTEB results and so must be one path component."""
-    names = []
-    for model in models:
-        names.append(row_name(model))
-        if not is_hub_name(model) and (why := unusable_name(names[-1])):
-            raise InputError(f"--model: the directory name {names[-1]!r} names its row, and is no usable name: {why}")
-    return names
-
-
 def _rows(cfg: Config, models: list[str] | None, whole: bool) -> list[str] | None:
     """The leaderboard's rows as far as they are known before any work: the given models', or a whole run's (the
     config's); None for the evaluate flow alone, which may be given models or not."""
     if models:
-        return model_rows(models)
+        return list(given.rows(models))
     return list(cfg.rows()) if whole else None
 
 

@@ -113,7 +113,6 @@ def test_inspect_lists_stages_in_the_runs_order_and_prints_whole_paths_off_a_ter
 def test_evaluate_model_names_a_runs_train_dataset_by_its_run_and_says_its_objective(evaluate_setup, tmp_path):
     """A train dataset (a tiny export under train/<fp>, its manifest holding the run's settings) that the
     pipeline's evaluate stage scored as the run "declutr-small" (the real stage), then given to --model."""
-    from pipeline.preflight import model_rows
     from storage import DatasetWriter
     from tests.helpers import tiny_model
 
@@ -126,7 +125,6 @@ def test_evaluate_model_names_a_runs_train_dataset_by_its_run_and_says_its_objec
     )
     run_stage(evaluate.STAGE, evaluate.config(cfg, row), row.inputs, art)
     assert evaluate.user_models([out.path]) == {"model/declutr-small": out.path}
-    assert model_rows([out.path]) == ["declutr-small"]  # the pre-flight's names, the same
     about = evaluate.model_row("declutr-small", out.path).about
     assert (about["objective"], about["corpus"]) == ("declutr", "sotu")
     # never scored by its run: the fingerprint names it, the manifest says its objective

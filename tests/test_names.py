@@ -85,6 +85,18 @@ def test_a_model_directory_whose_name_is_no_path_component_is_refused_before_any
     )
 
 
+def test_two_models_of_one_row_name_are_refused_before_any_work(tmp_path):
+    for parent in ("a", "b"):
+        (tmp_path / parent / "encoder").mkdir(parents=True)
+    one_line(
+        r"two --model share the row name 'encoder'; rename one of the directories",
+        configured,
+        first="evaluate",
+        models=[str(tmp_path / "a" / "encoder"), str(tmp_path / "b" / "encoder")],
+        error=InputError,
+    )
+
+
 # --- a run named as another's repeat, two rows of one name -----------------------------------------------------
 
 

@@ -8,8 +8,28 @@ from __future__ import annotations
 
 import os
 
+from pipeline.config_base import unusable_name
+from pipeline.errors import InputError
 from pipeline.locate import is_hub_name
 from storage import DatasetError, complete, dataset_parts, list_datasets, read_manifest
+
+
+def rows(models: list[str]) -> dict[str, str]:
+    """{row name: hub name or absolute directory} of `cpipe evaluate --model`'s models, in order. A directory's
+    name names its MTEB results' folder, so it must be one usable path component; two models may not share a
+    name."""
+    named = {}
+    for model in models:
+        name = row_name(model)
+        if not is_hub_name(model) and (why := unusable_name(name)):
+            raise InputError(f"--model: the directory name {name!r} names its row, and is no usable name: {why}")
+        if name in named:
+            raise InputError(
+                f"two --model share the row name {name!r}; rename one of the directories (a run's "
+                "train dataset is named by its run)"
+            )
+        named[name] = model if is_hub_name(model) else os.path.abspath(model)
+    return named
 
 
 def row_name(model: str) -> str:

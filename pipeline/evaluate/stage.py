@@ -34,7 +34,7 @@ from pipeline.baselines import use
 from pipeline.baselines.fasttext.stage import vectors_label
 from pipeline.baselines.infersent import stage as infersent_stage
 from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import ConfigError
 from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.progress import Progress
@@ -174,18 +174,10 @@ def model_row(name: str, path: str, pooling: str | None = None) -> Row:
 
 
 def user_models(models: list[str]) -> dict[str, str]:
-    """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...`: each row named by its
-    directory's name, or by its hub name, or a run's train dataset by its run's name (given.row_name). Before
-    any work, each is a model directory, or a hub model downloaded into the hub's cache (pipeline.locate)."""
+    """`model/<row name>` -> directory or hub name, for `cpipe evaluate --model ...` (given.rows names them).
+    Before any work, each is a model directory, or a hub model downloaded into the hub's cache (pipeline.locate)."""
     check_models(models)
-    named = [(given.row_name(m), m if is_hub_name(m) else os.path.abspath(m)) for m in models]
-    names = [name for name, _ in named]
-    if dupes := sorted({n for n in names if names.count(n) > 1}):
-        raise InputError(
-            f"two --model share the row name {dupes[0]!r}; rename one of the directories (a run's "
-            "train dataset is named by its run)"
-        )
-    return {f"model/{name}": path for name, path in named}
+    return {f"model/{name}": path for name, path in given.rows(models).items()}
 
 
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, Row]:
