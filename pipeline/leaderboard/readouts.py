@@ -10,6 +10,8 @@ compared cell of the table (one family), as add_intervals decides them over one 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -28,26 +30,23 @@ from pipeline.leaderboard.intervals import (
     add_intervals,
     adjust,
 )
-from storage import dataset_parts, dataset_path, read_manifest
+from storage import read_manifest
+
+if TYPE_CHECKING:
+    from pipeline.leaderboard.cards import TrainedRun
 
 READOUT = "readout"  # the leaderboard's (and its scores') column: each row's readout
-TRAIN = "train"  # the train stage's datasets, whose config holds a run's pooling and keep_head
 
 
-def of_evaluated(path: str) -> str | None:
-    """The readout of the encoder an evaluate dataset scored, from its manifest (and its run's, for a trained
-    model): its spec, as pipeline.evaluate.stage built it."""
-    manifest = read_manifest(path)
-    spec, training = manifest["config"].get("spec") or {}, None
-    if spec.get("kind") == "trained" and "model" in manifest.get("inputs", {}):
-        trained = read_manifest(dataset_path(dataset_parts(path)[0], TRAIN, manifest["inputs"]["model"]))
-        training = trained["config"].get("train")
-    return readouts.of_spec(spec, training)
-
-
-def with_readouts(scores: pd.DataFrame, paths: list[str]) -> pd.DataFrame:
-    """The scores with each row's readout (column READOUT), read from the evaluate datasets they came from."""
-    found = {read_manifest(p)["config"].get("model"): of_evaluated(p) for p in paths}
+def with_readouts(scores: pd.DataFrame, paths: list[str], runs: dict[str, TrainedRun]) -> pd.DataFrame:
+    """The scores with each row's readout (column READOUT): the spec its evaluate dataset (in `paths`) scored, as
+    pipeline.evaluate.stage built it, and for a trained row its run's pooling and head (`runs`: trained_runs)."""
+    found = {}
+    for path in paths:
+        config = read_manifest(path)["config"]
+        model = config.get("model")
+        training = runs[model].train["config"].get("train") if model in runs else None
+        found[model] = readouts.of_spec(config.get("spec") or {}, training)
     return scores.assign(**{READOUT: scores["model"].map(found)})
 
 
