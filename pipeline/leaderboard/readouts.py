@@ -10,8 +10,6 @@ compared cell of the table (one family), as add_intervals decides them over one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
@@ -32,21 +30,18 @@ from pipeline.leaderboard.intervals import (
 )
 from storage import read_manifest
 
-if TYPE_CHECKING:
-    from pipeline.leaderboard.cards import TrainedRun
-
 READOUT = "readout"  # the leaderboard's (and its scores') column: each row's readout
 
 
-def with_readouts(scores: pd.DataFrame, paths: list[str], runs: dict[str, TrainedRun]) -> pd.DataFrame:
+def with_readouts(scores: pd.DataFrame, paths: list[str], trained: dict[str, dict]) -> pd.DataFrame:
     """The scores with each row's readout (column READOUT): the spec its evaluate dataset (in `paths`) scored, as
-    pipeline.evaluate.stage built it, and for a trained row its run's pooling and head (`runs`: trained_runs)."""
+    pipeline.evaluate.stage built it, and for a trained row its run's pooling and head (`trained`: row -> its train
+    settings, a train manifest's config["train"])."""
     found = {}
     for path in paths:
         config = read_manifest(path)["config"]
         model = config.get("model")
-        training = runs[model].train["config"].get("train") if model in runs else None
-        found[model] = readouts.of_spec(config.get("spec") or {}, training)
+        found[model] = readouts.of_spec(config.get("spec") or {}, trained.get(model))
     return scores.assign(**{READOUT: scores["model"].map(found)})
 
 

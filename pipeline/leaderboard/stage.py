@@ -104,7 +104,8 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     paths = [inputs[k] for k in sorted(inputs)]
     runs = trained_runs(inputs, train.STAGE.name, augment.STAGE.name)
     scores = restated(load_scores(paths), runs)  # what each trained row ran, from its train and pairs manifests
-    scores = with_readouts(scores, paths, runs)  # kept with the scores: the cumulative table compares by them too
+    settings = {row: run.train["config"].get("train") for row, run in runs.items()}
+    scores = with_readouts(scores, paths, settings)  # kept with the scores: the cumulative table compares by them too
     compare_to = reference(config, scores["model"])
     table = leaderboard(scores, rank_by=config.get("rank_by"), items=load_items(paths), compare_to=compare_to)
     rank_by = rank_column(table, config.get("rank_by"))
