@@ -36,7 +36,7 @@ kind (each optional; the defaults are a file kind's):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,9 @@ class Mteb:
     metrics: Mapping[str, str]
     # The protocol whose rows are MTEB's for a task (STS's differ by task); None: the kind's own.
     protocol: Callable[[str], str] | None = None
+    # Our tasks that MTEB names otherwise: MTEB's name and its test split's size (a file of another size is not
+    # MTEB's task, and keeps our name).
+    names: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def protocol_of(self, kind: str, task: str) -> str:
         return self.protocol(task) if self.protocol is not None else kind

@@ -39,24 +39,21 @@ from collections import defaultdict
 
 from pipeline.config_base import unusable_name
 from pipeline.errors import InputError
-from pipeline.evaluate import kinds
-from pipeline.readers.names import SICK_TASK, SIMILARITY_TASKS
+from pipeline.evaluate import kind, kinds
+from pipeline.readers.names import SIMILARITY_TASKS
 from storage import put_file, read_manifest, read_table
 
 
-def _mteb(task: str, protocols: set[str]) -> tuple[str | None, dict[str, str]]:
-    """The protocol whose rows are MTEB's for `task`, and MTEB's names of its metrics (the first is the main score):
-    the first kind declaring MTEB's files (Kind.mteb) whose protocol for the task the task's rows have (STS-B's
-    analysis rows are "simcse" too, under other metrics: STS-B's are its "cosine" rows)."""
+def _mteb(task: str, protocols: set[str]) -> tuple[str | None, kind.Mteb | None]:
+    """The protocol whose rows are MTEB's for `task`, and how MTEB names its results: the first kind declaring MTEB's
+    files (Kind.mteb) whose protocol for the task the task's rows have (STS-B's analysis rows are "simcse" too, under
+    other metrics: STS-B's are its "cosine" rows)."""
     for k in kinds.every_kind():
         if k.mteb is not None and (protocol := k.mteb.protocol_of(k.name, task)) in protocols:
-            return protocol, dict(k.mteb.metrics)
-    return None, {}
+            return protocol, k.mteb
+    return None, None
 
 
-# SentEval's tasks that MTEB names otherwise: MTEB's name and the pairs of its test split (STS12-16 are named
-# alike, with the same test pairs: 3,108, 1,500, 3,750, 3,000 and 1,186).
-MTEB_NAMES = {"STSB": ("STSBenchmark", 1379), SICK_TASK: ("SICK-R", 9927)}
 MTEB_LANGUAGES = ["eng-Latn"]
 SUBSET, DECIMALS = "default", 6
 META = "model_meta.json"
@@ -64,9 +61,9 @@ DEFAULT_DIR = "mteb-results"  # under the artifacts directory, when evaluate.res
 log = logging.getLogger("cpipe")
 
 
-def task_name(task: str, test_pairs: int | None) -> str:
-    mteb = MTEB_NAMES.get(task)
-    return mteb[0] if mteb is not None and mteb[1] == test_pairs else task
+def task_name(task: str, test_pairs: int | None, mteb: kind.Mteb) -> str:
+    named = mteb.names.get(task)
+    return named[0] if named is not None and named[1] == test_pairs else task
 
 
 def task_results(
@@ -80,12 +77,13 @@ def task_results(
             by_task[r["task"]].append(r)
     out = {}
     for task, task_rows in by_task.items():
-        protocol, names = _mteb(task, {r["protocol"] for r in task_rows})
+        protocol, mteb = _mteb(task, {r["protocol"] for r in task_rows})
+        names = dict(mteb.metrics) if mteb is not None else {}
         scored = [r for r in task_rows if r["protocol"] == protocol and r["metric"] in names]
         if not scored:
             continue
         test = next((r["n"] for r in scored if r["split"] == "test"), None)
-        name = task_name(task, test)
+        name = task_name(task, test, mteb)
         main = next(iter(names.values()))
         splits: dict[str, dict] = defaultdict(dict)
         for r in _reported(scored):

@@ -32,7 +32,14 @@ from pipeline.evaluate import relatedness
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.kind import Kind, Mteb, Task
-from pipeline.readers.names import PAIR_PROTOCOL, RELATEDNESS_TASKS, SIMILARITY_PROTOCOLS, STS_TASKS, STS_YEARS
+from pipeline.readers.names import (
+    PAIR_PROTOCOL,
+    RELATEDNESS_TASKS,
+    SICK_TASK,
+    SIMILARITY_PROTOCOLS,
+    STS_TASKS,
+    STS_YEARS,
+)
 from pipeline.readers.sts import LEADERBOARD_SPLIT, SCORED_SPLITS, SPLITS, StsSubset, data_hash, find_sts
 
 # SentEval's default params.batch_size: how many pairs its batcher embeds at a time.
@@ -257,7 +264,13 @@ KIND = Kind(
     texts=texts,
     statistic="spearman",
     columns=columns,
-    mteb=Mteb("STS", {"spearman": "cosine_spearman", "pearson": "cosine_pearson"}, protocol=mteb_protocol),
+    # STS12-16 are MTEB's names, with the same test pairs (3,108, 1,500, 3,750, 3,000 and 1,186).
+    mteb=Mteb(
+        "STS",
+        {"spearman": "cosine_spearman", "pearson": "cosine_pearson"},
+        protocol=mteb_protocol,
+        names={"STSB": ("STSBenchmark", 1379), SICK_TASK: ("SICK-R", 9927)},
+    ),
     search=search,
     fingerprint=fingerprint,
 )
