@@ -1,5 +1,5 @@
 """Decontamination finds evaluation text as people write it (issue 38, item 5): SentEval's pre-tokenized STS
-sentences (" ." endings, "do n't", "it ' s"), WikiText's raw spacing ("well @-@ known", "1 @,@ 250") and running
+sentences (" ." endings, "don ' t", "it ' s"), WikiText's raw spacing ("well @-@ known", "1 @,@ 250") and running
 text (punctuation glued, typographic apostrophes, either contraction spelling) all match each other, anywhere in a
 document; "do not" is not "don't". The documents, the evaluation file and which documents go are written out here."""
 
@@ -14,7 +14,7 @@ from tests.test_decontaminate import FILLER, build, filtered
 
 # SentEval's STS files: tokenized, a space before the final full stop and inside contractions.
 GIRL = "a girl is styling her hair with a brush ."  # 9 words: looked up whole
-DOG = "the dog does n't want to go outside in the rain ."  # 11 words with "n't" split off: whole
+DOG = "the dog doesn ' t want to go outside in the rain ."  # as STS-B writes it; 11 words, "n't" split off: whole
 SUNNY = "it ' s a sunny day in the little village by the sea ."  # whole
 SINGER = "A well-known singer performed 1,250 songs at the concert on Friday night ."  # whole
 ROWS = [
@@ -58,6 +58,10 @@ def test_evaluation_text_is_dropped_however_it_was_written_and_clean_text_is_kep
     "a, b",
     [
         ("don't", "do n't"),
+        ("don't", "don ' t"),
+        ("do n't", "don ' t"),
+        ("can't", "can ' t"),
+        ("Won\u2019t", "won ' t"),
         ("Don\u2019t", "do n't"),
         ("it's", "it ' s"),
         ("It\u2019s", "it 's"),
@@ -93,3 +97,25 @@ def test_mask_cuts_a_contracted_quote_from_its_first_piece_to_its_last():
     first, last = 1, len(word_lists(pa.array(["Then the dog doesn't want to go outside in the rain!"]))[0]) - 1
     hits = [(last - first + 1, first, 0)]
     assert masked(text, hits) == ("Then   Fine.", last - first + 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Then the dog doesn ' t want to go outside in the rain ! Fine .",
+        "you don ' t have to know , don't you ? do n't",
+        "don 't x don' t y can ' t z",
+        "Don ' t",
+        "' t n ' n ' t",
+        "the queen ' the it ' s we ' re",
+    ],
+)
+def test_every_word_has_its_piece_however_the_contractions_are_spaced(text):
+    assert len(word_spans(text)) == len(word_lists(pa.array([text]))[0])
+
+
+def test_mask_cuts_a_spaced_contraction_whole():
+    text = "Then the dog doesn ' t want to go outside in the rain ! Fine ."
+    words = word_lists(pa.array([text]))[0].as_py()
+    first, last = words.index("the"), words.index("rain")  # "doesn ' t" is three pieces and three words
+    assert masked(text, [(last - first + 1, first, 0)]) == ("Then   ! Fine .", last - first + 1)  # MASK is " "

@@ -80,12 +80,38 @@ def masked(text: str, hits: list[Hit]) -> tuple[str, int]:
 def word_spans(text: str) -> list[tuple[int, int]]:
     """Each word's (start, end) in `text`: the white-space-separated piece it comes from once simplified
     (word_lists), once per word the piece gives ("don't" is 3), so the i-th span is the i-th word's piece.
-    Simplification only splits a piece or empties it, never joins two, so the pieces' words are the text's."""
-    pieces = pc.utf8_split_whitespace(pa.array([text]))[0].values
-    words = pc.list_value_length(word_lists(pieces)).to_numpy(zero_copy_only=False)
+    Simplification splits a piece or empties it, and joins pieces only for a spaced contraction (SentEval's
+    "don ' t", three pieces, is "do n t"): pieces whose words together differ in number from theirs apart are one
+    group, spanning them all."""
+    pieces = pc.utf8_split_whitespace(pa.array([text]))[0].values.to_pylist()
     spans, at = [], 0
-    for piece, count in zip(pieces.to_pylist(), words.tolist()):
-        start = text.index(piece, at)
-        at = start + len(piece)
+    for group, count in _groups(pieces):
+        start = text.index(group[0], at)
+        for piece in group:
+            at = text.index(piece, at) + len(piece)
         spans += [(start, at)] * count
     return spans
+
+
+def _groups(pieces: list[str]) -> list[tuple[list[str], int]]:
+    """The pieces in groups that simplify apart (a piece alone, or the two or three a spaced contraction joins), each
+    with its number of words."""
+    n = len(pieces)
+    pairs = [f"{a} {b}" for a, b in zip(pieces, pieces[1:])]
+    triples = [f"{a} {b} {c}" for a, b, c in zip(pieces, pieces[1:], pieces[2:])]
+    counts = pc.list_value_length(word_lists(pa.array(pieces + pairs + triples, pa.string()))).to_numpy(
+        zero_copy_only=False
+    )
+    one, two, three = counts[:n], counts[n : n + len(pairs)], counts[n + len(pairs) :]
+    groups, i = [], 0
+    while i < n:
+        if i + 1 < n and two[i] != one[i] + one[i + 1]:
+            groups.append((pieces[i : i + 2], int(two[i])))
+            i += 2
+        elif i + 2 < n and three[i] != one[i] + one[i + 1] + one[i + 2]:
+            groups.append((pieces[i : i + 3], int(three[i])))
+            i += 3
+        else:
+            groups.append((pieces[i : i + 1], int(one[i])))
+            i += 1
+    return groups

@@ -2,8 +2,8 @@
 
 Text is compared as words, evaluation sentences and documents normalised alike (`simplified`) by Arrow's compute
 kernels, so that a sentence is found however either side was tokenised: Unicode NFKC, lower case, every apostrophe
-as ', contractions and possessives split as the Penn Treebank splits them ("don't" and "do n't" both "do n t",
-"it's" and "it ' s" both "it s"; "do not" stays itself), punctuation (everything but letters, digits and white
+as ', contractions and possessives split as the Penn Treebank splits them ("don't", "do n't" and SentEval's
+"don ' t" all "do n t", "it's" and "it ' s" both "it s"; "do not" stays itself), punctuation (everything but letters, digits and white
 space) a word break, as WikiText's "well @-@ known" is "well-known", a run of digits 0 (as datatrove's
 simplify_text), then split at white space with no empty words (a SentEval sentence's final " ." left one, and it
 was part of the sentence's key, found only at a document's very end). A word's hash
@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 
 # Typographic apostrophes and their stand-ins, made ' before NFKC (which makes ´ a space and an accent).
 APOSTROPHES = "[\u2019\u2018\u02bc\u2032`\u00b4]"
-# Split off before a contraction's apostrophe, never joining two words: a word of the text is one or more words of
-# its simplification, so that masking can map them back (match.word_spans).
-NOT = (r"(\pL)n't\b", r"\1 n't")
+# Split off before a contraction's apostrophe, however it is spaced: "don't", "do n't" and SentEval's "don ' t" are
+# all "do n't". The spaced one joins three white-space pieces, which masking groups back (match.word_spans).
+NOT = (r"(\pL)n\s*'\s*t\b", r"\1 n't")
 CLITIC = (r"\s*'\s*(s|re|ve|ll|d|m)\b", r" '\1")
 # White space is every character Arrow's utf8_split_whitespace splits at.
 PUNCTUATION = r"[^\pL\pN\pZ\s\x0b\x1c-\x1f\x{85}]+"
