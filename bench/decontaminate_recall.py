@@ -1,9 +1,9 @@
 """Decontamination's recall: how many evaluation sentences, pasted into a document as people write them, are found.
 
-Each STS sentence of the shared evaluation data with 8 or more words of letters or digits (so indexed whole or by
-13-grams) is put into a document four ways: as the evaluation file writes it (SentEval's tokenised text, " ." and
+Each sentence of the shared evaluation data (every task decontamination indexes) with 8 or more words once
+normalised (so indexed whole or by 13-grams) is put into a document four ways: as the evaluation file writes it (SentEval's tokenised text, " ." and
 "don ' t" included) at the document's end and inside it, as running text inside it (punctuation glued, "don't",
-"it's", a capital first letter, a comma after), and the same with typographic apostrophes. The share found of
+"it's", brackets and quotes as typed, a capital first letter, a comma after), and the same with typographic apostrophes. The share found of
 each, per task. Not a speed figure: run it on two checkouts to compare them (BENCHMARKS.md: before and after
 issue 38's normalisation).
 
@@ -17,18 +17,20 @@ import os
 import re
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.decontaminate.evalsets import eval_texts
 from pipeline.decontaminate.match import Matcher
-from pipeline.decontaminate.ngrams import Index
+from pipeline.decontaminate.ngrams import Index, word_lists
 
 FILLER = "Rain fell on the quiet harbour while gulls circled over fishing boats and nets. " * 3
-TASKS = ("STSB", "STS12")
 
 
 def running(sentence: str, apostrophe: str = "'") -> str:
     """A tokenised sentence as a person types it."""
-    text = re.sub(r"\s+([.,!?;:%)])", r"\1", sentence.strip())
+    text = re.sub(r"-lrb-\s*", "(", re.sub(r"\s*-rrb-", ")", sentence.strip()))  # SST's Treebank brackets
+    text = re.sub(r"``\s*|\s*''", '"', text)
+    text = re.sub(r"\s+([.,!?;:%)])", r"\1", text)
     text = re.sub(r"(\w)(?: n't|n ' t)\b", r"\1n't", text)  # the Treebank's "do n't", STS-B's "don ' t"
     text = re.sub(r"(\w) ?' ?(s|re|ve|ll|d|m)\b", r"\1'\2", text)
     text = text.replace("'", apostrophe).rstrip(".!? ")
@@ -37,14 +39,12 @@ def running(sentence: str, apostrophe: str = "'") -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument(
-        "--data", default=os.path.join(os.environ.get("CPIPE_SHARED_DATA", "../shared/data"), "eval/senteval")
-    )
+    p.add_argument("--data", default=os.path.join(os.environ.get("CPIPE_SHARED_DATA", "../shared/data"), "eval"))
     args = p.parse_args()
-    texts = eval_texts(args.data, False, [])
+    texts = eval_texts(args.data, True, [])  # every task's test (and dev) text, transfer tasks' too
     index = Index(n=13, min_words=8)
-    for task in TASKS:
-        index.add(task, texts[task])
+    for task, sentences in texts.items():
+        index.add(task, sentences)
     matcher = Matcher(index)
     ways = {
         "file's spelling, at the end": lambda s: FILLER + s,
@@ -53,8 +53,10 @@ def main() -> None:
         "running text, typographic": lambda s: FILLER + running(s, "\u2019") + " they wrote. " + FILLER,
     }
     print(f"{'task':6} {'sentences':>9}  " + "  ".join(f"{w:>28}" for w in ways))
-    for task in TASKS:
-        sentences = sorted({s for s in texts[task] if len(re.findall(r"\w+", s)) >= 8})
+    for task in texts:
+        unique = sorted(set(texts[task]))
+        lengths = pc.list_value_length(word_lists(pa.array(unique, pa.string()))).to_numpy(zero_copy_only=False)
+        sentences = [s for s, n in zip(unique, lengths) if n >= index.min_words]  # those the index looks for
         found = []
         for make in ways.values():
             hits = matcher.find(pa.array([make(s) for s in sentences], pa.string()))

@@ -67,6 +67,7 @@ def test_evaluation_text_is_dropped_however_it_was_written_and_clean_text_is_kep
         ("It\u2019s", "it 's"),
         ("we're", "we ' re"),
         ("a brush .", "a brush"),
+        ("the film (which is long) is", "the film -lrb- which is long -rrb- is"),
         ("a brush.", "a brush"),
         ("well-known", "well @-@ known"),
         ("1,250", "1 @,@ 250"),

@@ -3,7 +3,8 @@
 Text is compared as words, evaluation sentences and documents normalised alike (`simplified`) by Arrow's compute
 kernels, so that a sentence is found however either side was tokenised: Unicode NFKC, lower case, every apostrophe
 as ', contractions and possessives split as the Penn Treebank splits them ("don't", "do n't" and SentEval's
-"don ' t" all "do n t", "it's" and "it ' s" both "it s"; "do not" stays itself), punctuation (everything but letters, digits and white
+"don ' t" all "do n t", "it's" and "it ' s" both "it s"; "do not" stays itself), SST's Treebank brackets
+("-lrb-") and punctuation (everything but letters, digits and white
 space) a word break, as WikiText's "well @-@ known" is "well-known", a run of digits 0 (as datatrove's
 simplify_text), then split at white space with no empty words (a SentEval sentence's final " ." left one, and it
 was part of the sentence's key, found only at a document's very end). A word's hash
@@ -29,6 +30,8 @@ APOSTROPHES = "[\u2019\u2018\u02bc\u2032`\u00b4]"
 # all "do n't". The spaced one joins three white-space pieces, which masking groups back (match.word_spans).
 NOT = (r"(\pL)n\s*'\s*t\b", r"\1 n't")
 CLITIC = (r"\s*'\s*(s|re|ve|ll|d|m)\b", r" '\1")
+# The Penn Treebank's brackets as SST writes them ("-lrb- it -rrb-"): punctuation, as a typed "(" is.
+BRACKETS = (r"-[lr][rsc]b-", " ")
 # White space is every character Arrow's utf8_split_whitespace splits at.
 PUNCTUATION = r"[^\pL\pN\pZ\s\x0b\x1c-\x1f\x{85}]+"
 DIGITS = r"\p{Nd}+"
@@ -45,6 +48,7 @@ def power(j: int) -> np.uint64:
 def simplified(texts: pa.Array) -> pa.Array:
     texts = pc.utf8_lower(pc.utf8_normalize(pc.replace_substring_regex(texts, APOSTROPHES, "'"), "NFKC"))
     texts = pc.replace_substring_regex(pc.replace_substring_regex(texts, *NOT), *CLITIC)
+    texts = pc.replace_substring_regex(texts, *BRACKETS)
     return pc.replace_substring_regex(pc.replace_substring_regex(texts, PUNCTUATION, " "), DIGITS, "0")
 
 

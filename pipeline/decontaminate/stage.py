@@ -140,7 +140,8 @@ def _masked(table: pa.Table, hits: list, dirty: list[int], tokenizer_path: str, 
 
 # 2: both sides normalised as ngrams.simplified says (contractions, no empty words, digits): other matches.
 # 3: _dropped.parquet beside the shards, each dropped document with the tasks it held (the shards are unchanged).
-# 4: a spaced contraction (SentEval's "don ' t") is "do n't" too, as "don't" and "do n't" are: other matches.
+# 4: a spaced contraction (SentEval's "don ' t") is "do n't" too, as "don't" and "do n't" are, and SST's "-lrb-"
+# a bracket: other matches.
 STAGE = Stage(
     name="decontaminate",
     version="4",
