@@ -11,7 +11,7 @@ import pandas as pd
 from pipeline.leaderboard.table import ANALYSIS, BUDGET, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
 from pipeline.model.transformer import ST_DIR
 from pipeline.train import devset
-from pipeline.train.card import drawn, ran_recipe, write_card
+from pipeline.train.card import drawn, pairs_per_step, ran_recipe, write_card
 from storage import complete, dataset_parts, dataset_path, read_manifest
 
 
@@ -65,10 +65,9 @@ def restated(scores: pd.DataFrame, runs: dict[str, TrainedRun]) -> pd.DataFrame:
 
 
 def _budget(train: dict) -> str | None:
-    settings = train["config"]["train"]
     if train.get("steps") is None:
         return None
-    return f"{train['steps']} steps of {settings['batch_size'] * settings.get('grad_accumulation', 1)} pairs"
+    return f"{train['steps']} steps of {pairs_per_step(train['config']['train'])} pairs"
 
 
 def _row_recipe(recipe: str, train: dict, pairs: dict | None) -> str:

@@ -294,15 +294,14 @@ def _described(table: pd.DataFrame, scores: pd.DataFrame, models) -> pd.DataFram
     for column in [c for c in DESCRIBED if c in scores.columns]:
         table[column] = scores.groupby("model", sort=False)[column].first().reindex(models).to_numpy()
     for members in groups(table["model"]).values():
-        at = table["model"].isin([m for _, m in members])
+        models = [m for _, m in members]
+        at, described = table["model"].isin(models), table.set_index("model").loc[models]
         for column in [c for c in (TRAINED_ON, DOCUMENTS, BUDGET) if c in table.columns]:
-            values = table.set_index("model").loc[[m for _, m in members], column]
+            values = described[column]
             # One seed's unknown leaves the row's unknown.
             table.loc[at, column] = " + ".join(dict.fromkeys(map(str, values))) if values.notna().all() else None
-        if "recipe" in table.columns:
-            recipes = table.set_index("model").loc[[m for _, m in members], "recipe"]
-            if recipes.notna().all():
-                table.loc[at, "recipe"] = seeds_recipe(list(recipes), [s for s, _ in members])
+        if "recipe" in table.columns and described["recipe"].notna().all():
+            table.loc[at, "recipe"] = seeds_recipe(list(described["recipe"]), [s for s, _ in members])
     return table
 
 
@@ -425,49 +424,47 @@ def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
 
 
 def _data_notes(table: pd.DataFrame) -> list[str]:
-    """Which trained rows were trained on which documents, where the rows a table compares (each data section's
-    with each other, and so with its reference row) differ in them or some have no record of them: a difference
-    between such rows compares their training data too, not only their objectives."""
-    if DOCUMENTS not in table.columns or "kind" not in table.columns:
+    """Which trained rows were trained on which documents, and for how long, where the rows a table compares (each
+    data section's with each other, and so with its reference row) differ in them or some have no record of the
+    documents: a difference between such rows compares their training data or budget too, not only their
+    objectives."""
+    if "kind" not in table.columns:
         return []
+    notes = []
+    if DOCUMENTS in table.columns and (clauses := _section_clauses(table, _trained_on)):
+        notes.append(
+            "Training data differs between compared rows: " + "; ".join(clauses) + ". Differences between them "
+            "also compare their data, not only their objectives and recipes (the recipe says how many pairs each "
+            'run read of which; column "documents digest" in the CSV, from each pairs dataset\'s manifest).'
+        )
+    if BUDGET in table.columns and (clauses := _section_clauses(table, _budgets)):
+        notes.append(
+            "Training budgets differ between compared rows: " + "; ".join(clauses) + ". Differences between them "
+            "also compare how long each trained (its own steps taken and pairs a step; a row continued from "
+            'another, "from <row>" in its recipe, trained that row\'s first; column "budget" in the CSV).'
+        )
+    return notes
+
+
+def _section_clauses(table: pd.DataFrame, said_of: Callable[[pd.DataFrame], str | None]) -> list[str]:
+    """What `said_of` says of each data section's rows, each named by its data where the table has several."""
     sections = _sections(table)
-    clauses = [
+    return [
         f"on data {str(table[DATA].iat[index[0]])[:8]}: {said}" if len(sections) > 1 else said
         for index in sections
-        if (said := _trained_on(table.iloc[index]))
-    ]
-    if not clauses:
-        return []
-    return [
-        "Training data differs between compared rows: " + "; ".join(clauses) + ". Differences between them also "
-        "compare their data, not only their objectives and recipes (the recipe says how many pairs each run "
-        'read of which; column "documents digest" in the CSV, from each pairs dataset\'s manifest).'
+        if (said := said_of(table.iloc[index]))
     ]
 
 
-def _budget_notes(table: pd.DataFrame) -> list[str]:
-    """Which trained rows trained how long, where the rows a table compares differ in it: a difference between
-    them compares their budgets too (supervised SimCSE's pairs run out long before max_steps, for one)."""
-    if BUDGET not in table.columns or "kind" not in table.columns:
-        return []
-    clauses = []
-    for index in _sections(table):
-        rows = table.iloc[index]
-        trained = rows[(rows["kind"] == "trained") & rows[BUDGET].notna()]
-        if trained[BUDGET].nunique() > 1:
-            said = [
-                f"{', '.join(map(_escaped, group['model']))} {budget}"
-                for budget, group in trained.groupby(BUDGET, sort=False)
-            ]
-            data = f"on data {str(rows[DATA].iat[0])[:8]}: " if DATA in table.columns else ""
-            clauses.append(data + "; ".join(said))
-    if not clauses:
-        return []
-    return [
-        "Training budgets differ between compared rows: " + "; ".join(clauses) + ". Differences between them "
-        "also compare how long each trained (its own steps taken and pairs a step; a row continued from another, "
-        '"from <row>" in its recipe, trained that row\'s first; column "budget" in the CSV).'
-    ]
+def _budgets(rows: pd.DataFrame) -> str | None:
+    """ "declutr, mlm 1000 steps of 16 pairs; simcse-sup 27 steps of 16 pairs" for one section's trained rows, or
+    None when those with a known budget all share it."""
+    trained = rows[(rows["kind"] == "trained") & rows[BUDGET].notna()]
+    if trained[BUDGET].nunique() < 2:
+        return None
+    return "; ".join(
+        f"{', '.join(map(_escaped, group['model']))} {budget}" for budget, group in trained.groupby(BUDGET, sort=False)
+    )
 
 
 def _trained_on(rows: pd.DataFrame) -> str | None:
@@ -570,7 +567,6 @@ def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_
             "a task's main metric on its dev split), not the last."
         )
     notes += _data_notes(table)
-    notes += _budget_notes(table)
     notes += readout_notes(table, compare_to)
     notes += _interval_notes(table, compare_to)
     if DATA in columns:

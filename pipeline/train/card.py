@@ -86,9 +86,14 @@ def ran(train: dict, steps: int, pairs: dict | None) -> str:
     text = f"{steps} steps" + (f" (max_steps {ceiling})" if ceiling and steps < ceiling else "")
     if pairs is None or pairs.get("rows") is None:
         return text
-    used = min(steps * train["batch_size"] * train.get("grad_accumulation", 1), pairs["rows"])
+    used = min(steps * pairs_per_step(train), pairs["rows"])
     source = drawn(pairs)[0]
     return f"{text} on {used:,} of {pairs['rows']:,} pairs" + (f" from {source}" if source else "")
+
+
+def pairs_per_step(train: dict) -> int:
+    """How many pairs a step of the run with settings `train` reads: batch_size x grad_accumulation."""
+    return train["batch_size"] * train.get("grad_accumulation", 1)
 
 
 def drawn(pairs: dict) -> tuple[str | None, str | None]:
