@@ -10,12 +10,15 @@ import logging
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.filter.docstats import count_tokens, text_key
 from pipeline.filter.neardup import NearDuplicates, minhash, shingle_hashes
 from pipeline.objectives.declutr import whole_arrays
+from pipeline.plan import plan
+from pipeline.preflight import configured
 from pipeline.stage import run_stage
 from pipeline.tokenizer import loading
 from pipeline.train import stage as train
@@ -117,10 +120,26 @@ def test_preflight_checks_every_run_against_the_local_ray_it_will_start(monkeypa
     cfg = load_config(None, ["ray.num_cpus=2", "runs.contrastive-only.num_workers=4"])
     runs = cfg.run_configs()
     with pytest.raises(InputError, match=r"^runs.contrastive-only: train.num_workers=4 needs 4 CPUs"):
-        check_before_ray(runs, cfg.ray.num_cpus, cpu_count=64)
-    check_before_ray(runs, None, cpu_count=4)  # without ray.num_cpus, Ray takes the machine's CPUs
+        check_before_ray(runs, cfg.ray.num_cpus, cpu_count=64, gpu_count=0)
+    check_before_ray(runs, None, cpu_count=4, gpu_count=0)  # without ray.num_cpus, Ray takes the machine's CPUs
     with pytest.raises(InputError, match="runs.contrastive-only: train.num_workers=4 needs 4 CPUs"):
         train.check(cfg)  # the stage's pre-flight: no Ray started, none asked for
+
+
+def test_the_plan_refuses_gpu_workers_on_a_machine_without_gpus_before_any_stage(
+    monkeypatch, tmp_path, tiny_corpus, tiny_sts
+):
+    """The simcse profiles set train.use_gpu: on a laptop that is refused by the pre-flight (cpipe plan, and a
+    run's checks before its first stage), not once the data stages have run."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # whatever machine the suite runs on
+    given = dict(corpus=str(tiny_corpus), eval_data=str(tiny_sts), artifacts=str(tmp_path))
+    cfg = configured(**given, overrides=["train.use_gpu=true"])
+    with pytest.raises(InputError, match=r"^runs.declutr: train.num_workers=1 with train.use_gpu needs 1 GPUs; "):
+        plan(cfg)
+    assert not any(tmp_path.iterdir())  # nothing built
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert plan(configured(**given, overrides=["train.use_gpu=true"]))
 
 
 def test_preflight_leaves_a_cluster_to_the_stage(monkeypatch):

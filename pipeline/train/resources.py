@@ -61,9 +61,12 @@ def check_resources(train: TrainConfig, resources: Mapping[str, float], local: b
         log.warning("train: %s; until the cluster scales up, the run waits", why)
 
 
-def check_before_ray(runs: Mapping[str, TrainConfig], num_cpus: int | None, cpu_count: int) -> None:
+def check_before_ray(runs: Mapping[str, TrainConfig], num_cpus: int | None, cpu_count: int, gpu_count: int) -> None:
     """Pre-flight, before a local Ray starts: each run against ray.num_cpus (`num_cpus`), else the machine's
-    `cpu_count`, the most Ray takes (fewer under a container's quota, which check_resources then sees)."""
+    `cpu_count`, the most Ray takes (fewer under a container's quota, which check_resources then sees), and
+    against the machine's `gpu_count`, all a local Ray finds (a use_gpu profile on a laptop is refused here,
+    not after the data stages ran)."""
     for name, train in runs.items():
-        if why := cpu_shortfall(train, num_cpus or cpu_count, "give Ray more CPUs (ray.num_cpus)"):
+        more = "give Ray more CPUs (ray.num_cpus)"
+        if why := gpu_shortfall(train, gpu_count) or cpu_shortfall(train, num_cpus or cpu_count, more):
             raise InputError(f"runs.{name}: {why}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from pipeline.augment.stage import pairs_label
 from pipeline.errors import InputError
@@ -87,7 +88,7 @@ def check(cfg: Config) -> None:
         selection.stage_config(r, cfg.evaluate.data, cfg.evaluate.max_length)
     ray = sys.modules.get("ray")  # already up in this process: the stage sees what it is
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS") or (ray and ray.is_initialized())):
-        check_before_ray(runs, cfg.ray.num_cpus, os.cpu_count() or 1)
+        check_before_ray(runs, cfg.ray.num_cpus, os.cpu_count() or 1, torch.cuda.device_count())
 
 
 def checkpoint_config():
