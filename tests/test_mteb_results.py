@@ -3,6 +3,7 @@ TaskResult.to_disk writes, in ResultCache's layout."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 
@@ -96,6 +97,18 @@ EXPECTED_SCORES = {
 }
 
 
+# MTEB's tasks among them, at MTEB's test sizes, carry the revision of the Hub dataset MTEB scores (its task
+# metadata); the others (SentEval's SICK-R, a user's file, the other kinds) the evaluation data's hash.
+REVISIONS = {
+    "STS12": "a0d554a64d88156834ff5ae9920b964011b16384",
+    "STSBenchmark": "b0fddb56ed78048fa8b90373c8a3cfc37b684831",
+}
+try:  # the installed mteb's version, else the one whose reader the files were checked with (docs/evaluation.md)
+    MTEB_VERSION = importlib.metadata.version("mteb")
+except importlib.metadata.PackageNotFoundError:
+    MTEB_VERSION = "2.26.24"
+
+
 def _evaluated(art: str, rows: list[dict], units: list[dict]) -> str:
     with DatasetWriter(art, "evaluate", "e0", config={"model": MODEL["model"], "max_length": 64}, inputs={}) as out:
         out.write(pa.Table.from_pylist(rows, schema=SCHEMA))
@@ -132,8 +145,9 @@ def test_result_files_have_mtebs_keys_names_and_values(tmp_path):
             "date",
             "evaluation_phases",
         ]
-        assert got["task_name"] == task and got["dataset_revision"] == "abcd" * 4
-        assert got["mteb_version"] is None and got["kg_co2_emissions"] is None and got["evaluation_phases"] is None
+        assert got["task_name"] == task and got["dataset_revision"] == REVISIONS.get(task, "abcd" * 4)
+        assert got["mteb_version"] == MTEB_VERSION
+        assert got["kg_co2_emissions"] is None and got["evaluation_phases"] is None
         assert got["scores"] == scores
         assert got["date"] == created
     seconds = {t: json.load(open(where / f"{t}.json"))["evaluation_time"] for t in EXPECTED_SCORES}
@@ -155,6 +169,16 @@ def test_a_senteval_task_of_mtebs_size_gets_mtebs_name_and_another_keeps_ours():
     assert list(mteb_results.task_results(full_sick)) == ["SICK-R"]
     assert list(mteb_results.task_results(fewer)) == ["STS12"]  # the same name either way: MTEB's is ours
     assert list(mteb_results.task_results([{**r, "task": "STSB", "n": 1000} for r in full_sick])) == ["STSB"]
+    # MTEB's revision only where the task is MTEB's: a shorter STS12 is other data, named alike
+    assert (
+        mteb_results.task_results(full_sick)["SICK-R"]["dataset_revision"] == "20a6d6f312dd54037fe07a32d58e5e168867909d"
+    )
+    assert mteb_results.task_results(fewer)["STS12"]["dataset_revision"] == "abcd" * 4
+    # the default profile's copies of MTEB's files are pair files named for their Hub datasets: MTEB's tasks too
+    copies = [{**r, "task": "sts12-sts", "protocol": "cosine", "n": 3108} for r in fewer]
+    assert mteb_results.task_results(copies)["STS12"]["dataset_revision"] == "a0d554a64d88156834ff5ae9920b964011b16384"
+    mteb_sick = [{**r, "task": "sickr-mteb"} for r in full_sick]
+    assert list(mteb_results.task_results(mteb_sick)) == ["SICK-R"]
 
 
 def test_a_model_without_mteb_tasks_writes_nothing(tmp_path):

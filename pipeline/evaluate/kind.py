@@ -44,7 +44,7 @@ import numpy as np
 
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
-from pipeline.readers.names import pair_format
+from pipeline.readers.names import MtebTask, mteb_task, pair_format
 from pipeline.readers.sts import EvalDataError
 
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
@@ -125,12 +125,15 @@ class Mteb:
     metrics: Mapping[str, str]
     # The protocol whose rows are MTEB's for a task (STS's differ by task); None: the kind's own.
     protocol: Callable[[str], str] | None = None
-    # Our tasks that MTEB names otherwise: MTEB's name and its test split's size (a file of another size is not
-    # MTEB's task, and keeps our name).
-    names: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    # Our tasks that are MTEB's (pipeline.readers.names.MTEB_STS): its name, test split size, Hub dataset, revision.
+    names: Mapping[str, MtebTask] = field(default_factory=dict)
 
     def protocol_of(self, kind: str, task: str) -> str:
         return self.protocol(task) if self.protocol is not None else kind
+
+    def task(self, task: str, test_pairs: int | None) -> MtebTask | None:
+        """MTEB's task that `task` is, when its test split has MTEB's size (else it keeps our name)."""
+        return mteb_task(task, test_pairs, self.names)
 
 
 @dataclass(frozen=True)

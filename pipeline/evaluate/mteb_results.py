@@ -4,8 +4,9 @@ and MTEB's own tooling (mteb.results.TaskResult, mteb.cache.ResultCache) reads t
 The layout and fields are those of mteb 2.x's ResultCache.save_to_cache and TaskResult.to_disk:
 `<results_dir>/<model>/<revision>/<task>.json` (the model's name with "/" as "__" and spaces as "_"; the revision
 is the model's fingerprint, which tells two models of one name apart as the cumulative leaderboard does) beside a
-`model_meta.json` naming the model and revision. Each task file holds `task_name`, `dataset_revision` (the
-evaluation data's hash: TaskResult requires a string), `mteb_version` (null: not scored by mteb), `scores` as
+`model_meta.json` naming the model and revision. Each task file holds `task_name`, `dataset_revision` (the Hub
+dataset's revision MTEB scores, for a task that is MTEB's (pipeline.readers.names.MTEB_STS); else the evaluation
+data's hash: TaskResult requires a string), `mteb_version` (the installed mteb's, else MTEB_SCHEMA), `scores` as
 {split: [{<metric>: value, ..., "main_score", "hf_subset": "default", "languages"}]} for the test split alone
 (where a task has one: TaskResult.get_score() averages every split in the file) rounded to 6 places as
 to_disk rounds them, `evaluation_time` (seconds of the task's evaluation unit), `kg_co2_emissions` (null), `date`
@@ -30,6 +31,7 @@ are the SentEval protocols' or the analysis rows: none of them is written.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import math
@@ -55,15 +57,20 @@ def _mteb(task: str, protocols: set[str]) -> tuple[str | None, kind.Mteb | None]
 
 
 MTEB_LANGUAGES = ["eng-Latn"]
+# The mteb release whose TaskResult and ResultCache read these files (docs/evaluation.md): the files' mteb_version
+# where mteb is not installed.
+MTEB_SCHEMA = "2.26.24"
 SUBSET, DECIMALS = "default", 6
 META = "model_meta.json"
 DEFAULT_DIR = "mteb-results"  # under the artifacts directory, when evaluate.results_dir is null
 log = logging.getLogger("cpipe")
 
 
-def task_name(task: str, test_pairs: int | None, mteb: kind.Mteb) -> str:
-    named = mteb.names.get(task)
-    return named[0] if named is not None and named[1] == test_pairs else task
+def mteb_version() -> str:
+    try:
+        return importlib.metadata.version("mteb")
+    except importlib.metadata.PackageNotFoundError:
+        return MTEB_SCHEMA
 
 
 def task_results(
@@ -72,6 +79,7 @@ def task_results(
     """{MTEB task name: its result file's content} of one model's evaluate rows; `seconds` is each of our tasks'
     evaluation time."""
     by_task: dict[str, list[dict]] = defaultdict(list)
+    version = mteb_version()
     for r in rows:
         if r["subset"] == "all":
             by_task[r["task"]].append(r)
@@ -82,17 +90,17 @@ def task_results(
         scored = [r for r in task_rows if r["protocol"] == protocol and r["metric"] in names]
         if not scored:
             continue
-        test = next((r["n"] for r in scored if r["split"] == "test"), None)
-        name = task_name(task, test, mteb)
+        known = mteb.task(task, next((r["n"] for r in scored if r["split"] == "test"), None))
+        name = known.name if known is not None else task
         main = next(iter(names.values()))
         splits: dict[str, dict] = defaultdict(dict)
         for r in _reported(scored):
             splits[r["split"]][names[r["metric"]]] = _value(r)
         languages = MTEB_LANGUAGES if task in SIMILARITY_TASKS else []  # SentEval's are English; the user's, unknown
         out[name] = {
-            "dataset_revision": scored[0]["data_hash"],
+            "dataset_revision": known.revision if known is not None else scored[0]["data_hash"],
             "task_name": name,
-            "mteb_version": None,
+            "mteb_version": version,
             "scores": {
                 split: [{**values, "main_score": values[main], "hf_subset": SUBSET, "languages": languages}]
                 for split, values in splits.items()

@@ -33,9 +33,9 @@ from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.kind import Kind, Mteb, Task
 from pipeline.readers.names import (
+    MTEB_STS,
     PAIR_PROTOCOL,
     RELATEDNESS_TASKS,
-    SICK_TASK,
     SIMILARITY_PROTOCOLS,
     STS_TASKS,
     STS_YEARS,
@@ -264,12 +264,13 @@ KIND = Kind(
     texts=texts,
     statistic="spearman",
     columns=columns,
-    # STS12-16 are MTEB's names, with the same test pairs (3,108, 1,500, 3,750, 3,000 and 1,186).
+    # STS12-16 keep their names in MTEB, with the same test pairs (3,108, 1,500, 3,750, 3,000 and 1,186); STS-B is
+    # MTEB's STSBenchmark, and SICK-R its SICK-R only at MTEB's 9,927 pairs.
     mteb=Mteb(
         "STS",
         {"spearman": "cosine_spearman", "pearson": "cosine_pearson"},
         protocol=mteb_protocol,
-        names={"STSB": ("STSBenchmark", 1379), SICK_TASK: ("SICK-R", 9927)},
+        names=MTEB_STS,
     ),
     search=search,
     fingerprint=fingerprint,

@@ -1,12 +1,14 @@
-"""The evaluation's names: SentEval's task names, the STS pair files' suffixes, and the leaderboard columns
-they make. A leaf, importing nothing of this project's, so that the config (pipeline.evaluate.config) checks
-evaluate.data and evaluate.rank_by by the names the evaluation and the leaderboard use
-(pipeline.evaluate.sts, pipeline.readers.transfer, pipeline.leaderboard.table)."""
+"""The evaluation's names: SentEval's task names, the STS pair files' suffixes, the leaderboard columns they
+make, and which tasks are MTEB's (MTEB's names, Hub datasets and revisions: MTEB's result files and the Hub card).
+A leaf, importing nothing of this project's, so that the config (pipeline.evaluate.config) checks evaluate.data
+and evaluate.rank_by by the names the evaluation and the leaderboard use (pipeline.evaluate.sts,
+pipeline.readers.transfer, pipeline.leaderboard.table)."""
 
 from __future__ import annotations
 
 import urllib.parse
 from pathlib import Path
+from typing import NamedTuple
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSB")
 SICK_TASK = "SICKR"
@@ -35,6 +37,41 @@ def pair_suffix(spec: str) -> str:
     path = Path(urllib.parse.urlsplit(spec).path)
     fmt = pair_format(path)
     return "" if fmt is None else fmt + (".gz" if path.suffix == ".gz" else "")
+
+
+class MtebTask(NamedTuple):
+    """One of our tasks as MTEB scores it: MTEB's name, its test split's size (a file of another size is not MTEB's
+    task), and the Hub dataset MTEB reads, at its revision (mteb's task metadata, mteb/tasks/sts/eng)."""
+
+    name: str
+    test_pairs: int
+    dataset: str
+    revision: str
+
+
+_MTEB_STS = (
+    MtebTask("STS12", 3108, "mteb/sts12-sts", "a0d554a64d88156834ff5ae9920b964011b16384"),
+    MtebTask("STS13", 1500, "mteb/sts13-sts", "7e90230a92c190f1bf69ae9002b8cea547a64cca"),
+    MtebTask("STS14", 3750, "mteb/sts14-sts", "6031580fec1f6af667f0bd2da0a551cf4f0b2375"),
+    MtebTask("STS15", 3000, "mteb/sts15-sts", "ae752c7c21bf194d8b67fd573edf7ae58183cbe3"),
+    MtebTask("STS16", 1186, "mteb/sts16-sts", "4d8694f8f0e0100860b497b999b3dbed754a0513"),
+    MtebTask("STSBenchmark", 1379, "mteb/stsbenchmark-sts", "b0fddb56ed78048fa8b90373c8a3cfc37b684831"),
+    MtebTask("SICK-R", 9927, "mteb/sickr-sts", "20a6d6f312dd54037fe07a32d58e5e168867909d"),
+)
+# Our tasks that are MTEB's, by the names SentEval gives them and the names of MTEB's own files (the Hub dataset's,
+# as configs/default.yaml names them; "sickr-mteb" there). SentEval's STS12-16 and STS-B are MTEB's test pairs;
+# SentEval's SICK-R test split (4,927 pairs) is not MTEB's SICK-R (all 9,927 SICK pairs): the size tells them apart.
+MTEB_STS = {
+    **dict(zip((*STS_TASKS, SICK_TASK), _MTEB_STS)),
+    **{t.dataset.split("/")[1]: t for t in _MTEB_STS},
+    "sickr-mteb": _MTEB_STS[-1],
+}
+
+
+def mteb_task(task: str, test_pairs: int | None, tasks=MTEB_STS) -> MtebTask | None:
+    """MTEB's task that `task` is when its test split has MTEB's number of pairs, else None."""
+    known = tasks.get(task)
+    return known if known is not None and known.test_pairs == test_pairs else None
 
 
 # The leaderboard's columns (pipeline.leaderboard.table).
