@@ -1,4 +1,5 @@
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -101,6 +102,17 @@ def test_find_sts_reads_senteval_layout(sts_dir):
     assert stsb.gold.tolist() == [5.0, 1.2, 2.5, 0.0]
 
 
+def test_one_tasks_folder_is_that_task(sts_dir):
+    """`--eval-data .../STSBenchmark`, the folder a user has at hand, is STS-B alone, as read from its parent."""
+    whole, _ = find_sts(sts_dir)
+    for folder, task in (("STSBenchmark", "STSB"), ("STS12-en-test", "STS12")):
+        subsets, absent = find_sts(sts_dir / folder)
+        assert [(s.task, s.name, s.sent1, s.gold.tolist()) for s in subsets] == [
+            (s.task, s.name, s.sent1, s.gold.tolist()) for s in whole if s.task == task
+        ]
+        assert task not in absent and len(absent) == 6
+
+
 def test_score_sts_matches_direct_scipy(sts_dir):
     subsets, _ = find_sts(sts_dir)
     calls = []
@@ -189,7 +201,7 @@ def test_zero_vectors_give_no_nan_warning():
 def test_data_hash_tracks_content(sts_dir):
     h1 = data_hash(find_sts(sts_dir)[0])
     assert h1 == data_hash(find_sts(sts_dir)[0])
-    assert len(h1) == 16 and int(h1, 16) >= 0
+    assert re.fullmatch("[0-9a-f]{16}", h1)
     (sts_dir / "STS12-en-test" / "STS.gs.B.txt").write_text("4.2\n1.0\n0.9\n")
     assert data_hash(find_sts(sts_dir)[0]) != h1
 

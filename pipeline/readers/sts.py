@@ -162,8 +162,10 @@ def read_stsb_split(path: Path, split: str) -> StsSubset:
 
 
 def find_file(data_dir: Path, name: str) -> Path | None:
-    """The one file (or directory) called `name` anywhere under data_dir, or None; two copies are an
-    error, not a guess."""
+    """The one file (or directory) called `name`: data_dir itself (`--eval-data .../STSBenchmark`, one task's
+    folder) or anywhere under it; None when there is none; two copies are an error, not a guess."""
+    if data_dir.name == name:
+        return data_dir
     found = sorted(rglob(data_dir, name))
     if len(found) > 1:
         raise EvalDataError(f"{name} is in several places under {data_dir}: {', '.join(map(str, found))}")
