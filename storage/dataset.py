@@ -11,7 +11,8 @@ than changing what it reads.
 
 A local dataset is no more readable by group or others than what it was built from (`DatasetWriter.built_from`:
 its input datasets, a corpus's source files): text from a file only its owner can read stays readable only by
-its owner, stage after stage. Otherwise the umask decides, as for any new file; nothing is made wider.
+its owner, stage after stage. Otherwise the umask decides, as for any new file, whichever library wrote it
+(storage.modes); nothing is made wider.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from storage.modes import follow_umask
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "_manifest.json"
@@ -609,7 +612,7 @@ class DatasetWriter:
         if self._local:
             with self.fs.open(f"{self.tmp}/{SUCCESS}", "w") as f:
                 f.write("")
-            _narrow(self.tmp, self._withheld)
+            follow_umask(self.tmp, self._withheld)  # a model.safetensors is written 0600 (storage.modes)
             os.chmod(self.tmp, self._mode & ~self._withheld)
             self._publish_local()
             if self._work:

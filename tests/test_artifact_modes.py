@@ -12,6 +12,8 @@ import pytest
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
+from pipeline.init import stage as init
+from pipeline.init.config import ModelConfig
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from storage import DatasetWriter
@@ -72,6 +74,21 @@ def test_public_sources_leave_the_modes_to_the_umask(tmp_path):
     os.umask(0o077)  # a private umask is kept, not widened to the sources'
     built = modes(build_corpus(write_corpus(tmp_path / "more", n_docs=2, n_words=60), tmp_path / "artifacts"))
     assert all(mode & 0o077 == 0 for mode in built.values()), built
+
+
+def test_a_model_a_library_writes_0600_is_as_readable_as_the_umask_says(tmp_path):
+    """safetensors writes every model.safetensors 0600; train's models are published as init's are."""
+    documents = build_corpus(write_corpus(tmp_path / "docs", n_docs=3, n_words=60), tmp_path / "artifacts")
+    model = ModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=66)
+    built = run_stage(
+        init.STAGE,
+        model.model_dump(),
+        {"tokenizer": build_tokenizer(documents, tmp_path / "artifacts")},
+        str(tmp_path / "artifacts"),
+    )
+    found = modes(built)
+    assert {"hf/model.safetensors", "sentence-transformers/model.safetensors"} <= found.keys()
+    assert {mode for path, mode in found.items() if not Path(built, path).is_dir()} == {0o644}, found
 
 
 def test_a_dataset_is_private_while_it_is_written(tmp_path):
