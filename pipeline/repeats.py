@@ -1,15 +1,18 @@
 """Repeats: one run (or the untrained encoder, or a trained baseline) built once per seed, each repeat its own
-dataset, and how the repeats are named. A leaf, so that the config, the stages and the leaderboard share it.
+dataset, and how the repeats are named. Shared by the config, the stages and the leaderboard.
 
 A repeat with seed s seeds everything random in its training from s: the training's own seed (dropout, MLM
 masks) is s, and the seeds of what it trains on are offset by s (the initial weights' model.seed + s, the pairs'
 augment.seed + s: their spans, views and order). Seed 0 is therefore today's single run, with its datasets.
-A repeat's leaderboard row is named "<row> (seed s)", which is how the leaderboard finds a row's repeats.
+A repeat's leaderboard row is named "<row> (seed s)", which is how the leaderboard finds a row's repeats. Of this
+project's it imports only pipeline.config_base, which bounds every seed.
 """
 
 from __future__ import annotations
 
 import re
+
+from pipeline.config_base import unusable_seed
 
 _SEEDED = re.compile(r"^(?P<row>.+) \(seed (?P<seed>\d+)\)$")
 
@@ -47,6 +50,8 @@ def seed_list(where: str, seeds, repeats) -> list[int] | None:
         or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
     ):
         raise ValueError(f"{where}.seeds: a non-empty list of whole numbers >= 0 (got {seeds!r})")
+    if why := next((w for s in seeds if (w := unusable_seed(s))), None):
+        raise ValueError(f"{where}.seeds: {why}")
     if len(set(seeds)) < len(seeds):
         raise ValueError(f"{where}.seeds: {seeds} repeats a seed")
     return list(seeds)

@@ -1,11 +1,18 @@
+import typing
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from pipeline.backtranslate.stage import model_names
 from pipeline.config import DEFAULT_PROFILE, Config, load_config
+from pipeline.config_base import SEED_LIMIT
 from pipeline.errors import ConfigError
+from pipeline.evaluate import clustering
+from pipeline.objectives.pairs import epoch_seed
 from tests.conftest import ROOT
 
 
@@ -165,3 +172,72 @@ def test_default_paths_are_made_absolute_as_written_ones_are(tmp_path, monkeypat
     profile.write_text("runs: {declutr: {}}\n")
     cfg = load_config(profile)
     assert cfg.artifacts == str(tmp_path / "artifacts") and cfg.corpus.download_dir == str(tmp_path / "downloads")
+
+
+def _keys(model: type[BaseModel], keep, prefix: str = "") -> list[str]:
+    """The dotted keys of `model`'s settings, its sections' included, whose (name, annotation) `keep` keeps."""
+    out = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _keys(ann, keep, f"{prefix}{name}.")
+        elif keep(name, ann):
+            out.append(prefix + name)
+    return out
+
+
+FLOAT_KEYS = _keys(Config, lambda name, ann: ann is float or float in typing.get_args(ann))
+SEED_KEYS = _keys(Config, lambda name, ann: name == "seed" or name.endswith("_seed"))
+
+
+def test_the_walks_find_the_settings():
+    assert {"train.lr", "train.temperature", "backtranslate.temperature", "evaluate.baselines.infersent.lr"} <= set(
+        FLOAT_KEYS
+    )
+    assert {"train.seed", "model.seed", "augment.seed", "evaluate.seed", "evaluate.baselines.infersent.seed"} <= set(
+        SEED_KEYS
+    )
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_no_float_setting_takes_inf_or_nan(key):
+    """train.lr=.inf trained on NaN losses from step 2 and published them; every float setting is refused there."""
+    for value in (".inf", "-.inf", ".nan"):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [f"{key}={value}"])
+        assert f": {key}: Input should be a finite number" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key", [*SEED_KEYS, "runs.declutr.seed", "evaluate.baselines.postprocess"])
+def test_every_seed_is_one_the_rngs_take_with_the_offsets_added(key):
+    """99999999999999999999999 passed the config check and died at augment in an OverflowError traceback."""
+    at = "evaluate.baselines.postprocess[0].seed" if key.endswith("postprocess") else key
+
+    def overrides(seed: int) -> list[str]:
+        if key.endswith("postprocess"):
+            return [f"evaluate.baselines.postprocess=[{{model: untrained, kind: whitening, seed: {seed}}}]"]
+        return [f"{key}={seed}"]
+
+    load_config(None, overrides(SEED_LIMIT - 1))
+    for seed in (SEED_LIMIT, -1, 99999999999999999999999):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, overrides(seed))
+        assert f": {at.replace('[0]', '.0')}: {seed} is no seed: " in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["seeds", "runs.declutr.seeds"])
+def test_a_seed_list_is_bounded_as_every_seed(where):
+    load_config(None, [f"{where}=[0, {SEED_LIMIT - 1}]"])
+    with pytest.raises(ConfigError, match=r"\.seeds: 99999999999999999999999 is no seed: ") as e:
+        load_config(None, [f"{where}=[0, 99999999999999999999999]"])
+    assert "\n" not in str(e.value)
+
+
+def test_the_largest_seeds_sums_fit_the_rngs():
+    """A repeat's seed is added to model.seed and augment.seed (sums of two seeds, below 2**32), the k-means runs
+    to evaluate.seed (numpy's legacy RandomState, as scikit-learn's random_state); the pairs' epoch seed multiplies
+    augment's sum and is kept in an int64 column: the largest of each still fits where it goes."""
+    top = SEED_LIMIT - 1
+    np.random.RandomState(top + clustering.RUNS - 1)
+    np.random.RandomState(top + top)
+    pa.array([epoch_seed({"seed": top + top}, 10**6)], pa.int64())

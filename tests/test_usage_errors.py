@@ -40,6 +40,10 @@ PROBE = (
             "cpipe: error: augment.simcse_sup.nli: no such file: {tmp}/nli.jsonl",
         ),
         (
+            ["run", "--corpus", "{tmp}/c.txt", "--artifacts", "{tmp}/a", "--set", "train.lr=.inf"],
+            f"cpipe: error: config error: {ROOT / 'configs' / 'default.yaml'}: train.lr: Input should be a finite number",
+        ),
+        (
             ["serve", "--corpus", "{tmp}/c.txt", "--eval-data", "{tmp}/no-eval"],
             "cpipe: error: evaluate.data: {tmp}/no-eval: no such file or directory",
         ),

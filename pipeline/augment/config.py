@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config_base import Strict, absolute
+from pipeline.config_base import Seed, Strict, absolute
 from pipeline.corpus.segment import MIN_SENTENCE_CHARS
 from pipeline.objectives.config import ClearOperations
 
@@ -94,7 +94,7 @@ class AugmentConfig(Strict):
             "trains, as the papers train)"
         ),
     )
-    seed: int = 0
+    seed: Seed = 0
     rows_per_shard: int = Field(50_000, ge=1)
 
     @model_validator(mode="after")

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config_base import Strict
+from pipeline.config_base import Seed, Strict
 from pipeline.corpus.segment import MIN_SENTENCE_CHARS
 
 ModelName = str | dict[str, str]
@@ -25,7 +25,7 @@ class Generation(Strict):
         None, ge=2, description="longer sentences are truncated and counted; null = the model's limit"
     )
     batch_size: int = Field(32, ge=1, description="sentences per generate call (length-sorted)")
-    seed: int = Field(0, description="sampling draws the same outputs for the same inputs and seed")
+    seed: Seed = Field(0, description="sampling draws the same outputs for the same inputs and seed")
 
 
 class BacktranslateConfig(Generation):

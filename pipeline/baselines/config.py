@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from pipeline.baselines.infersent.config import InferSentBaseline
-from pipeline.config_base import Strict, absolute
+from pipeline.config_base import Seed, Strict, absolute
 
 
 class ModelBaseline(Strict):
@@ -30,7 +30,7 @@ class PostprocessBaseline(Strict):
     kind: Literal["whitening", "flow"]
     k: int | None = Field(None, ge=1, description="whitening: keep the first k dimensions")
     sentences: int = Field(10_000, ge=10, description="corpus sentences the transform is fitted on")
-    seed: int = 0
+    seed: Seed = 0
 
 
 class UseBaseline(Strict):

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from pipeline.baselines.config import Baselines
 from pipeline.baselines.fasttext.config import FastTextBaseline
-from pipeline.config_base import Strict, absolute, unusable_name
+from pipeline.config_base import Seed, Strict, absolute, unusable_name
 from pipeline.corpus.credentials import conceal
 from pipeline.readers.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
 from pipeline.readers.registry import is_kind_column
@@ -33,7 +33,7 @@ class EvaluateConfig(Strict):
             "alignment, uniformity, sentence-level anisotropy and Ethayarajh's token-level anisotropy on STS-B"
         ),
     )
-    seed: int = Field(
+    seed: Seed = Field(
         1111,
         description=(
             "SentEval's seed: the transfer classifiers' folds and initialisation, the STS-B/SICK-R relatedness "

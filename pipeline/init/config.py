@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from pipeline.config_base import Strict
+from pipeline.config_base import Seed, Strict
 
 
 class ModelConfig(Strict):
@@ -21,7 +21,7 @@ class ModelConfig(Strict):
     max_position_embeddings: int = Field(
         514, ge=16, description="RoBERTa's 514: 512 positions, numbered from padding_idx + 1"
     )
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _heads(self) -> ModelConfig:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from pipeline import objectives
-from pipeline.config_base import Strict, absolute
+from pipeline.config_base import Strict, StrictSeed, absolute
 from pipeline.objectives.clear_names import unknown_augmentation
 from pipeline.train.splits import why_test_split
 
@@ -293,7 +293,7 @@ class TrainConfig(Strict):
     )
     max_failures: int = Field(2, ge=0, json_schema_extra=RUNTIME, description="worker failures Ray Train recovers from")
     log_every: int = Field(10, ge=1, json_schema_extra=RUNTIME)
-    seed: StrictInt = 0
+    seed: StrictSeed = 0
 
     @field_validator("objective", mode="before")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from pipeline.config_base import Strict, absolute
+from pipeline.config_base import Seed, Strict, absolute
 
 
 class InferSentBaseline(Strict):
@@ -41,7 +41,7 @@ class InferSentBaseline(Strict):
     max_norm: float = Field(5.0, gt=0, description="gradient norm clipping")
     epochs: int = Field(20, ge=1, description="at most this many epochs (train_nli.py's n_epochs)")
     max_pairs: int | None = Field(None, ge=1, description="cap on training pairs (SNLI has 550K)")
-    seed: int = 1111
+    seed: Seed = 1111
 
     @field_validator("nli")
     @classmethod
