@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeline.train.progress import Progress, bar_kind, clock, eta_seconds, progress_line
+from pipeline.train.stage import steps_said
 
 
 def test_eta_is_the_steps_left_at_the_rate_of_the_steps_this_process_took():
@@ -19,8 +20,21 @@ def test_clock():
 
 def test_the_line_has_step_of_total_loss_lr_rate_and_eta():
     line = progress_line(40, 100, {"loss": 2.345678, "lr": 5e-5}, first=0, elapsed=32.0)
-    assert line == "step 40/100 loss 2.3457 lr 5.00e-05 1.25 steps/s ETA 0:48"
+    assert line == "step 40/100 loss 2.346 lr 5.00e-05 1.25 steps/s ETA 0:48"
     assert progress_line(10, 100, {"loss": 1.0, "lr": 1e-3}, first=10, elapsed=0.0).endswith("? steps/s ETA ?")
+
+
+def test_a_tiny_loss_keeps_its_digits():
+    """SimCSE from a sentence-tuned encoder: a loss of 1.2e-05 printed as 0.0000 reads as broken."""
+    assert progress_line(5, 10, {"loss": 1.2e-5, "lr": 1e-3}, first=0, elapsed=1.0).startswith(
+        "step 5/10 loss 1.2e-05 "
+    )
+
+
+def test_the_train_line_says_why_its_step_count():
+    assert steps_said(8256, 64, 250) == "129 steps: one pass over 8,256 pairs at 64 a step, fewer than max_steps 250"
+    assert steps_said(8256, 64, None) == "129 steps: one pass over 8,256 pairs at 64 a step"
+    assert steps_said(8256, 64, 100) == "100 steps of 64 pairs (max_steps; the 8,256 pairs hold 129)"
 
 
 def test_off_a_terminal_rank_0_prints_a_line_every_log_every_steps(capsys, monkeypatch):
@@ -33,6 +47,6 @@ def test_off_a_terminal_rank_0_prints_a_line_every_log_every_steps(capsys, monke
     progress.close()
     # Steps 4 and 6 only; at step 4, 2 steps in 4 s; at step 6, 4 steps in 8 s: 0.5 steps/s, 6 left.
     assert capsys.readouterr().out.splitlines() == [
-        "step 4/12 loss 0.2500 lr 1.00e-04 0.50 steps/s ETA 0:16",
+        "step 4/12 loss 0.25 lr 1.00e-04 0.50 steps/s ETA 0:16",
         "step 6/12 loss 0.1667 lr 1.00e-04 0.50 steps/s ETA 0:12",
     ]

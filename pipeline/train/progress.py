@@ -32,11 +32,16 @@ def clock(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def loss(value: float) -> str:
+    """Four significant digits: a loss of 1e-5 (SimCSE from a sentence-tuned encoder) is 1e-05, not 0.0000."""
+    return f"{value:.4g}"
+
+
 def progress_line(step: int, total: int, metrics: dict, first: int, elapsed: float) -> str:
     """The periodic line: step/total, loss, learning rate, steps per second and ETA since `first`."""
     rate = (step - first) / elapsed if elapsed > 0 and step > first else None
     return (
-        f"step {step}/{total} loss {metrics['loss']:.4f} lr {metrics['lr']:.2e} "
+        f"step {step}/{total} loss {loss(metrics['loss'])} lr {metrics['lr']:.2e} "
         f"{'?' if rate is None else f'{rate:.2f}'} steps/s ETA {clock(eta_seconds(step, total, first, elapsed))}"
     )
 
@@ -63,7 +68,7 @@ class Progress:
                     progress_line(step, self.total, metrics, self.first, time.perf_counter() - self.started), flush=True
                 )
             return
-        self.bar.set_description(f"train loss {metrics['loss']:.4f}")
+        self.bar.set_description(f"train loss {loss(metrics['loss'])}")
         self.bar.update(step - self.bar.n)
 
     def write(self, line: str) -> None:

@@ -35,6 +35,7 @@ from pipeline.train.card import train_info, write_card
 from pipeline.train.config import STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
 from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop
+from pipeline.train.progress import loss
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
 from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
@@ -74,6 +75,15 @@ def inputs(cfg: Config, done: dict[str, str], row: str) -> dict[str, str]:
     training = cfg.trainings()[row]
     start = f"train/{training.parent}" if training.parent else init_label(training.seed)
     return {"pairs": done[pairs_label(training.config)], "init": done[start]}
+
+
+def steps_said(rows: int, per_step: int, max_steps: int | None) -> str:
+    """The step count and why it is that: max_steps, or one pass over the pairs cutting max_steps short."""
+    passes = rows // per_step
+    if max_steps and max_steps <= passes:
+        return f"{max_steps:,} steps of {per_step:,} pairs (max_steps; the {rows:,} pairs hold {passes:,})"
+    cut = f", fewer than max_steps {max_steps:,}" if max_steps else ""
+    return f"{passes:,} steps: one pass over {rows:,} pairs at {per_step:,} a step{cut}"
 
 
 def needs_ray(config: dict) -> bool:
@@ -184,7 +194,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )
-    log.info("train: %d steps of %d pairs on %d worker(s), %s", total_steps, per_step, cfg.num_workers, cfg.precision)
+    log.info("train: %s on %d worker(s), %s", steps_said(rows, per_step, cfg.max_steps), cfg.num_workers, cfg.precision)
     if resume.started_over(run_dir):
         log.warning(
             "train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",
@@ -226,9 +236,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     write_curves(saved["metrics"], out.local_dir)
     last = saved["metrics"][-1]
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
-    log.info("train: %d steps in %.0fs, final loss %.4f", saved["step"], last["seconds"], last["loss"])
+    log.info("train: %d steps in %.0fs, final loss %s", saved["step"], last["seconds"], loss(last["loss"]))
     out.extra["card"] = train_info(
-        cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config
+        cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config, f"{out.local_dir}/{ST_DIR}"
     )  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
