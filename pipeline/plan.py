@@ -24,8 +24,17 @@ from pipeline import registry
 from pipeline.config import Config
 from pipeline.preflight import checked
 from pipeline.stage import Stage, input_fingerprints
-from storage import DamagedDataset, DatasetError, complete, dataset_parts, dataset_path, read_manifest, verify
-from storage.dataset import SUCCESS, TMP_PREFIX
+from storage import (
+    DamagedDataset,
+    DatasetError,
+    complete,
+    dataset_parts,
+    dataset_path,
+    finished_datasets,
+    read_manifest,
+    temporaries,
+    verify,
+)
 from storage.inspection import default_console
 from storage.lease import Lease, stale
 
@@ -138,14 +147,13 @@ def _found(path: str) -> tuple[str, str]:
             return REBUILT, f"damaged: {e.what}"
         return REUSED, "finished and intact"
     fs, p = fsspec.core.url_to_fs(path)
-    stage_dir, fp = p.rsplit("/", 1)
     holder = Lease(path).holder()
     if holder is not None and not stale(holder):
         return BUILT, (
             f"being built now by pid {holder.get('pid')} on {holder.get('host')}: the run will wait for "
             "it, then reuse it"
         )
-    if fs.exists(p) or fs.glob(f"{stage_dir}/{TMP_PREFIX}{fp}-*"):
+    if fs.exists(p) or temporaries(*dataset_parts(path)):
         return REBUILT, "incomplete: a stopped or killed run left it unfinished"
     return BUILT, "nothing there"
 
@@ -153,14 +161,8 @@ def _found(path: str) -> tuple[str, str]:
 def _stored(artifacts: str) -> dict[str, list[tuple[str, dict]]]:
     """stage -> (path, manifest) of each finished dataset under `artifacts`, newest first; an unreadable manifest is
     passed over (its own plan step says it is damaged, if the run reaches it)."""
-    fs, root = fsspec.core.url_to_fs(artifacts)
     found: dict[str, list[tuple[str, dict]]] = {}
-    if not fs.isdir(root):
-        return found
-    for success in fs.glob(f"{root.rstrip('/')}/*/*/{SUCCESS}"):
-        stage, fp = success.rsplit("/", 3)[1:3]
-        if fp.startswith(TMP_PREFIX):
-            continue
+    for stage, fp in finished_datasets(artifacts):
         path = dataset_path(artifacts, stage, fp)  # spelled as the plan spells its paths (a relative root stays so)
         try:
             manifest = read_manifest(path)

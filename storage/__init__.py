@@ -10,6 +10,7 @@ from storage.dataset import (
     dataset_path,
     discard,
     fingerprint,
+    finished_datasets,
     intact,
     is_local,
     iter_batches,
@@ -20,6 +21,7 @@ from storage.dataset import (
     remove,
     remove_temporaries,
     shards,
+    temporaries,
     verify,
 )
 from storage.lease import leased
@@ -36,6 +38,7 @@ __all__ = [
     "dataset_path",
     "discard",
     "fingerprint",
+    "finished_datasets",
     "intact",
     "is_local",
     "list_datasets",
@@ -48,5 +51,6 @@ __all__ = [
     "leased",
     "iter_batches",
     "shards",
+    "temporaries",
     "verify",
 ]

@@ -18,6 +18,7 @@ its owner, stage after stage. Otherwise the umask decides, as for any new file, 
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -32,11 +33,12 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, StringConstraints, ValidationError
 
 from storage.modes import follow_umask
 
@@ -110,7 +112,8 @@ def local_copy(path: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="cpipe-") as d:
         local = f"{d}/{p.rsplit('/', 1)[-1]}"  # the same last part: a dataset's is its fingerprint
         if fs.isdir(p):
-            fs.get(f"{p}/", f"{local}/", recursive=True)
+            files = fs.find(p)
+            fs.get(files, _moved(files, p, local))
         elif fs.isfile(p):
             fs.get_file(p, local)
         else:
@@ -125,7 +128,13 @@ def remove(path: str) -> None:
         # fsspec's local rm asks for the working directory, which a Ray job's driver can outlive.
         shutil.rmtree(p, ignore_errors=True)
     elif fs.exists(p):  # an object store holds no empty directory
-        fs.rm(p, recursive=True)
+        fs.rm(glob.escape(p), recursive=True)  # fsspec's rm reads [ ] * ? in a path as a pattern
+
+
+def _moved(files: list[str], root: str, to: str) -> list[str]:
+    """Where each of `files` (under `root`) goes under `to`. fsspec's get, put and copy take two such lists as they
+    are; a path given alone they read as a glob pattern, and `runs[1]/` copied `runs1/`."""
+    return [f"{to}/{f[len(root) + 1 :]}" for f in files]
 
 
 def check_writable(artifacts: str, what: str = "artifacts") -> None:
@@ -155,11 +164,25 @@ def check_writable(artifacts: str, what: str = "artifacts") -> None:
 def remove_temporaries(artifacts: str, stage: str, fp: str) -> int:
     """Remove the temporary directories of a dataset's earlier writers; call it only while holding the
     dataset's lease, when every such writer is dead. Returns how many were removed."""
-    fs, parent = _fs(f"{artifacts.rstrip('/')}/{stage}")
-    found = fs.glob(f"{parent}/{TMP_PREFIX}{fp}-*")
+    found = temporaries(artifacts, stage, fp)
     for p in found:
-        remove(fs.unstrip_protocol(p))
+        remove(p)
     return len(found)
+
+
+def temporaries(artifacts: str, stage: str, fp: str) -> list[str]:
+    """The temporary directories (as URLs) that writers of a dataset left or are writing."""
+    fs, parent = _fs(f"{artifacts.rstrip('/')}/{stage}")
+    return [_url(fs, p) for p in _listed(fs, parent) if p.rsplit("/", 1)[-1].startswith(f"{TMP_PREFIX}{fp}-")]
+
+
+def _listed(fs: fsspec.AbstractFileSystem, p: str) -> list[str]:
+    """The paths in the directory `p`, none where there is no such directory. Listed, never globbed: the user's
+    path may hold [ ] * ?, which a glob pattern reads as wildcards."""
+    try:
+        return sorted(fs.ls(p, detail=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def complete(path: str) -> bool:
@@ -177,15 +200,71 @@ def read_manifest(path: str) -> dict:
     return _load_manifest(path)
 
 
+class _Shaped(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+_Name = Annotated[str, StringConstraints(pattern=r"^[^/]+$")]  # a file in the dataset's own directory
+
+
+class _Part(_Shaped):
+    file: _Name
+    rows: NonNegativeInt
+    bytes: NonNegativeInt
+    crc32: NonNegativeInt
+
+
+class _Column(_Shaped):
+    name: str
+    type: str
+
+
+class _Dropped(_Shaped):
+    file: _Name
+    rows: NonNegativeInt
+
+
+class Manifest(_Shaped):
+    """The shape of a manifest, as DatasetWriter writes it, in what every reader of one relies on: a manifest of
+    another shape is a damaged dataset, not a reader's traceback. One written before shards were recorded has no
+    "parts"; the keys a stage adds (`DatasetWriter.extra`) are its own."""
+
+    stage: str
+    fingerprint: str
+    config: dict[str, Any]
+    inputs: dict[str, str]
+    columns: list[_Column] | None = Field(alias="schema")
+    rows: NonNegativeInt | None
+    shards: NonNegativeInt
+    parts: list[_Part] | None = None
+    created: float
+    dropped: _Dropped | None = None
+
+
 def _load_manifest(path: str) -> dict:
     fs, p = _fs(path)
     try:
         with fs.open(f"{p}/{MANIFEST}", "r") as f:
-            return json.load(f)
+            manifest = json.load(f)
     except FileNotFoundError:
         raise DamagedDataset(path, f"{MANIFEST} is missing") from None
     except ValueError:  # invalid JSON or UTF-8: a damaged file, not a bug
         raise DamagedDataset(path, f"{MANIFEST} is not valid JSON") from None
+    try:
+        Manifest.model_validate(manifest)
+    except ValidationError as e:
+        raise DamagedDataset(path, _wrong_shape(e)) from None
+    return manifest
+
+
+def _wrong_shape(e: ValidationError) -> str:
+    """The first thing wrong with a manifest's shape, in one line: where, what it should be, what it is."""
+    error = e.errors(include_url=False)[0]
+    where = ".".join(map(str, error["loc"])) or "the whole file"
+    if error["type"] == "missing":
+        return f"{MANIFEST}: {where} is missing"
+    should = "a JSON object" if error["type"] == "model_type" else error["msg"].removeprefix("Input should be ")
+    return f"{MANIFEST}: {where} should be {should} (it is {json.dumps(error['input'], default=str)[:40]})"
 
 
 def _part_files(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, dict]:
@@ -315,17 +394,32 @@ def iter_batches(path: str, columns: list[str] | None = None, batch_size: int = 
             yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns)
 
 
+def finished_datasets(artifacts: str) -> list[tuple[str, str]]:
+    """(stage, fingerprint) of each finished dataset under an artifacts directory: its `<stage>/<fp>/_SUCCESS`
+    files, found by listing (fs.find), not by a glob pattern, which would read [ ] * ? in `artifacts` as wildcards."""
+    fs, root = _fs(artifacts)
+    root = root.rstrip("/")
+    found = []
+    for file in fs.find(root, maxdepth=3):
+        parts = file[len(root) + 1 :].split("/")
+        if len(parts) == 3 and parts[2] == SUCCESS and not parts[1].startswith(TMP_PREFIX):
+            found.append((parts[0], parts[1]))
+    return sorted(found)
+
+
 def list_datasets(artifacts: str) -> list[dict]:
-    """Every finished stage dataset under an artifacts directory."""
+    """Every finished stage dataset under an artifacts directory; one whose manifest is damaged too, named by its
+    path (its readers, and `verify`, say what is wrong with it)."""
     fs, root = _fs(artifacts)
     if not fs.isdir(root):
         raise DatasetError(f"{artifacts} is not a directory")
     found = []
-    for success in sorted(fs.glob(f"{root}/*/*/{SUCCESS}")):
-        path = success.rsplit("/", 1)[0]
-        if path.rsplit("/", 1)[-1].startswith(TMP_PREFIX):
-            continue
-        manifest = _load_manifest(_url(fs, path))
+    for stage, fp in finished_datasets(artifacts):
+        path = f"{root.rstrip('/')}/{stage}/{fp}"
+        try:
+            manifest = _load_manifest(_url(fs, path))
+        except DamagedDataset:
+            manifest = {"stage": stage, "fingerprint": fp}
         found.append(
             {
                 "stage": manifest["stage"],
@@ -576,7 +670,8 @@ class DatasetWriter:
 
     def _finish(self) -> None:
         if self._upload:
-            self.fs.put(f"{self._upload}/", f"{self.tmp}/", recursive=True)
+            files = [os.path.join(d, name) for d, _, names in os.walk(self._upload) for name in names]
+            self.fs.put(files, _moved(files, self._upload, self.tmp))
         if self._pending:
             self._append(self._convert_pending())
         self._close_shard()
@@ -621,7 +716,8 @@ class DatasetWriter:
             # Object stores have no rename: copy, then mark the copy finished, last. A leftover copy without
             # _SUCCESS (a killed run's) is never read; replace it.
             remove(self._url(self._final))
-            self.fs.copy(f"{self.tmp}/", f"{self._final}/", recursive=True)
+            files = self.fs.find(self.tmp)
+            self.fs.copy(files, _moved(files, self.tmp, self._final))
             with self.fs.open(f"{self._final}/{SUCCESS}", "w") as f:
                 f.write("")
             remove(self._url(self.tmp))

@@ -34,9 +34,10 @@ def _age(created: float | None) -> str:
 
 
 def default_console() -> Console:
-    """The terminal's width on a terminal, else lines as long as they are."""
-    on_terminal = Console()
-    return on_terminal if on_terminal.is_terminal else Console(width=WIDE)
+    """The terminal's width on a terminal, else lines as long as they are. Text is printed as it is: rich's markup
+    would take a path's or a row's [ab] for a style and drop it, and fail on a [/x]."""
+    on_terminal = Console(markup=False)
+    return on_terminal if on_terminal.is_terminal else Console(width=WIDE, markup=False)
 
 
 def show(
@@ -97,6 +98,7 @@ def _show_dropped(path: str, console: Console, is_dataset: bool) -> None:
     """Every row the dataset's stage dropped, after a count per reason."""
     if not is_dataset:
         raise DatasetError(f"{path}: --dropped shows one stage dataset's dropped rows; this is no dataset")
+    verify(path)  # the rows a damaged dataset dropped are not those its shards lack
     dropped = read_dropped(path)
     if dropped is None:
         stage = read_manifest(path)["stage"]

@@ -20,8 +20,24 @@ from flows.cli import main
 from pipeline.evaluate import items as test_items
 from pipeline.leaderboard import stage as leaderboard
 from pipeline.stage import Stage, run_stage
-from storage import DamagedDataset, DatasetError, DatasetWriter, dataset_path, intact, iter_batches, read_table, shards
+from storage import (
+    DamagedDataset,
+    DatasetError,
+    DatasetWriter,
+    dataset_path,
+    intact,
+    iter_batches,
+    list_datasets,
+    local_copy,
+    read_manifest,
+    read_table,
+    remove,
+    remove_temporaries,
+    shards,
+    verify,
+)
 from storage.dataset import MANIFEST, TMP_PREFIX
+from storage.dropped import DroppedLog, read_dropped
 
 MODELS = ("ma", "mb", "mc", "md")
 
@@ -148,6 +164,29 @@ def flip(path: str) -> str:
     return "part-00001.parquet does not match its manifest's checksum"
 
 
+def reshaped(path: str, change) -> None:
+    with open(f"{path}/{MANIFEST}") as f:
+        manifest = json.load(f)
+    with open(f"{path}/{MANIFEST}", "w") as f:
+        json.dump(change(manifest), f)
+
+
+def manifest_a_list(path: str) -> str:
+    """Valid JSON, of another shape: what a reader of a manifest took for one and failed on with a traceback."""
+    reshaped(path, lambda manifest: [])
+    return f"{MANIFEST}: the whole file should be a JSON object (it is [])"
+
+
+def parts_a_number(path: str) -> str:
+    reshaped(path, lambda manifest: {**manifest, "parts": 5})
+    return f"{MANIFEST}: parts should be a valid list (it is 5)"
+
+
+def dropped_a_string(path: str) -> str:
+    reshaped(path, lambda manifest: {**manifest, "dropped": "x"})
+    return f'{MANIFEST}: dropped should be a JSON object (it is "x")'
+
+
 def test_the_manifest_records_each_shard_with_its_rows_bytes_and_checksum(tmp_path):
     path = write(tmp_path)
     parts = json.loads(open(f"{path}/{MANIFEST}").read())["parts"]
@@ -180,7 +219,10 @@ def readers(path: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("damage", [delete, truncate, flip])
+WRONG_SHAPES = [manifest_a_list, parts_a_number, dropped_a_string]
+
+
+@pytest.mark.parametrize("damage", [delete, truncate, flip, *WRONG_SHAPES])
 def test_every_reader_of_a_damaged_dataset_stops_in_one_line_naming_the_file(tmp_path, damage):
     path = write(tmp_path)
     assert read_table(path).num_rows == 8 and intact(path)  # checked, and the checksums cached, before the damage
@@ -233,7 +275,7 @@ def test_an_unreadable_or_missing_manifest_is_damage(tmp_path):
         read_table(path)
 
 
-@pytest.mark.parametrize("damage", [delete, truncate])
+@pytest.mark.parametrize("damage", [delete, truncate, *WRONG_SHAPES])
 def test_inspect_says_a_dataset_is_damaged_and_names_the_file(tmp_path, damage, capsys):
     path = write(tmp_path)
     what = damage(path)
@@ -245,7 +287,42 @@ def test_inspect_says_a_dataset_is_damaged_and_names_the_file(tmp_path, damage, 
     assert main(["inspect", str(tmp_path)]) == 2 and "damaged" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("damage", [delete, truncate, flip])
+@pytest.mark.parametrize("damage", WRONG_SHAPES)
+def test_a_manifest_of_another_shape_is_damage_to_every_reader_of_manifests(tmp_path, damage):
+    path = write(tmp_path)
+    what = damage(path)
+    for read in (read_manifest, read_dropped, verify):
+        with pytest.raises(DamagedDataset) as caught:
+            read(path)
+        assert str(caught.value) == f"dataset damaged: {path}: {what}"
+    assert not intact(path)
+    assert [d["path"] for d in list_datasets(str(tmp_path))] == [path]  # listed still, for inspect to mark
+
+
+def write_dropping(tmp_path) -> str:
+    """The numbers dataset with the record of a row it dropped, kept as the filter stage keeps it."""
+    with DatasetWriter(
+        str(tmp_path), "numbers", "d" * 16, config={}, inputs={}, schema=SCHEMA, rows_per_shard=3
+    ) as out:
+        with DroppedLog(out) as dropped:
+            out.write(rows(8))
+            dropped.add("doc-8", "too_short", "1 token")
+    return dataset_path(str(tmp_path), "numbers", "d" * 16)
+
+
+@pytest.mark.parametrize("damage", [delete, truncate, flip, *WRONG_SHAPES])
+def test_inspect_dropped_checks_the_dataset_first(tmp_path, damage, capsys):
+    path = write_dropping(tmp_path)
+    assert main(["inspect", path, "--dropped"]) == 0
+    assert capsys.readouterr().out.startswith("dropped: 1  too_short: 1\n")
+    what = damage(path)
+    assert main(["inspect", path, "--dropped"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"cpipe: error: dataset damaged: {path}: {what}") and err.count("\n") == 1, err
+    assert out == ""
+
+
+@pytest.mark.parametrize("damage", [delete, truncate, flip, *WRONG_SHAPES])
 def test_a_run_rebuilds_a_damaged_dataset_with_the_same_rows(tmp_path, damage, caplog):
     Numbers.builds.clear()
     path = run_stage(Numbers.STAGE, CONFIG, {}, str(tmp_path))
@@ -263,6 +340,43 @@ def test_a_run_rebuilds_a_damaged_dataset_with_the_same_rows(tmp_path, damage, c
     with caplog.at_level("INFO", logger="cpipe"):
         run_stage(Numbers.STAGE, CONFIG, {}, str(tmp_path))
     assert len(Numbers.builds) == 2 and "reusing" in caplog.text
+
+
+def test_an_artifacts_path_holding_glob_characters_is_a_path(tmp_path, capsys):
+    """runs[ab] is a directory of that name, not a pattern that reads, lists or cleans up runsa's datasets."""
+    ours, theirs = str(tmp_path / "runs[ab]"), str(tmp_path / "runsa")
+    path, _ = write(ours), write(theirs, n=5)
+    for root in (ours, theirs):  # what a killed writer leaves
+        os.makedirs(f"{root}/numbers/{TMP_PREFIX}{'f' * 16}-killed")
+    assert [d["path"] for d in list_datasets(ours)] == [path]
+    assert main(["inspect", ours]) == 0
+    assert path in capsys.readouterr().out
+    assert remove_temporaries(ours, "numbers", "f" * 16) == 1
+    assert os.listdir(f"{ours}/numbers") == ["f" * 16]
+    assert len(os.listdir(f"{theirs}/numbers")) == 2 and read_table(f"{theirs}/numbers/{'f' * 16}").num_rows == 5
+
+
+def test_on_an_object_store_a_path_holding_glob_characters_is_a_path():
+    """fsspec's rm, get, put and copy read a path given alone as a glob pattern: runs[1]'s dataset was written
+    from runs1's, copied from it and deleted in its place."""
+    fs = fsspec.filesystem("memory")
+    base = f"memory://integrity-{os.getpid()}"
+    ours, theirs = f"{base}/runs[1]", f"{base}/runs1"
+    try:
+        for root, n in ((theirs, 5), (ours, 8)):
+            with DatasetWriter(root, "numbers", "f" * 16, config={}, inputs={}, schema=SCHEMA) as out:
+                out.write(rows(n))
+                with open(f"{out.local_dir}/side.txt", "w") as f:  # a file a library writes: uploaded (put)
+                    f.write(root)
+        path, other = dataset_path(ours, "numbers", "f" * 16), dataset_path(theirs, "numbers", "f" * 16)
+        assert read_table(path).num_rows == 8 and fs.cat_file(f"{path}/side.txt").decode() == ours
+        with local_copy(path) as local:  # get
+            assert open(f"{local}/side.txt").read() == ours
+            assert pq.read_table(f"{local}/part-00000.parquet").num_rows == 8
+        remove(path)
+        assert not fs.exists(path) and read_table(other).num_rows == 5
+    finally:
+        fs.rm(base.removeprefix("memory://"), recursive=True)
 
 
 def no_space(self, data):

@@ -105,6 +105,46 @@ def test_a_damaged_an_unfinished_and_a_removed_dataset(copy, capsys, tiny_config
     assert {label: s["path"] for label, s in steps.items()} == built
 
 
+def test_a_manifest_of_another_shape_is_damaged(copy, capsys, tiny_config, tiny_corpus, tiny_sts):
+    """Valid JSON of the wrong shape: `cpipe plan` failed on it with a traceback, and a run never rebuilt it."""
+    art, built = copy
+    shapes = {
+        "filter": lambda m: [],
+        "tokenizer": lambda m: {**m, "parts": 5},
+        "corpus": lambda m: {**m, "dropped": "x"},
+    }
+    for label, change in shapes.items():
+        manifest = Path(built[label]) / "_manifest.json"
+        manifest.write_text(json.dumps(change(json.loads(manifest.read_text()))))
+    steps = planned(capsys, *arguments(art, tiny_config, tiny_corpus, tiny_sts, "--until", UNTIL))
+    assert {label: (steps[label]["action"], steps[label]["why"]) for label in shapes} == {
+        "filter": ("rebuilt", "damaged: _manifest.json: the whole file should be a JSON object (it is [])"),
+        "tokenizer": ("rebuilt", "damaged: _manifest.json: parts should be a valid list (it is 5)"),
+        "corpus": ("rebuilt", 'damaged: _manifest.json: dropped should be a JSON object (it is "x")'),
+    }
+    assert {s["action"] for label, s in steps.items() if label not in shapes} == {"reused"}
+
+
+def test_an_artifacts_path_holding_glob_characters_is_planned_as_a_path(
+    copy, capsys, tiny_config, tiny_corpus, tiny_sts
+):
+    """run[s] is a directory of that name: read as a glob pattern, its datasets (and its killed runs' temporary
+    directories) were not found, and the plan said "nothing there"."""
+    art, built = copy
+    bracketed = art.rename(art.with_name("run[s]"))
+    built = {label: path.replace(str(art), str(bracketed)) for label, path in built.items()}
+    tokenizer = Path(built["tokenizer"])
+    tokenizer.rename(tokenizer.with_name(f".tmp-{tokenizer.name}-killed"))  # as a killed run leaves it
+    steps = planned(
+        capsys,
+        *arguments(bracketed, tiny_config, tiny_corpus, tiny_sts, "--until", UNTIL, "--set", "filter.min_tokens=150"),
+    )
+    assert steps["corpus"]["action"] == "reused" and steps["corpus"]["path"] == built["corpus"]
+    assert steps["filter"]["action"] == "rebuilt" and steps["filter"]["previous"] == built["filter"]
+    assert steps["filter"]["config_changes"] == {"min_tokens": {"before": 200, "now": 150}}
+    assert steps["tokenizer"]["action"] == "rebuilt" and steps["tokenizer"]["why"].startswith("incomplete: ")
+
+
 def test_an_empty_directory_builds_everything_and_the_rows_of_models_not_trained_are_unknown(
     tmp_path, capsys, tiny_config, tiny_corpus, tiny_sts
 ):

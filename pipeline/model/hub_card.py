@@ -19,7 +19,7 @@ import pandas as pd
 
 from pipeline.errors import InputError
 from pipeline.locate import HUB_NAME, ST_DIR, why_not_a_model
-from storage import complete, dataset_parts, list_datasets, read_manifest, read_table
+from storage import DatasetError, complete, dataset_parts, list_datasets, read_manifest, read_table
 
 CARD = "README.md"
 DEFAULT_LICENSE = "apache-2.0"
@@ -64,7 +64,10 @@ def model_scores(model: str, artifacts: str | None) -> pd.DataFrame:
     here = os.path.realpath(model)
     frames = []
     for d in sorted(found, key=lambda d: d.get("created") or 0):
-        manifest = read_manifest(d["path"])
+        try:
+            manifest = read_manifest(d["path"])
+        except DatasetError:  # a damaged dataset elsewhere in the artifacts is no reason to stop here
+            continue
         spec = manifest.get("config", {}).get("spec") or {}
         ours = manifest.get("inputs", {}).get("model") == fp or (
             isinstance(spec.get("path"), str) and os.path.realpath(spec["path"]) == here
