@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+
+import fsspec
 
 from pipeline.train import resume
 
@@ -46,3 +49,16 @@ def test_an_empty_snapshot_is_removed_so_the_run_starts_over_instead_of_failing(
         assert resume.started_over(str(run)) and not (run / resume.SNAPSHOT).exists()
     finally:
         resume.finished(str(run))
+
+
+def test_on_an_object_store_the_empty_snapshot_removed_is_the_runs_own():
+    """fsspec's rm reads a path as a glob pattern: train-[a]'s empty snapshot stayed, and train-a's was deleted."""
+    fs = fsspec.filesystem("memory")
+    base = f"/resume-{os.getpid()}"
+    fs.pipe_file(f"{base}/train-[a]/{resume.SNAPSHOT}", b"")
+    fs.pipe_file(f"{base}/train-a/{resume.SNAPSHOT}", b"{}")
+    try:
+        assert resume.started_over(f"memory://{base}/train-[a]")
+        assert not fs.exists(f"{base}/train-[a]/{resume.SNAPSHOT}") and fs.exists(f"{base}/train-a/{resume.SNAPSHOT}")
+    finally:
+        fs.rm(base, recursive=True)

@@ -30,7 +30,7 @@ def started_over(run_dir: str) -> bool:
         return False
     except ValueError:
         fs, path = fsspec.core.url_to_fs(f"{run_dir}/{SNAPSHOT}")
-        fs.rm(path)
+        fs.rm_file(path)  # fs.rm would read [ ] * ? in the run directory as a glob pattern
         return True
     return False
 
