@@ -6,6 +6,7 @@ a task before any model is scored or trained. Each error is one line naming the 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pipeline.config import load_config
 from pipeline.decontaminate import stage as decontaminate
 from pipeline.decontaminate.ngrams import P, window_hashes
 from pipeline.errors import ConfigError, InputError
+from pipeline.evaluate import given
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.mteb_results import model_dir
 from pipeline.filter.stage import SCHEMA
@@ -85,16 +87,31 @@ def test_a_model_directory_whose_name_is_no_path_component_is_refused_before_any
     )
 
 
-def test_two_models_of_one_row_name_are_refused_before_any_work(tmp_path):
+def test_two_directories_of_one_name_are_two_rows_named_by_their_parents(tmp_path, caplog):
     for parent in ("a", "b"):
         (tmp_path / parent / "encoder").mkdir(parents=True)
+    models = [str(tmp_path / "a" / "encoder"), str(tmp_path / "b" / "encoder")]
+    with caplog.at_level(logging.WARNING, logger="cpipe"):
+        rows = given.rows(models)
+    assert rows == {"a-encoder": models[0], "b-encoder": models[1]}
+    assert "2 models are named 'encoder'; their rows are 'a-encoder' (" in caplog.text
     one_line(
-        r"two --model share the row name 'encoder'; rename one of the directories",
-        configured,
-        first="evaluate",
-        models=[str(tmp_path / "a" / "encoder"), str(tmp_path / "b" / "encoder")],
-        error=InputError,
+        r"--model: 'encoder' is given twice", configured, first="evaluate", models=models[:1] * 2, error=InputError
     )
+
+
+def test_a_runs_exported_folder_is_the_run(tmp_path):
+    """`cpipe evaluate --model <train dataset>/sentence-transformers` (the path the docs give) or its hf/ is the run's
+    row, not a row named 'sentence-transformers' beside it."""
+    with DatasetWriter(str(tmp_path), "train", "f" * 16, config={"train": {"objective": "declutr"}}, inputs={}) as out:
+        out.write([{"step": 1}])
+    run = out.path
+    for folder in ("sentence-transformers", "hf"):
+        (tmp_path / "train" / ("f" * 16) / folder).mkdir(exist_ok=True)
+        assert given.rows([f"{run}/{folder}"]) == {"f" * 16: run}  # never scored: named by its dataset, as before
+    elsewhere = tmp_path / "mine" / "sentence-transformers"  # no train dataset around it: a directory like any
+    elsewhere.mkdir(parents=True)
+    assert given.rows([str(elsewhere)]) == {"sentence-transformers": str(elsewhere)}
 
 
 # --- a run named as another's repeat, two rows of one name -----------------------------------------------------

@@ -6,37 +6,69 @@ Light on purpose: the command line names the rows before torch is imported."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 from pipeline.config_base import unusable_name
 from pipeline.errors import InputError
-from pipeline.locate import is_hub_name
+from pipeline.locate import HF_DIR, ST_DIR, is_hub_name
 from storage import DatasetError, complete, dataset_parts, list_datasets, read_manifest
+
+log = logging.getLogger("cpipe")
+_said: set[str] = set()
 
 
 def rows(models: list[str]) -> dict[str, str]:
     """{row name: hub name or absolute directory} of `cpipe evaluate --model`'s models, in order. A directory's
-    name names its MTEB results' folder, so it must be one usable path component; two models may not share a
-    name."""
-    named = {}
-    for model in models:
-        name = row_name(model)
+    name names its MTEB results' folder, so it must be one usable path component. Directories of one name
+    (`v1/encoder`, `v2/encoder`) are told apart by their parents' names (`v1-encoder`, `v2-encoder`), said once;
+    one model given twice is refused."""
+    located = [(model, model if is_hub_name(model) else the_run(os.path.abspath(model))) for model in models]
+    names = [row_name(model) for model in models]
+    for model, name in zip(models, names):
         if not is_hub_name(model) and (why := unusable_name(name)):
             raise InputError(f"--model: the directory name {name!r} names its row, and is no usable name: {why}")
-        if name in named:
-            raise InputError(
-                f"two --model share the row name {name!r}; rename one of the directories (a run's "
-                "train dataset is named by its run)"
-            )
-        named[name] = model if is_hub_name(model) else os.path.abspath(model)
-    return named
+    for name in {n for n in names if names.count(n) > 1}:
+        at = [i for i, n in enumerate(names) if n == name]
+        paths = [located[i][1] for i in at]
+        if len(set(paths)) < len(paths) or any(is_hub_name(models[i]) for i in at):
+            raise InputError(f"--model: {name!r} is given twice")
+        told = _told_apart(paths)
+        for i, new in zip(at, told):
+            names[i] = new
+        said = f"--model: {len(at)} models are named {name!r}; their rows are " + ", ".join(
+            f"{n!r} ({p})" for n, p in zip(told, paths)
+        )
+        if said not in _said:  # the pre-flight and the evaluate flow both name the rows
+            _said.add(said)
+            log.warning(said)
+    if len(set(names)) < len(names):
+        raise InputError(f"--model: two models' rows are both named {next(n for n in names if names.count(n) > 1)!r}")
+    return {name: where for name, (_, where) in zip(names, located)}
+
+
+def _told_apart(paths: list[str]) -> list[str]:
+    """Each directory's name with as many of its parents' names before it (joined by '-') as tell them apart."""
+    parts = [p.rstrip(os.sep).split(os.sep) for p in paths]
+    for depth in range(2, max(map(len, parts)) + 1):
+        names = ["-".join(p[-depth:]).lstrip("-") for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    raise InputError(f"--model: cannot tell apart {', '.join(paths)}")
 
 
 def row_name(model: str) -> str:
     if is_hub_name(model):
         return model
-    path = os.path.abspath(model)
+    path = the_run(os.path.abspath(model))
     return run_name(path) or os.path.basename(path)
+
+
+def the_run(path: str) -> str:
+    """A run's exported folder (`<train dataset>/sentence-transformers`, the path the docs give, or its `hf/`) is
+    the run: its train dataset, so its row is the run's, not a second row named 'sentence-transformers'."""
+    parent, folder = os.path.split(path.rstrip(os.sep))
+    return parent if folder in (ST_DIR, HF_DIR) and train_manifest(parent) is not None else path
 
 
 def train_manifest(path: str) -> dict | None:
