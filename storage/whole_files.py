@@ -15,7 +15,7 @@ import fsspec
 from pyarrow import PythonFile
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-from storage.dataset import is_local
+from storage.dataset import is_local, remove
 
 
 class ReplacedOnClose(io.FileIO):
@@ -58,9 +58,24 @@ def arrow_filesystem(path: str) -> PyFileSystem:
     killed it mid-write on local disk left an empty snapshot, which the rerun could not read. Here each file
     it writes on local disk replaces the old one whole."""
     fs = fsspec.core.url_to_fs(path)[0]
-    return PyFileSystem(_WholeFiles(fs) if is_local(path) else FSSpecHandler(fs))
+    return PyFileSystem(_WholeFiles(fs) if is_local(path) else _Literal(fs))
 
 
 class _WholeFiles(FSSpecHandler):
     def open_output_stream(self, path, metadata):
         return PythonFile(ReplacedOnClose(path), mode="w")
+
+
+class _Literal(FSSpecHandler):
+    """What Ray Train deletes (its older checkpoints) is deleted by its path: fsspec's rm, which pyarrow's handler
+    calls, reads [ ] * ? in a path as a glob pattern, and a checkpoint of runs[1]/ was runs1/'s."""
+
+    def delete_dir(self, path):
+        if not self.fs.isdir(path):
+            raise FileNotFoundError(path)
+        remove(self.fs.unstrip_protocol(path))
+
+    def delete_file(self, path):
+        if not self.fs.exists(path):
+            raise FileNotFoundError(path)
+        self.fs.rm_file(path)

@@ -2,6 +2,7 @@ import json
 import os
 import pickle
 
+import fsspec
 import pyarrow as pa
 import pytest
 
@@ -128,6 +129,25 @@ def test_ray_trains_run_files_are_replaced_whole_never_rewritten_in_place(tmp_pa
     assert [p.name for p in tmp_path.iterdir()] == [snapshot.name]
     # The permissions a new file gets from the umask, not a temporary file's 0600.
     assert snapshot.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def test_ray_trains_deletions_on_an_object_store_take_a_path_as_a_path():
+    """pyarrow's fsspec handler deletes through fsspec's rm, which reads runs[1] as a glob pattern: Ray Train
+    dropping an old checkpoint of runs[1] deleted runs1's and kept its own."""
+    memory = fsspec.filesystem("memory")
+    base = f"/arrow-{os.getpid()}"
+    for run in ("runs[1]", "runs1"):
+        memory.pipe_file(f"{base}/{run}/checkpoint_1/state.pt", b"weights")
+        memory.pipe_file(f"{base}/{run}/result.json", b"{}")
+    try:
+        fs = pickle.loads(pickle.dumps(storage.arrow_filesystem(f"memory://{base}/runs[1]")))
+        fs.delete_dir(f"{base}/runs[1]/checkpoint_1")
+        fs.delete_file(f"{base}/runs[1]/result.json")
+        assert memory.find(base) == [f"{base}/runs1/checkpoint_1/state.pt", f"{base}/runs1/result.json"]
+        with pytest.raises(FileNotFoundError):
+            fs.delete_dir(f"{base}/runs[1]/checkpoint_1")
+    finally:
+        memory.rm(base, recursive=True)
 
 
 def _umask() -> int:
