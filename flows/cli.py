@@ -405,6 +405,16 @@ def _report_once() -> None:
     get_current_settings().client.max_retries = 0
 
 
+def _drain_run_logs() -> None:
+    """Prefect sends a run's logs to its server from a background worker, drained at exit by default: after the
+    temporary server's own exit handler has stopped it, so a failed run ended with '--- Error logging to API ---
+    All connection attempts failed'. Drained here, while the server is up."""
+    if "prefect" in sys.modules:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -413,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     with stopping.stoppable(_report_once) if args.command in ("run", "evaluate") else nullcontext():
         try:
             code = args.fn(args, rest) if args.command == "submit" else args.fn(args)
+            _drain_run_logs()
         except BaseException as e:
+            _drain_run_logs()
             if stopping.signum is not None:  # the interrupt, whatever Prefect or Ray made of it on its way up
                 return _stopped()
             if isinstance(e, USER_ERRORS):
