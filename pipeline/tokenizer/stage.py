@@ -7,6 +7,7 @@ embedding table to match.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import TYPE_CHECKING
 
 from tokenizers import ByteLevelBPETokenizer
@@ -51,6 +52,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             vocab_size=config["vocab_size"],
             min_frequency=config["min_frequency"],
             special_tokens=list(SPECIAL.values()),
+            show_progress=sys.stderr.isatty(),  # off a terminal its bars are blank lines in the log
         )
         bpe._tokenizer.post_processor = RobertaProcessing(
             ("</s>", bpe.token_to_id("</s>")), ("<s>", bpe.token_to_id("<s>"))
