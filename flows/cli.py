@@ -14,7 +14,7 @@ from typing import NoReturn
 import tasks  # noqa: F401  (sets logging before prefect is imported)
 from pipeline import stopping
 from pipeline.config import Config
-from pipeline.corpus.credentials import conceal
+from pipeline.corpus.credentials import concealed
 from pipeline.locate import check_models
 from pipeline.preflight import USER_ERRORS, configured
 from pipeline.ray_session import ray_shutdown
@@ -84,19 +84,10 @@ def _quiet_user_errors() -> None:
             handler.addFilter(_NoUserTracebacks())
 
 
-def _concealed(value):
-    """Flow parameters are stored by Prefect and printed: credentials in URLs are masked before they get there."""
-    if isinstance(value, dict):
-        return {k: _concealed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_concealed(v) for v in value]
-    return conceal(value) if isinstance(value, str) else value
-
-
 def _run_config(args) -> tuple[dict, Config]:
     """`cpipe run`'s options and config, before the flows' imports (torch, Prefect: seconds): a mistake answers
-    at once."""
-    options = _concealed(
+    at once. Its options are flow parameters, which Prefect stores and prints: their credentials are masked."""
+    options = concealed(
         dict(
             config=args.config,
             corpus=args.corpus,
@@ -141,7 +132,7 @@ def serve_deployments(args) -> list:
     import inspect
 
     parameters = {
-        k: _concealed(v)
+        k: concealed(v)
         for k, v in dict(
             config=args.config,
             corpus=args.corpus,
@@ -176,7 +167,7 @@ def cmd_serve(args) -> int:
 def cmd_evaluate(args) -> int:
     # --set values are YAML: quoted, any path stays the string it is
     results = [f"evaluate.results_dir={json.dumps(args.results_dir)}"] if args.results_dir else []
-    options = _concealed(
+    options = concealed(
         dict(
             config=args.config, eval_data=args.eval_data, artifacts=args.artifacts, overrides=_overrides(args) + results
         )
@@ -240,8 +231,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from pipeline.model.hub_card import push
+    from pipeline.model.hub_card import dry_run, push
 
+    if args.dry_run:
+        dry_run(args.model, args.repo_id, args.dry_run, license=args.license, artifacts=args.artifacts)
+        print(f"cpipe: wrote {args.dry_run}: the folder and card a push of {args.model} to {args.repo_id} uploads")
+        return 0
     url = push(args.model, args.repo_id, private=args.private, license=args.license, artifacts=args.artifacts)
     print(f"cpipe: pushed {args.model} to {url}")
     return 0
@@ -369,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_push.add_argument(
         "--artifacts",
         help="where to find the model's scores for the card (default: a train dataset's own artifacts directory)",
+    )
+    p_push.add_argument(
+        "--dry-run",
+        metavar="OUT",
+        help="write the folder and card that would be uploaded to the new directory OUT, and send nothing",
     )
     p_push.set_defaults(fn=cmd_push)
     p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")

@@ -19,6 +19,7 @@ from pipeline.augment.config import AugmentConfig
 from pipeline.backtranslate.config import BacktranslateConfig
 from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.corpus.config import CorpusConfig
+from pipeline.corpus.credentials import concealed
 from pipeline.decontaminate.config import DecontaminateConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluate.config import EvaluateConfig
@@ -80,6 +81,14 @@ class Config(Strict):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _concealed(cls, data: Any) -> Any:
+        """Whichever key holds a URL with a password (a profile's, `--set`'s, a flow parameter's), the config
+        holds it masked: fingerprints, manifests, logs and Prefect's stored parameters are made of the config,
+        and the download reveals it (pipeline.corpus.credentials)."""
+        return concealed(data)
 
     @field_validator("artifacts")
     @classmethod

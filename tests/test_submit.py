@@ -12,9 +12,9 @@ from importlib.metadata import version
 
 import pytest
 
-from flows.cli import _concealed, _overrides, build_parser
+from flows.cli import _overrides, build_parser
 from flows.submit import job_command, runtime_env
-from pipeline.corpus.credentials import ENV
+from pipeline.corpus.credentials import ENV, concealed
 from pipeline.corpus.download import fetch
 from pipeline.preflight import configured
 from tests.conftest import cpipe, free_port, http_server
@@ -96,7 +96,7 @@ def job_resolves(job: dict, tmp_path, monkeypatch) -> bytes:
         monkeypatch.setenv(name, value)
     args = build_parser().parse_args(shlex.split(job["entrypoint"])[3:])
     cfg = configured(
-        **_concealed(
+        **concealed(
             dict(
                 config=args.config,
                 corpus=args.corpus,

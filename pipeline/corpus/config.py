@@ -5,7 +5,6 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from pipeline.config_base import Strict, absolute
-from pipeline.corpus.credentials import conceal
 
 
 class CorpusConfig(Strict):
@@ -24,7 +23,7 @@ class CorpusConfig(Strict):
     @field_validator("sources")
     @classmethod
     def _absolute_sources(cls, v: list[str]) -> list[str]:
-        return [absolute(conceal(s)) for s in v]
+        return [absolute(s) for s in v]
 
     @field_validator("download_dir")
     @classmethod

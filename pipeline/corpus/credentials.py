@@ -2,9 +2,10 @@
 
 Everything the pipeline prints, fingerprints or writes (logs, manifests, Prefect's flow parameters) sees
 the concealed form `https://***@host/corpus.txt`, so a changed password neither leaks nor rebuilds a
-stage. The real URL is kept in this process's environment, which its subprocesses and local Ray workers
-inherit (a job on a cluster gets it through its runtime_env's env_vars), and is revealed only where the request
-is made. Credentials go only to the origin (scheme, host, port) they were written for, not where it redirects.
+stage: the CLI conceals its options and `pipeline.config.Config` every string of the config as it is read,
+whichever key holds it. The real URL is kept in this process's environment, which its subprocesses and local
+Ray workers inherit (a job on a cluster gets it through its runtime_env's env_vars), and is revealed only where
+the request is made. Credentials go only to the origin (scheme, host, port) they were written for, not where it redirects.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import urllib.parse
 ENV = "CPIPE_URL_CREDENTIALS"
 MASK = "***"
 _USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s/@]+)@", re.IGNORECASE)
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/@]+@\S*", re.IGNORECASE)
 
 
 def _known() -> dict[str, str]:
@@ -30,6 +32,16 @@ def conceal(text: str) -> str:
     if known:
         os.environ[ENV] = json.dumps(known)
     return text
+
+
+def concealed(value):
+    """`value` with `conceal` applied to every string in it, however deep in dicts and lists: a whole config (a
+    profile, `--set`, flow parameters), whichever of its keys holds a URL."""
+    if isinstance(value, dict):
+        return {k: concealed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [concealed(v) for v in value]
+    return conceal(value) if isinstance(value, str) else value
 
 
 def conceal_for_another_process(texts: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -47,8 +59,9 @@ def _masked(text: str) -> tuple[str, dict[str, str]]:
         return f"{match[1]}{MASK}@" if match[2] != MASK else match[0]
 
     found = {}
-    for url in re.findall(r"\b[a-z][a-z0-9+.-]*://[^\s/@]+@\S*", text, re.IGNORECASE):
-        url = url.rstrip("'\",]}")
+    # A URL in running text (`--set corpus.sources=[URL, ...]`) ends before the quotes and brackets around it; a
+    # whole value that is one URL is all URL (`https://host/{source}-{pivot}`).
+    for url in [text] if _URL.fullmatch(text) else [u.rstrip("'\",]}") for u in _URL.findall(text)]:
         concealed = _USERINFO.sub(mask, url)
         if concealed != url:
             found[concealed] = url

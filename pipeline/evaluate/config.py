@@ -9,7 +9,6 @@ from pydantic import Field, field_validator
 from pipeline.baselines.config import Baselines
 from pipeline.baselines.fasttext.config import FastTextBaseline
 from pipeline.config_base import Seed, Strict, absolute, unusable_name
-from pipeline.corpus.credentials import conceal
 from pipeline.readers.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
 from pipeline.readers.registry import is_kind_column
 
@@ -101,7 +100,7 @@ class EvaluateConfig(Strict):
                     f"{task}: {spec} does not end in an STS pair file's suffix "
                     "(.csv, .tsv, .jsonl, .parquet; the text ones optionally .gz)"
                 )
-        return {task: absolute(conceal(spec)) for task, spec in v.items()}
+        return {task: absolute(spec) for task, spec in v.items()}
 
     @field_validator("results_dir")
     @classmethod
