@@ -12,15 +12,22 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import errors as hub_errors
 
 from pipeline import locate
 from pipeline.config import Config, load_config
+from pipeline.corpus.sources import LocalSource
+from pipeline.corpus.wikipedia import WikipediaParquetSource
+from pipeline.corpus.wikitext import WikiTextParquetSource
 from pipeline.errors import ConfigError, InputError
+from pipeline.evaluate import clustering, pairclass
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
 from pipeline.leaderboard.table import leaderboard, to_markdown
+from pipeline.model import embed_file
 from pipeline.readers.sts import StsDataError, find_sts
 from pipeline.readers.transfer import TransferDataError, find_transfer
 from pipeline.train import devset
@@ -74,6 +81,50 @@ def test_a_bad_pair_file_in_a_directory_stops_the_run_as_it_does_passed_alone(tm
     # ... and before any work: the evaluate stage's pre-flight check reads the directory so
     with pytest.raises(StsDataError, match=name.replace(".", r"\.")):
         evaluate.check(Config(evaluate=EvaluateConfig(data=str(data), transfer=False)))
+
+
+# --- issue 47 item 12: a Parquet file pyarrow cannot read is one line naming it, for every reader of users' Parquet ---
+
+SENTENCES = [f"sentence {i} of the pairs" for i in range(6)]
+PARQUET_READERS = {
+    "sts.parquet": (
+        {"sentence1": SENTENCES, "sentence2": SENTENCES[::-1], "score": [0.5, 1.0, 2.0, 3.0, 4.0, 4.5]},
+        find_sts,
+    ),
+    "pairs.pairclass.parquet": (
+        {"sentence1": SENTENCES, "sentence2": SENTENCES[::-1], "label": [0, 1] * 3},
+        lambda path: pairclass.read("pairs", path),
+    ),
+    "topics.clustering.parquet": ({"text": SENTENCES, "label": ["a", "b"] * 3}, clustering.read),
+    "corpus.parquet": ({"text": SENTENCES}, lambda path: [part.read() for part in LocalSource(str(path)).parts()]),
+    "wikitext-103.parquet": ({"text": SENTENCES}, lambda path: list(WikiTextParquetSource(str(path)).parts())),
+    "wikipedia.parquet": (
+        {"id": ["1"] * 6, "url": ["u"] * 6, "title": ["t"] * 6, "text": SENTENCES},
+        lambda path: [part.read() for part in WikipediaParquetSource(str(path)).parts()],
+    ),
+    "to-embed.parquet": ({"text": SENTENCES}, lambda path: list(embed_file.READERS[".parquet"](str(path), "text"))),
+}
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(b"PAR1 these bytes were never Parquet " * 20)
+
+
+def cut_short(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("damage", [garbage, cut_short])
+@pytest.mark.parametrize("name", PARQUET_READERS)
+def test_a_parquet_file_that_cannot_be_read_is_one_line_naming_it(tmp_path, name, damage):
+    columns, read = PARQUET_READERS[name]
+    path = tmp_path / name
+    pq.write_table(pa.table(columns), path)
+    read(path)  # read whole, it is a file of that kind
+    damage(path)
+    with pytest.raises(InputError) as caught:
+        read(path)
+    assert str(caught.value).startswith(f"{path}: not a readable Parquet file (") and "\n" not in str(caught.value)
 
 
 def test_a_file_alone_with_a_missing_column_is_named_not_no_known_task(tmp_path):

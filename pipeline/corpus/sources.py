@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import InputError
 from pipeline.file_snapshot import listing_digest, rglob
 from pipeline.jsonlines import json_objects
+from pipeline.parquet_files import reading_parquet
 
 log = logging.getLogger("cpipe")
 
@@ -151,7 +152,8 @@ class LocalSource(Source):
                 continue
             # One part per row group: a multi-gigabyte Parquet file neither sits in one worker's
             # memory nor serialises the stage.
-            meta, first_row = pq.ParquetFile(path).metadata, 0
+            with reading_parquet(path, SourceError):
+                meta, first_row = pq.ParquetFile(path).metadata, 0
             for group in range(meta.num_row_groups):
                 yield LocalFile(str(path), rel, group, first_row)
                 first_row += meta.row_group(group).num_rows
@@ -191,11 +193,12 @@ class LocalFile(Part):
                     title = str(record.get("title") or record.get("url") or f"{path.stem}:{line_no}")
                     yield Document(doc_id(f"{rel}:{line_no}"), src, title, text)
         elif path.suffix == ".parquet":
-            pf = pq.ParquetFile(path)
-            if "text" not in pf.schema_arrow.names:
-                raise SourceError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
-            title_col = next((c for c in ("title", "url") if c in pf.schema_arrow.names), None)
-            table = pf.read_row_group(self.row_group, columns=["text"] + ([title_col] if title_col else []))
+            with reading_parquet(path, SourceError):
+                pf = pq.ParquetFile(path)
+                if "text" not in pf.schema_arrow.names:
+                    raise SourceError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
+                title_col = next((c for c in ("title", "url") if c in pf.schema_arrow.names), None)
+                table = pf.read_row_group(self.row_group, columns=["text"] + ([title_col] if title_col else []))
             for row, record in enumerate(table.to_pylist(), self.first_row):
                 title = str(record.get(title_col) or f"{path.stem}:{row}")
                 yield Document(doc_id(f"{rel}:{row}"), src, title, record["text"] or "")

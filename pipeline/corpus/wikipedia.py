@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from pipeline.corpus.sources import Document, ParquetFilesSource, Part, Read, Source, SourceError, doc_id
 from pipeline.file_snapshot import listing_digest
+from pipeline.parquet_files import reading_parquet
 
 # Split dumps are named like enwiki-...-pages-articles1.xml-p1p41242.bz2.
 _DUMP_NAME = re.compile(r"pages-articles.*\.xml(-p\d+p\d+)?(\.bz2)?$")
@@ -148,7 +149,8 @@ class WikipediaParquetSource(ParquetFilesSource):
 
     def parts(self) -> Iterator[Part]:
         for path in self.files():
-            pf = pq.ParquetFile(path)
+            with reading_parquet(path, SourceError):
+                pf = pq.ParquetFile(path)
             missing = [c for c in PARQUET_COLUMNS if c not in pf.schema_arrow.names]
             if missing:
                 raise SourceError(f"{path}: not a wikimedia/wikipedia file, missing column(s) {', '.join(missing)}")
@@ -162,7 +164,8 @@ class ParquetRowGroup(Part):
     row_group: int
 
     def read(self) -> Read:
-        table = pq.ParquetFile(self.path).read_row_group(self.row_group, columns=PARQUET_COLUMNS)
+        with reading_parquet(self.path, SourceError):
+            table = pq.ParquetFile(self.path).read_row_group(self.row_group, columns=PARQUET_COLUMNS)
         name = Path(self.path).name
         return Read(
             [

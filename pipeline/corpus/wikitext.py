@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from pipeline.corpus.sources import Document, ParquetFilesSource, Part, Read, SourceError, doc_id, wikitext_articles
 from pipeline.file_snapshot import rglob
+from pipeline.parquet_files import reading_parquet
 
 ARTICLES_PER_PART = 64
 BATCH_ROWS = 65_536
@@ -52,14 +53,15 @@ class WikiTextParquetSource(ParquetFilesSource):
 
     @staticmethod
     def _lines(path: Path) -> Iterator[str]:
-        pf = pq.ParquetFile(path)
-        if "text" not in pf.schema_arrow.names:
-            raise SourceError(
-                f"{path}: not a WikiText file, no 'text' column (columns: {', '.join(pf.schema_arrow.names)})"
-            )
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["text"]):
-            for row in batch.column(0).to_pylist():
-                yield (row or "").removesuffix("\n")
+        with reading_parquet(path, SourceError):
+            pf = pq.ParquetFile(path)
+            if "text" not in pf.schema_arrow.names:
+                raise SourceError(
+                    f"{path}: not a WikiText file, no 'text' column (columns: {', '.join(pf.schema_arrow.names)})"
+                )
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["text"]):
+                for row in batch.column(0).to_pylist():
+                    yield (row or "").removesuffix("\n")
 
 
 @dataclass(frozen=True)

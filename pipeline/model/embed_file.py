@@ -32,6 +32,7 @@ from tqdm import tqdm
 from pipeline.errors import InputError
 from pipeline.jsonlines import json_objects
 from pipeline.model.exported import Encoder
+from pipeline.parquet_files import reading_parquet
 
 
 def _utf8(raw: bytes, path: str, lineno: int) -> str:
@@ -78,20 +79,17 @@ def _delimited(path: str, column: str, delimiter: str, quoting: int) -> Iterator
 
 
 def _parquet(path: str, column: str) -> Iterator[str]:
-    try:
-        with pq.ParquetFile(path) as f:
-            field = f.schema_arrow.field(column) if column in f.schema_arrow.names else None
-            if field is None or not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
-                raise InputError(f"{path}: no string column {column!r} ({f.schema_arrow})")
-            row = 0
-            for batch in f.iter_batches(batch_size=8192, columns=[column]):
-                values = batch.column(0)
-                if values.null_count:
-                    raise InputError(f"{path}: row {row + values.to_pylist().index(None)}: {column!r} is null")
-                yield from values.to_pylist()
-                row += len(values)
-    except pa.ArrowException as e:
-        raise InputError(f"{path}: not a readable Parquet file ({e})") from None
+    with reading_parquet(path), pq.ParquetFile(path) as f:
+        field = f.schema_arrow.field(column) if column in f.schema_arrow.names else None
+        if field is None or not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+            raise InputError(f"{path}: no string column {column!r} ({f.schema_arrow})")
+        row = 0
+        for batch in f.iter_batches(batch_size=8192, columns=[column]):
+            values = batch.column(0)
+            if values.null_count:
+                raise InputError(f"{path}: row {row + values.to_pylist().index(None)}: {column!r} is null")
+            yield from values.to_pylist()
+            row += len(values)
 
 
 READERS = {

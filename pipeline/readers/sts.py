@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import InputError
 from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
+from pipeline.parquet_files import reading_parquet
 from pipeline.readers import registry
 from pipeline.readers.names import (
     PAIR_SUFFIXES,
@@ -227,7 +228,8 @@ def records(path: Path, fmt: str, columns: tuple[str, ...] = PAIR_COLUMNS):
     """(where, record) for each row: where is "path:line" for text files, "path: row N" for Parquet. Every
     task kind's table files (pipeline.evaluate.kinds) are read by it too."""
     if fmt == ".parquet":
-        table = pq.read_table(path)
+        with reading_parquet(path, StsDataError):
+            table = pq.read_table(path)
         missing = [c for c in columns if c not in table.column_names]
         if missing:
             raise StsDataError(f"{path}: no column(s) {', '.join(missing)} (columns: {', '.join(table.column_names)})")
