@@ -1,7 +1,7 @@
 """The checks a run gets before torch, transformers, Prefect or Ray are imported (15 s and more on a small
 machine), so that a mistake in the command line answers at once: the config and its `--set` overrides, the
-stage names, `model.base`, the corpus and evaluation files, the artifacts directory. The checks that need
-the stages' own modules follow in flows.pipeline_flows.checked."""
+stage names, `model.base`, the corpus and evaluation files, the artifacts directory, the MLflow store. The
+checks that need the stages' own modules follow in flows.pipeline_flows.checked."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import given
 from pipeline.evaluate.data import local_eval_data
+from pipeline.tracking.config import check_store
 from storage import DatasetError, check_writable
 
 # Bad input (a file, a row, a key) and a damaged or unreadable dataset: phrased for the user, one line says it
@@ -53,6 +54,8 @@ def configured(
         check_writable(cfg.evaluate.results_dir, "evaluate.results_dir")
     if "leaderboard" in reached:
         _compare_to_a_row(cfg.evaluate.compare_to, _rows(cfg, models, whole=first == registry.NAMES[0]))
+    if cfg.tracking.mlflow is not None and {"train", "leaderboard"} & set(reached):  # reported after them
+        check_store(cfg.tracking.mlflow)
     for name in CHECKED:
         if name in reached:
             registry.stage(name).check(cfg)

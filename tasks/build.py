@@ -21,6 +21,7 @@ from prefect.tasks import exponential_backoff
 
 from pipeline import stopping
 from pipeline.config import RayConfig
+from pipeline.errors import InputError
 from pipeline.evaluate.data import local_eval_data
 from pipeline.leaderboard.stage import publish
 from pipeline.leaderboard.table import json_records
@@ -168,7 +169,11 @@ def publish_leaderboard(path: str, artifacts: str) -> str:
 @task(cache_policy=NO_CACHE)
 def track_trainings(settings: MlflowConfig, trained: dict[str, str]) -> None:
     """Each train dataset (label "train/<row>" -> path) as an MLflow run, unless the store has it already."""
-    runs = report_trainings(settings, {label.split("/", 1)[1]: path for label, path in trained.items()})
+    try:
+        runs = report_trainings(settings, {label.split("/", 1)[1]: path for label, path in trained.items()})
+    except InputError as e:
+        _not_reported("the trained models", e)
+        return
     for row, run_id in runs.items():
         get_run_logger().info("train-%s: MLflow run %s (experiment %s)", row, run_id, settings.experiment)
 
@@ -176,5 +181,20 @@ def track_trainings(settings: MlflowConfig, trained: dict[str, str]) -> None:
 @task(cache_policy=NO_CACHE)
 def track_leaderboard(settings: MlflowConfig, path: str) -> None:
     """The leaderboard's scores, model cards and table into each trained model's MLflow run."""
-    runs = report_leaderboard(settings, path)
+    try:
+        runs = report_leaderboard(settings, path)
+    except InputError as e:
+        _not_reported("the leaderboard", e)
+        return
     get_run_logger().info("leaderboard: logged to %d MLflow run(s) (experiment %s)", len(runs), settings.experiment)
+
+
+def _not_reported(what: str, e: InputError) -> None:
+    """A store failing after the pre-flight (a server gone, a database unusable) stops nothing it reports on: the
+    evaluation and the leaderboard are the run's results, tracking their record, and a rerun reports what is
+    missing (pipeline.tracking.mlflow_report finds what the store has)."""
+    get_run_logger().warning(
+        "MLflow: %s not reported: %s; the run goes on (the same command again reports them, every stage reused)",
+        what,
+        e,
+    )

@@ -3,6 +3,7 @@ in tmp_path) and read back with MLflow's own client; a second report adds nothin
 
 from __future__ import annotations
 
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,13 +16,15 @@ from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.leaderboard import stage as ranking
 from pipeline.model.transformer import HF_DIR, ST_DIR
+from pipeline.preflight import configured
 from pipeline.stage import run_stage
 from pipeline.tracking.config import MlflowConfig
-from pipeline.tracking.mlflow_report import report_leaderboard, report_trainings
+from pipeline.tracking.mlflow_report import HTTP_SETTINGS, report_leaderboard, report_trainings
 from pipeline.train.card import CARD, train_info, write_card
 from pipeline.train.config import TrainConfig
 from pipeline.train.curves import PNG, write_curves
-from storage import DatasetWriter, dataset_path, read_manifest
+from storage import DatasetError, DatasetWriter, dataset_path, read_manifest
+from tests.conftest import free_port, http_server
 from tests.helpers import tiny_model
 
 STEPS = 6
@@ -222,3 +225,58 @@ def test_a_store_that_cannot_be_opened_is_one_input_error_naming_the_key(artifac
         with pytest.raises(InputError) as e:
             report_trainings(MlflowConfig(uri=uri), artifacts["trained"])
         assert str(e.value).startswith(f"tracking.mlflow.uri {uri}: ") and "\n" not in str(e.value)
+
+
+def _answering(status: int, hits: list[str]):
+    """A web server answering every request with `status`, recording each request's path: a tracking server
+    that answers the pre-flight and fails the reports (503: busy, or dying)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(status)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    return http_server(Handler)
+
+
+def test_the_preflight_refuses_a_tracking_server_that_does_not_answer_in_one_line(tmp_path, tiny_corpus):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run = dict(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=[f"tracking.mlflow.uri={uri}"])
+    with pytest.raises(ConfigError) as e:
+        configured(**run)
+    assert str(e.value).startswith(f"tracking.mlflow.uri {uri}: no tracking server answers there (")
+    assert "\n" not in str(e.value)
+    configured(**run, until="augment")  # a run that stops before training reports nothing: not checked
+    hits: list[str] = []
+    with _answering(404, hits) as srv:  # any answer is a server's; what it says is MLflow's to read
+        configured(**{**run, "overrides": [f"tracking.mlflow.uri=http://127.0.0.1:{srv.server_port}"]})
+    assert hits == ["/"]
+
+
+def test_the_preflight_refuses_a_sqlite_store_that_cannot_be_written(tmp_path, tiny_corpus):
+    (tmp_path / "file").write_text("")
+    uri = f"sqlite:///{tmp_path}/file/mlruns/mlflow.db"
+    with pytest.raises(DatasetError) as e:
+        configured(corpus=str(tiny_corpus), artifacts=str(tmp_path / "a"), overrides=[f"tracking.mlflow.uri={uri}"])
+    message = str(e.value)
+    assert message.startswith(f"tracking.mlflow.uri {tmp_path}/file/mlruns: cannot write there (NotADirectoryError")
+    assert "\n" not in message
+
+
+def test_a_tracking_server_failing_after_the_preflight_costs_seconds_not_minutes(artifacts, monkeypatch):
+    """MLflow's own default tries a request 8 times over 4 minutes: here one try and two retries, one line."""
+    for name in HTTP_SETTINGS:
+        monkeypatch.delenv(name, raising=False)  # the test's, not the environment's
+    hits: list[str] = []
+    with _answering(503, hits) as srv:
+        uri = f"http://127.0.0.1:{srv.server_port}"
+        with pytest.raises(InputError) as e:
+            report_trainings(MlflowConfig(uri=uri), artifacts["trained"])
+    assert str(e.value).startswith(f"tracking.mlflow.uri {uri}: MlflowException: ") and "\n" not in str(e.value)
+    assert len(hits) == 3 and all(h.startswith("/api/2.0/mlflow/") for h in hits), hits

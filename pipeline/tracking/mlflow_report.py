@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from pipeline.leaderboard.intervals import LO, PER_SEED, SEEDS
 from pipeline.leaderboard.table import ANALYSIS, rankable_columns
 from pipeline.model.transformer import ST_DIR
 from pipeline.repeats import seeded, split_seeded
-from pipeline.tracking.config import MlflowConfig
+from pipeline.tracking.config import KEY, MlflowConfig
 from pipeline.train import stage as train
 from pipeline.train.card import CARD, ran_recipe
 from pipeline.train.curves import PNG, series
@@ -42,10 +43,19 @@ from storage import complete, dataset_parts, dataset_path, local_copy, read_mani
 
 FINGERPRINT = "cpipe.train_fingerprint"  # the tag a run is found by
 LEADERBOARD_TAG = "cpipe.leaderboard."  # + a leaderboard dataset's fingerprint: its scores are logged
-KEY = "tracking.mlflow.uri"
 # Card facts worth a column of MLflow's run table; the rest of the card is its settings, logged from the config.
 CARD_FACTS = ("objective", "augmentation", "base_model", "architecture", "parameters")
 RESULTS = ("steps", "final_loss", "train_seconds", "best_step", "best_score")  # the train manifest's, as metrics
+
+
+# MLflow tries a failed request 8 times, backing off for 4 minutes in all (rate limits can last a minute): a
+# server gone since the pre-flight held the run that long at each report. A few seconds here; the user's own
+# settings win.
+HTTP_SETTINGS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 
 
 class Store:
@@ -53,6 +63,8 @@ class Store:
 
     def __init__(self, settings: MlflowConfig):
         self.uri = settings.uri
+        for name, value in HTTP_SETTINGS.items():
+            os.environ.setdefault(name, value)
         with self.errors():
             with warnings.catch_warnings():  # SQLAlchemy's deprecation notes about MLflow's own models
                 warnings.simplefilter("ignore", DeprecationWarning)
