@@ -174,7 +174,8 @@ def why_unsafe_pickle(file: str) -> str | None:
             zipped = f.read(4) == ZIP_MAGIC
         if zipped:
             with zipfile.ZipFile(file) as archive:
-                for member in (n for n in archive.namelist() if n.endswith(".pkl")):
+                # Every entry, not every name: of two entries of one name, open(name) reads the last, torch the first.
+                for member in (info for info in archive.infolist() if info.filename.endswith(".pkl")):
                     with archive.open(member) as f:
                         _Scan(f).load()
         else:

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
+import warnings
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow.fs
@@ -170,6 +174,35 @@ def test_pickled_weights_naming_code_are_refused_before_any_load(model_dir, tmp_
     one_line(locate.check_models, [path], match=f"^--model {weights}: refused")
     with pytest.raises(InputError, match="io.open"):
         Encoder(path)
+    assert not marker.exists()
+
+
+def test_a_payload_hidden_under_the_name_of_a_clean_pickle_in_the_zip_is_refused(model_dir, tmp_path):
+    """A zip of two data.pkl entries, the payload's first: the check read the name's last entry (the clean one) and
+    passed it, and torch reads the first."""
+    marker = tmp_path / "ran"
+    path = pickled(model_dir, tmp_path)
+    weights = Path(path, locate.HF_DIR, "pytorch_model.bin")
+    planted = tmp_path / "planted" / "pytorch_model.bin"  # the same name: the same prefix in the zip
+    planted.parent.mkdir()
+    torch.save({**load_file(model_dir / locate.HF_DIR / "model.safetensors"), "x": Payload(marker)}, planted)
+    with zipfile.ZipFile(planted) as payload, zipfile.ZipFile(weights) as clean:
+        entries = [(i, payload) for i in payload.infolist() if i.filename.endswith("data.pkl")]
+        entries += [(i, clean) for i in clean.infolist()]
+        with warnings.catch_warnings(), zipfile.ZipFile(tmp_path / "doubled.bin", "w") as doubled:
+            warnings.simplefilter("ignore")  # zipfile's "Duplicate name", the point of the file
+            for info, source in entries:
+                doubled.writestr(info, source.read(info))
+    os.replace(tmp_path / "doubled.bin", weights)
+    with zipfile.ZipFile(weights) as doubled:
+        pickles = [i for i in doubled.infolist() if i.filename.endswith("data.pkl")]
+        assert len(pickles) == 2 and pickles[0].filename == pickles[1].filename
+        assert doubled.read(pickles[0]) != doubled.read(pickles[1]) == doubled.read(pickles[0].filename)
+    assert locate.why_not_a_model(path) == (
+        f"{weights}: refused, its pickle names io.open (weights may hold only tensors; save them as safetensors)"
+    )
+    with pytest.raises(pickle.UnpicklingError, match="io.open"):  # torch reads the payload's entry
+        torch.load(weights, weights_only=True)
     assert not marker.exists()
 
 
