@@ -5,7 +5,11 @@ checks that need the stages' own modules follow in flows.pipeline_flows.checked.
 
 from __future__ import annotations
 
+import http.client
 import os
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -14,12 +18,14 @@ from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import given
 from pipeline.evaluate.data import local_eval_data
-from pipeline.tracking.config import check_store
+from pipeline.tracking.config import KEY, MlflowConfig
 from storage import DatasetError, check_writable
 
 # Bad input (a file, a row, a key) and a damaged or unreadable dataset: phrased for the user, one line says it
 # all, so the CLI and a failed flow run's state message show it without a traceback.
 USER_ERRORS = (InputError, DatasetError)
+
+ANSWER_SECONDS = 5  # how long a tracking server has to answer
 
 # Stages whose check is run here: their modules import nothing heavy. The tokenizer's checks model.base (a
 # directory holding a model, or a hub name, downloaded into the hub's cache).
@@ -55,7 +61,7 @@ def configured(
     if "leaderboard" in reached:
         _compare_to_a_row(cfg.evaluate.compare_to, _rows(cfg, models, whole=first == registry.NAMES[0]))
     if cfg.tracking.mlflow is not None and {"train", "leaderboard"} & set(reached):  # reported after them
-        check_store(cfg.tracking.mlflow)
+        _tracking_store(cfg.tracking.mlflow)
     for name in CHECKED:
         if name in reached:
             registry.stage(name).check(cfg)
@@ -111,3 +117,27 @@ def _compare_to_a_row(compare_to: str | None, rows: list[str] | None) -> None:
         raise ConfigError(
             f"evaluate.compare_to: no row named {compare_to!r} on this run's leaderboard (rows: {', '.join(rows)})"
         )
+
+
+def _tracking_store(settings: MlflowConfig, timeout: float = ANSWER_SECONDS) -> None:
+    """Before any work, that the store can take the reports made after training: a tracking server answers at
+    the URI (any HTTP answer; what it says is MLflow's to read), a sqlite store's file can be written. A database
+    server's store (postgresql, ...) and Databricks are first reached by the first report."""
+    uri = settings.uri
+    if uri.startswith("sqlite:"):
+        file = uri.split(":///", 1)[1]
+        check_writable(os.path.dirname(file), KEY)
+        if os.path.exists(file) and not os.access(file, os.W_OK):
+            raise ConfigError(f"{KEY} {uri}: {file} is not writable")
+    elif uri.split("://", 1)[0].lower() in ("http", "https"):
+        try:
+            urllib.request.urlopen(uri, timeout=timeout).close()
+        except urllib.error.HTTPError:
+            pass  # an answer
+        except (OSError, http.client.HTTPException) as e:
+            reason = e.reason if isinstance(e, urllib.error.URLError) else e
+            if not isinstance(reason, ssl.SSLError):  # a TLS handshake is an answer; MLflow's certificates are its own
+                raise ConfigError(
+                    f"{KEY} {uri}: no tracking server answers there ({str(reason) or type(reason).__name__}); "
+                    "start it, or set tracking.mlflow to null to run without tracking"
+                ) from None

@@ -4,25 +4,17 @@ Tracking is no stage's: it is in no fingerprint, and turning it on or off rebuil
 
 from __future__ import annotations
 
-import http.client
 import importlib.util
-import os
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
 from pipeline.config_base import Strict, absolute
-from pipeline.errors import ConfigError
-from storage import check_writable
 
 # MLflow's own tracking stores (its registry's schemes); each database one needs its driver installed.
 SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 KEY = "tracking.mlflow.uri"
-ANSWER_SECONDS = 5  # how long the pre-flight waits for a tracking server to answer
 
 
 class MlflowConfig(Strict):
@@ -81,27 +73,3 @@ class TrackingConfig(Strict):
     @classmethod
     def _null_is_off(cls, data):
         return {} if data is None else data  # `tracking:` left empty in a profile, or --set tracking=null
-
-
-def check_store(settings: MlflowConfig, timeout: float = ANSWER_SECONDS) -> None:
-    """Before any work, that the store can take the reports made after training: a tracking server answers at
-    the URI (any HTTP answer; what it says is MLflow's to read), a sqlite store's file can be written. A database
-    server's store (postgresql, ...) and Databricks are first reached by the first report."""
-    uri = settings.uri
-    if uri.startswith("sqlite:"):
-        file = uri.split(":///", 1)[1]
-        check_writable(os.path.dirname(file), KEY)
-        if os.path.exists(file) and not os.access(file, os.W_OK):
-            raise ConfigError(f"{KEY} {uri}: {file} is not writable")
-    elif uri.split("://", 1)[0].lower() in ("http", "https"):
-        try:
-            urllib.request.urlopen(uri, timeout=timeout).close()
-        except urllib.error.HTTPError:
-            pass  # an answer
-        except (OSError, http.client.HTTPException) as e:
-            reason = e.reason if isinstance(e, urllib.error.URLError) else e
-            if not isinstance(reason, ssl.SSLError):  # a TLS handshake is an answer; MLflow's certificates are its own
-                raise ConfigError(
-                    f"{KEY} {uri}: no tracking server answers there ({str(reason) or type(reason).__name__}); "
-                    "start it, or set tracking.mlflow to null to run without tracking"
-                ) from None
