@@ -100,7 +100,8 @@ def runtime_env(install: bool = False, secrets: dict[str, str] | None = None, ro
     env = {
         "working_dir": str(root),
         "excludes": EXCLUDES,
-        "env_vars": {"RAY_AUTH_MODE": "disabled", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(secrets or {})},
+        # No RAY_AUTH_MODE: the job's driver takes the cluster's own, which its operator set (operations.md).
+        "env_vars": {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", **(secrets or {})},
         # The job's workers name their own cluster to Ray's state API, as a local instance's do: Train's
         # controller otherwise fails beside another Ray instance on a node ("Found multiple active Ray
         # instances"), and Ray's noise stays in its logs. A job's hook is given by its import path.

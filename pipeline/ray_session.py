@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import secrets
+import shutil
 import sys
+import tempfile
 
 # Loggers of Ray's whose GetTimeoutError warnings are no news to the user: Ray Train's controller logs one, with a
 # traceback, whenever its resource request to Ray Data's autoscaling coordinator takes over 5 s ("safe to
@@ -57,7 +61,6 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
     import ray
 
     if not ray.is_initialized():
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         # Workers' prints reach the driver once, through log_to_driver, not also through Train's print patch.
         os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
         # What a local instance's workers would print on the user's terminal that is Ray's business, not theirs:
@@ -68,18 +71,79 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         # RAY_ADDRESS (set inside Ray jobs) means a cluster too. Without either, "local" starts our own
         # instance: a bare ray.init() would join whatever `ray start` left on this machine.
         cluster = address or os.environ.get("RAY_ADDRESS")
-        if not cluster:
-            # Ray Train's controller looks at its workers every 2 s by default, and a checkpoint's report and
-            # a finished run wait for that look: 3 to 7 s of a small run's minute, for no gain on one machine.
-            os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+        if cluster:
+            ray.init(address=cluster, log_to_driver=True, configure_logging=False)
+        else:
+            _start_local(num_cpus)
+        _quiet_driver_logs()
+
+
+# The environment variables Ray's processes read the authentication mode and token from.
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+# While a local instance we started lives: its token's directory, and AUTH_VARIABLES as they were before it.
+_token: dict = {}
+
+
+def _start_local(num_cpus: int | None) -> None:
+    """Start our own instance, closed to the host's other users: its dashboard's Jobs API runs any command, as
+    this user, for whoever reaches it. Ray's token authentication is on, with a token of this instance's own in a
+    file only this user reads (a 0600 file in a 0700 directory), whose path Ray's processes inherit; every one of
+    its ports listens on 127.0.0.1. The dashboard stays: Ray Train asks its state API, with the token, whether
+    its actors live."""
+    import ray
+    import ray._private.ray_constants as constants
+
+    _drop_token()  # one left by an instance shut down with ray.shutdown() rather than ray_shutdown()
+    directory = tempfile.mkdtemp(prefix="cpipe-ray-")
+    path = os.path.join(directory, "token")
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(secrets.token_hex(32))
+    _token.update(directory=directory, saved={name: os.environ.get(name) for name in AUTH_VARIABLES})
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over the file
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=path)
+    _reload_auth()
+    # At exit too, as Ray's own handler shuts Ray down; whichever runs first, the token goes once Ray is down.
+    atexit.register(ray_shutdown)
+    # Ray Train's controller looks at its workers every 2 s by default, and a checkpoint's report and a finished
+    # run wait for that look: 3 to 7 s of a small run's minute, for no gain on one machine.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+    # Ray takes 127.0.0.1 as the node's address, and so has every server listen there, only where it holds
+    # clusters unsupported (macOS, Windows); elsewhere it swaps in the host's reachable address and listens on
+    # that or on all interfaces. The instance we start is one node; its processes are told the address.
+    clusters, constants.ENABLE_RAY_CLUSTER = constants.ENABLE_RAY_CLUSTER, False
+    try:
         ray.init(
-            address=cluster or "local",
-            num_cpus=None if cluster else num_cpus,
+            address="local",
+            num_cpus=num_cpus,
             log_to_driver=True,
             configure_logging=False,
-            runtime_env=None if cluster else {"worker_process_setup_hook": setup_worker},
+            runtime_env={"worker_process_setup_hook": setup_worker},
         )
-        _quiet_driver_logs()
+    finally:
+        constants.ENABLE_RAY_CLUSTER = clusters
+
+
+def _reload_auth() -> None:
+    """Have this process read the authentication mode and token again: Ray reads them once and keeps them."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _drop_token() -> None:
+    """The local instance's token removed, and AUTH_VARIABLES as they were before it, once the instance is down."""
+    if not _token:
+        return
+    for name, value in _token.pop("saved").items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    # The mode first, then the file: Ray's client threads still draining would otherwise read the token again,
+    # find no file, and abort the process (Ray's own tests reset it in this order).
+    _reload_auth()
+    shutil.rmtree(_token.pop("directory"), ignore_errors=True)
 
 
 def setup_worker() -> None:
@@ -102,10 +166,12 @@ def quiet_timeouts() -> None:
 
 
 def ray_shutdown() -> None:
-    """Stop this process's Ray (the local instance it started, with every worker) if it connected to one."""
+    """Stop this process's Ray (the local instance it started, with every worker, whose token goes with it) if it
+    connected to one."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+    _drop_token()
 
 
 def started_here() -> bool:

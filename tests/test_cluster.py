@@ -89,7 +89,7 @@ def test_the_workers_of_our_local_instance_ask_it_and_no_other_on_the_host(clust
     ray_init starts name theirs. The actor has a runtime_env of its own, as Train's controller does."""
     import ray
 
-    from pipeline.ray_session import ray_init
+    from pipeline.ray_session import ray_init, ray_shutdown
 
     ray_init(None, 1)
     try:
@@ -104,4 +104,4 @@ def test_the_workers_of_our_local_instance_ask_it_and_no_other_on_the_host(clust
         probe = Probe.options(runtime_env={"env_vars": {"CPIPE_PROBE": "1"}}).remote()
         assert ray.get(probe.state.remote(), timeout=120) == "ALIVE"
     finally:
-        ray.shutdown()
+        ray_shutdown()
