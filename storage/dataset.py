@@ -61,6 +61,9 @@ class DamagedDataset(DatasetError):
         super().__init__(f"dataset damaged: {path}: {what}")
         self.path, self.what = path, what
 
+    def __reduce__(self):  # raised in a Ray worker, it is pickled to the driver
+        return type(self), (self.path, self.what)
+
 
 def fingerprint(stage: str, version: str, config: Any, inputs: dict[str, str]) -> str:
     """Hash of the stage, its version, its normalised config and its inputs' fingerprints."""
@@ -462,10 +465,32 @@ class _Summed:
         self._f.close()
 
 
-def _no_space(e: BaseException, path: str) -> None:
-    """A full disk is the user's to fix: one line naming the dataset, not the writer's traceback."""
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        raise DatasetError(f"no space left on device writing {path}") from None
+# A full disk or quota, by its errno; the words are the OS's, which a library that wraps the OSError in its own
+# error keeps (safetensors: "No space left on device (os error 28)").
+FULL = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def full_disk(e: BaseException, path: str) -> DatasetError | None:
+    """The one line a full disk met writing `path` is, not the writer's traceback: the user's to fix, whichever
+    library was writing. `e` is the OSError, or was raised from it (torch.save's RuntimeError), or says so in its
+    own words (safetensors' SafetensorError); None for any other error, and for one that is one line already."""
+    if isinstance(e, DatasetError):
+        return None
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        for code, said in FULL.items():
+            if isinstance(cause, OSError) and cause.errno == code or os.strerror(code) in str(cause):
+                return DatasetError(f"{said} writing {path}")
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def no_space(e: BaseException, path: str) -> None:
+    """Raise full_disk's one line where `e` is a full disk."""
+    if (error := full_disk(e, path)) is not None:
+        raise error from None
 
 
 def withheld_access(path: str) -> int:
@@ -648,13 +673,13 @@ class DatasetWriter:
         try:
             if exc is not None:
                 self._abandon()
-                _no_space(exc, self.path)
+                no_space(exc, self.path)
                 return
             try:
                 self._finish()
             except BaseException as e:
                 self._abandon()
-                _no_space(e, self.path)
+                no_space(e, self.path)
                 raise
         finally:
             for d in (self._upload, None if self._local else self._work):
