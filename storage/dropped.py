@@ -1,4 +1,4 @@
-"""The rows a stage dropped and why (doc_id, reason, detail), kept beside its shards for forensics.
+"""The rows a stage dropped and why (doc_id, title_or_url, reason, detail), kept beside its shards for forensics.
 
 The file's name starts with "_" so that nothing reading the dataset's rows picks it up: the project's readers
 take only `part-*.parquet`, and pyarrow's dataset discovery (`pd.read_parquet(<dataset dir>)`, DuckDB's
@@ -16,7 +16,12 @@ import pyarrow.parquet as pq
 from storage.dataset import DamagedDataset, DatasetWriter, read_manifest
 
 DROPPED = "_dropped.parquet"
-SCHEMA = pa.schema([("doc_id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
+SCHEMA = pa.schema(
+    [("doc_id", pa.string()), ("title_or_url", pa.string()), ("reason", pa.string()), ("detail", pa.string())]
+)
+# Written before a dropped document was named by its title or URL (its file name, for a local corpus): still a
+# whole record of what was dropped, read with the title unknown rather than called damaged.
+UNTITLED = pa.schema([f for f in SCHEMA if f.name != "title_or_url"])
 BUFFER = 4096  # rows held before a row group is written: memory stays flat however many are dropped
 
 
@@ -26,7 +31,7 @@ class DroppedLog:
 
     def __init__(self, out: DatasetWriter):
         self._out, self._path = out, f"{out.local_dir}/{DROPPED}"
-        self._rows: list[tuple[str, str, str]] = []
+        self._rows: list[tuple[str, str | None, str, str]] = []
         self._writer: pq.ParquetWriter | None = None
         self.count = 0
 
@@ -34,8 +39,9 @@ class DroppedLog:
         self._writer = pq.ParquetWriter(self._path, SCHEMA)
         return self
 
-    def add(self, doc_id: str, reason: str, detail: str = "") -> None:
-        self._rows.append((doc_id, reason, detail))
+    def add(self, doc_id: str, title: str | None, reason: str, detail: str = "") -> None:
+        """`title`: the document's title_or_url, so that a drop is found by name, not only by its id's hash."""
+        self._rows.append((doc_id, title, reason, detail))
         self.count += 1
         if len(self._rows) >= BUFFER:
             self._flush()
@@ -70,6 +76,8 @@ def read_dropped(path: str) -> pa.Table | None:
     except (pa.ArrowException, OSError) as e:
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise DamagedDataset(path, f"{recorded['file']} is not a readable Parquet file ({reason})") from None
+    if table.schema.equals(UNTITLED):
+        table = table.add_column(1, SCHEMA.field("title_or_url"), pa.nulls(table.num_rows, pa.string()))
     if table.num_rows != recorded["rows"] or not table.schema.equals(SCHEMA):
         raise DamagedDataset(
             path,

@@ -108,7 +108,10 @@ def _show_dropped(path: str, console: Console, is_dataset: bool) -> None:
         )
     reasons = Counter(dropped.column("reason").to_pylist())
     console.print(f"dropped: {dropped.num_rows}" + "".join(f"  {r}: {n}" for r, n in sorted(reasons.items())))
-    if dropped.num_rows:
+    if dropped.num_rows and not console.is_terminal:  # piped: tab-separated lines that cut, awk and grep read
+        for record in [dropped.column_names, *(r.values() for r in dropped.to_pylist())]:
+            print("\t".join("" if v is None else str(v) for v in record))
+    elif dropped.num_rows:
         table = Table(title=f"dropped rows of {path}")
         for name in dropped.column_names:
             table.add_column(name, overflow="fold")

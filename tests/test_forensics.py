@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from flows.cli import main
 from pipeline.config import Config
@@ -46,7 +47,8 @@ def test_the_filter_records_each_dropped_document_with_its_reason_and_what_was_s
     dropped = read_dropped(path).to_pandas()
     name = titles(path)
     id_of = {v: k for k, v in name.items()}
-    why = {name[d]: (reason, detail) for d, reason, detail in dropped.itertuples(index=False)}
+    assert all(name[d] == title for d, title in zip(dropped["doc_id"], dropped["title_or_url"]))  # found by name
+    why = {title: (reason, detail) for _, title, reason, detail in dropped.itertuples(index=False)}
     assert {k: reason for k, (reason, _) in why.items()} == {
         "en-short": "too_short",
         "zz-copy": "duplicate",
@@ -78,10 +80,22 @@ def test_decontaminate_records_each_dropped_document_with_the_tasks_it_held(docu
     assert sorted((r["doc_id"], r["reason"], r["detail"]) for r in dropped) == [
         (d, "contaminated", "STSB") for d in sorted(DIRTY)
     ]
+    _, filtered = documents
+    title = dict(zip(*read_table(filtered, columns=["doc_id", "title_or_url"]).to_pydict().values()))
+    assert all(r["title_or_url"] == title[r["doc_id"]] for r in dropped)
     pd.testing.assert_frame_equal(pd.read_parquet(built), read_table(built).to_pandas())
     assert len(pd.read_parquet(built)) == len(DOCS) - len(DIRTY)
     # masked documents are kept: none is dropped
     assert read_dropped(build(documents, tmp_path / "report", "report")).num_rows == 0
+
+
+def test_a_record_from_before_titles_were_kept_reads_with_titles_unknown(documents, tmp_path):
+    built = build(documents, tmp_path)
+    whole = read_dropped(built)
+    pq.write_table(whole.drop_columns("title_or_url"), f"{built}/_dropped.parquet")  # as written until now
+    old = read_dropped(built)
+    assert old.column_names == whole.column_names and old.column("title_or_url").null_count == old.num_rows
+    assert old.drop_columns("title_or_url").equals(whole.drop_columns("title_or_url"))
 
 
 def test_inspect_dropped_prints_every_dropped_document_and_says_when_none_were_recorded(documents, tmp_path, capsys):
@@ -89,7 +103,9 @@ def test_inspect_dropped_prints_every_dropped_document_and_says_when_none_were_r
     assert main(["inspect", built, "--dropped"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "dropped: 3  contaminated: 3"
-    assert all(f"{d} " in out for d in DIRTY) and not any(f"{d} " in out for d in set(DOCS) - DIRTY)
+    header, *rows = [line.split("\t") for line in out.splitlines()[1:]]  # piped: tab-separated, no boxes
+    assert header == ["doc_id", "title_or_url", "reason", "detail"]
+    assert sorted(r[0] for r in rows) == sorted(DIRTY) and all(r[2:] == ["contaminated", "STSB"] for r in rows)
     _, filtered = documents  # written by hand, as a dataset from before dropped rows were kept
     assert main(["inspect", filtered, "--dropped"]) == 2
     err = capsys.readouterr().err

@@ -306,7 +306,7 @@ def write_dropping(tmp_path) -> str:
     ) as out:
         with DroppedLog(out) as dropped:
             out.write(rows(8))
-            dropped.add("doc-8", "too_short", "1 token")
+            dropped.add("doc-8", "doc-8.txt", "too_short", "1 token")
     return dataset_path(str(tmp_path), "numbers", "d" * 16)
 
 

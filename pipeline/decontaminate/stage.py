@@ -100,12 +100,12 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             table = pa.Table.from_batches([batch])
             hits = matcher.find(batch.column("text"))
             dirty = [i for i, h in enumerate(hits) if h]
-            doc_ids = batch.column("doc_id").to_pylist()
+            doc_ids, titles = batch.column("doc_id").to_pylist(), batch.column("title_or_url").to_pylist()
             for i in dirty:
                 tasks = matcher.tasks_of(hits[i])
                 by_task.update(tasks)
                 if mode == "drop":
-                    dropped.add(doc_ids[i], "contaminated", ", ".join(sorted(tasks)))
+                    dropped.add(doc_ids[i], titles[i], "contaminated", ", ".join(sorted(tasks)))
             out.count("contaminated", len(dirty))
             if mode == "drop":
                 table = table.filter(pa.array([not h for h in hits]))

@@ -77,8 +77,9 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar, DroppedLog(out) as dropped:
         for result in results:
             batch = batches.popleft()
+            titles = batch.column("title_or_url").to_pylist()
             keep = [
-                _keep(config, doc_id, i, result, seen, out, dropped)
+                _keep(config, doc_id, titles[i], i, result, seen, out, dropped)
                 for i, doc_id in enumerate(batch.column("doc_id").to_pylist())
             ]
             table = (
@@ -117,13 +118,15 @@ class _Seen:
         self.near, self.near_kept = near, []
 
 
-def _keep(config: dict, doc_id: str, i: int, result: dict, seen: _Seen, out, dropped: DroppedLog) -> bool:
+def _keep(
+    config: dict, doc_id: str, title: str | None, i: int, result: dict, seen: _Seen, out, dropped: DroppedLog
+) -> bool:
     """Keep document i of the batch? When not, its reason is counted and it is logged with what was seen."""
     why = _drop(config, doc_id, i, result, seen)
     if why is None:
         return True
     out.count(why[0])
-    dropped.add(doc_id, *why)
+    dropped.add(doc_id, title, *why)
     return False
 
 
