@@ -141,3 +141,22 @@ def test_a_usage_mistake_is_one_line_before_any_work(model, tmp_path, capsys):
     assert (tmp_path / "taken" / "file").read_text() == "kept"
     assert main(["export", str(tmp_path / "nothing"), "--onnx", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith(f"cpipe: error: {tmp_path / 'nothing'}: no such directory")
+
+
+def test_an_output_path_that_is_a_symbolic_link_is_one_line_before_any_work(model, tmp_path, capsys):
+    """A link, to nothing, to a file or to an empty directory, is no new directory: the export, renamed into place
+    after the work, failed on a dangling one with NotADirectoryError."""
+    from flows.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("kept")
+    for target in ("nowhere", "file", "empty"):
+        link = tmp_path / f"to-{target}"
+        link.symlink_to(tmp_path / target)
+        for out in (str(link), f"{link}/"):
+            assert main(["export", str(model), "--onnx", out]) == 2
+            assert capsys.readouterr().err == (
+                f"cpipe: error: {out}: a symbolic link (to {tmp_path / target}); name a new directory\n"
+            )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "file", "to-empty", "to-file", "to-nowhere"]
+    assert (tmp_path / "file").read_text() == "kept" and not list((tmp_path / "empty").iterdir())

@@ -90,7 +90,10 @@ def _modules(path: str) -> tuple[bool, int | None]:
 
 
 def check_target(out: str) -> None:
-    """An InputError unless `out` can become the export: a new (or empty) directory in an existing one."""
+    """An InputError unless `out` can become the export: a new (or empty) directory in an existing one. A symbolic
+    link is neither, wherever it points: the export, renamed into place at the end, replaces no link."""
+    if os.path.islink(named := os.path.abspath(out)):  # abspath: "link/" names the link too
+        raise InputError(f"{out}: a symbolic link (to {os.readlink(named)}); name a new directory")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise InputError(f"{out}: exists and is not an empty directory; name a new one")
     parent = os.path.dirname(os.path.abspath(out))
