@@ -38,7 +38,7 @@ from typing import Annotated, Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, StringConstraints, ValidationError
 
 from storage.modes import follow_umask
 
@@ -222,6 +222,18 @@ class _Column(_Shaped):
     type: str
 
 
+def _inside(name: str) -> str:
+    if not name or name.startswith("/") or ".." in name.split("/"):
+        raise ValueError("a path inside the dataset")
+    return name
+
+
+class _File(_Shaped):
+    file: Annotated[str, AfterValidator(_inside)]
+    bytes: NonNegativeInt
+    crc32: NonNegativeInt
+
+
 class _Dropped(_Shaped):
     file: _Name
     rows: NonNegativeInt
@@ -240,6 +252,7 @@ class Manifest(_Shaped):
     rows: NonNegativeInt | None
     shards: NonNegativeInt
     parts: list[_Part] | None = None
+    files: list[_File] | None = None
     created: float
     dropped: _Dropped | None = None
 
@@ -357,6 +370,17 @@ def verify(path: str) -> None:
         rows += part["rows"]
     if manifest.get("rows") is not None and rows != manifest["rows"]:
         raise DamagedDataset(path, f"its shards hold {rows} rows, its manifest records {manifest['rows']}")
+    for side in manifest.get("files") or []:  # none recorded before side files were (a manifest's "files")
+        try:
+            info = fs.info(f"{p}/{side['file']}")
+        except FileNotFoundError:
+            raise DamagedDataset(path, f"{side['file']} is missing") from None
+        if info["size"] != side["bytes"]:
+            raise DamagedDataset(
+                path, f"{side['file']} holds {info['size']} bytes, its manifest records {side['bytes']}"
+            )
+        if _crc32(fs, info) != side["crc32"]:
+            raise DamagedDataset(path, f"{side['file']} does not match its manifest's checksum")
 
 
 def intact(path: str) -> bool:
@@ -554,6 +578,9 @@ class DatasetWriter:
         self.shard_bytes = shard_bytes
         self.counts: Counter[str] = Counter()
         self.extra: dict[str, Any] = {}
+        # Paths (relative to the dataset) that a later stage rewrites in the published dataset, so left out of its
+        # integrity record: a trained model's card, which the leaderboard rewrites with the model's scores.
+        self.rewritten: set[str] = set()
         self.rows = 0
         self._pending: list[dict] = []
         self._pending_bytes = 0
@@ -706,6 +733,12 @@ class DatasetWriter:
             self._parts.append({"file": self._part_name(), "rows": 0, "bytes": f.bytes, "crc32": f.crc32})
             self._shards = 1
         files = self.fs.find(self.tmp, detail=True)
+        shards = {part["file"] for part in self._parts}
+        sides = {
+            name: info
+            for info in files.values()
+            if (name := info["name"][len(self.tmp.rstrip("/")) + 1 :]) not in shards and name not in self.rewritten
+        }
         manifest = {
             "stage": self.stage,
             "fingerprint": self.fp,
@@ -716,6 +749,12 @@ class DatasetWriter:
             "rows": self.rows if self.schema is not None else None,
             "shards": self._shards,
             "parts": self._parts,
+            # Every other file (a model, _items.parquet, _dropped.parquet), so that a reader finds one missing or
+            # changed as it finds a shard; the files a later stage rewrites (a model's card) are left out.
+            "files": [
+                {"file": name, "bytes": info["size"], "crc32": _crc32(self.fs, info)}
+                for name, info in sorted(sides.items())
+            ],
             "bytes": sum(info["size"] for info in files.values()),
             "counts": dict(self.counts),
             "created": time.time(),

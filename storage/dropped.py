@@ -13,7 +13,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.dataset import DamagedDataset, DatasetWriter, read_manifest
+from storage.dataset import DamagedDataset, DatasetWriter, read_manifest, verify
 
 DROPPED = "_dropped.parquet"
 SCHEMA = pa.schema(
@@ -64,6 +64,7 @@ class DroppedLog:
 def read_dropped(path: str) -> pa.Table | None:
     """A finished dataset's dropped rows, or None where none were recorded (a stage that drops nothing, or a
     dataset written before they were kept); DamagedDataset naming the file where it is not the manifest's."""
+    verify(path)  # the record is one of the dataset's files, checked with the rest (its manifest's "files")
     recorded = read_manifest(path).get("dropped")
     if recorded is None:
         return None

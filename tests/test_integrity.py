@@ -342,6 +342,90 @@ def test_a_run_rebuilds_a_damaged_dataset_with_the_same_rows(tmp_path, damage, c
     assert len(Numbers.builds) == 2 and "reusing" in caplog.text
 
 
+class WithSideFiles:
+    """Numbers with the files beside the shards that the evaluate and train stages write: kept items, a model
+    folder, and a card a later stage rewrites."""
+
+    builds: list[int] = []
+
+    @classmethod
+    def run(cls, config, inputs, out):
+        cls.builds.append(1)
+        out.write(rows(8))
+        pq.write_table(pa.Table.from_pylist(rows(4), schema=SCHEMA), f"{out.local_dir}/_items.parquet")
+        os.makedirs(f"{out.local_dir}/model")
+        with open(f"{out.local_dir}/model/weights.bin", "wb") as f:
+            f.write(bytes(range(256)) * 8)
+        with open(f"{out.local_dir}/model/README.md", "w") as f:
+            f.write("card\n")
+        out.rewritten.add("model/README.md")
+
+
+WithSideFiles.STAGE = Stage(
+    name="sides",
+    version="1",
+    flow="data",
+    section="corpus",
+    config=lambda cfg, key: {},
+    run=WithSideFiles.run,
+    schema=SCHEMA,
+)
+
+
+def test_the_manifest_records_every_other_file_but_the_rewritten(tmp_path):
+    path = run_stage(WithSideFiles.STAGE, CONFIG, {}, str(tmp_path))
+    data = {name: open(f"{path}/{name}", "rb").read() for name in ("_items.parquet", "model/weights.bin")}
+    assert json.loads(open(f"{path}/{MANIFEST}").read())["files"] == [
+        {"file": name, "bytes": len(content), "crc32": zlib.crc32(content)} for name, content in data.items()
+    ]
+    with open(f"{path}/model/README.md", "w") as f:  # the leaderboard writes the model's scores into its card
+        f.write("card with scores\n")
+    assert intact(path)
+
+
+def side_deleted(path: str) -> str:
+    os.remove(f"{path}/_items.parquet")
+    return "_items.parquet is missing"
+
+
+def side_truncated(path: str) -> str:
+    os.truncate(f"{path}/model/weights.bin", 100)
+    return "model/weights.bin holds 100 bytes, its manifest records 2048"
+
+
+def side_flipped(path: str) -> str:
+    with open(f"{path}/model/weights.bin", "r+b") as f:
+        f.write(b"\xff")
+    return "model/weights.bin does not match its manifest's checksum"
+
+
+@pytest.mark.parametrize("damage", [side_deleted, side_truncated, side_flipped])
+def test_a_missing_or_changed_side_file_is_damage_inspect_names_and_a_run_rebuilds(tmp_path, damage, capsys):
+    WithSideFiles.builds.clear()
+    path = run_stage(WithSideFiles.STAGE, CONFIG, {}, str(tmp_path))
+    assert intact(path)
+    what = damage(path)
+    with pytest.raises(DamagedDataset) as caught:
+        read_table(path)
+    assert str(caught.value) == f"dataset damaged: {path}: {what}"
+    assert main(["inspect", path]) == 2
+    assert capsys.readouterr().err == f"cpipe: error: dataset damaged: {path}: {what}\n"
+    assert run_stage(WithSideFiles.STAGE, CONFIG, {}, str(tmp_path)) == path
+    assert len(WithSideFiles.builds) == 2 and intact(path)
+
+
+def test_kept_items_and_dropped_rows_are_read_only_from_an_intact_dataset(tmp_path):
+    items = scores_dataset(str(tmp_path), "ma")
+    assert len(test_items.read(items)) > 0
+    os.remove(f"{items}/{test_items.ITEMS}")
+    with pytest.raises(DamagedDataset, match=f"{test_items.ITEMS} is missing"):
+        test_items.read(items)
+    dropping = write_dropping(tmp_path)
+    os.truncate(f"{dropping}/_dropped.parquet", 10)
+    with pytest.raises(DamagedDataset, match="_dropped.parquet holds 10 bytes"):
+        read_dropped(dropping)
+
+
 def test_an_artifacts_path_holding_glob_characters_is_a_path(tmp_path, capsys):
     """runs[ab] is a directory of that name, not a pattern that reads, lists or cleans up runsa's datasets."""
     ours, theirs = str(tmp_path / "runs[ab]"), str(tmp_path / "runsa")

@@ -30,6 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage import verify
+
 ITEMS = "_items.parquet"
 OLD_ITEMS = "items.parquet"
 SCHEMA = pa.schema(
@@ -87,6 +89,7 @@ def write(items: list[Items], directory: str) -> None:
 
 def read(dataset: str) -> pd.DataFrame | None:
     """A finished evaluate dataset's items, or None for one written before they were kept."""
+    verify(dataset)  # a missing or changed items file is a damaged dataset (its manifest's "files")
     fs, root = fsspec.core.url_to_fs(dataset.rstrip("/"))
     for name in (ITEMS, OLD_ITEMS):
         if fs.exists(f"{root}/{name}"):

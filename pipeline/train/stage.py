@@ -31,7 +31,7 @@ from pipeline.stage import Stage, declared_settings, runtime, runtime_defaults, 
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import devset, resume, selection
 from pipeline.train.batching import special_ids
-from pipeline.train.card import train_info, write_card
+from pipeline.train.card import CARD, train_info, write_card
 from pipeline.train.config import STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
 from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop
@@ -265,3 +265,4 @@ STAGE = Stage(
     needs_ray=needs_ray,
     describe=devset.selected,
 )
+    out.rewritten.add(f"{ST_DIR}/{CARD}")  # the leaderboard writes the model's scores into it
