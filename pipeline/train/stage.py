@@ -241,6 +241,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config, f"{out.local_dir}/{ST_DIR}"
     )  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
+    out.rewritten.add(f"{ST_DIR}/{CARD}")  # the leaderboard writes the model's scores into it
     # Ray's run state has served its purpose (resuming); the dataset holds the result.
     remove(run_dir)
 
@@ -265,4 +266,3 @@ STAGE = Stage(
     needs_ray=needs_ray,
     describe=devset.selected,
 )
-    out.rewritten.add(f"{ST_DIR}/{CARD}")  # the leaderboard writes the model's scores into it
