@@ -1,18 +1,22 @@
 """Mixed precision and gradient accumulation in training, on tiny models made in the test: k micro-batches
 take the step their mean loss would (GradCache and DDP included), bf16/fp16 forwards keep float32 losses,
 fp16's loss scaler skips overflowed steps and is checkpointed, a resumed run goes on with the next
-micro-batch, and a Ray Train run counts optimizer steps."""
+micro-batch, a Ray Train run counts optimizer steps, and a loss that is not finite stops the run in one line."""
 
 from __future__ import annotations
 
+import math
+import re
 import zlib
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
+from ray.train import WorkerGroupError
 
-from pipeline.model.transformer import HF_DIR
+from pipeline.errors import InputError
+from pipeline.model.transformer import HF_DIR, load_mlm
 from pipeline.stage import run_stage
 from pipeline.train import loop
 from pipeline.train import stage as train
@@ -20,7 +24,7 @@ from pipeline.train.batching import collate, special_ids, step_inputs
 from pipeline.train.config import TrainConfig
 from pipeline.train.losses import LOSSES
 from pipeline.train.optim import make_optimizer
-from pipeline.train.step import ddp_options, make_scaler, train_step
+from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
 from storage import DatasetWriter
 from tests.conftest import free_port
 from tests.test_train_step import pairs, tiny_encoder
@@ -254,6 +258,17 @@ def test_a_resumed_run_neither_repeats_nor_skips_micro_batches(tokenizer, tmp_pa
         torch.testing.assert_close(b["model"][name], value, rtol=0, atol=0, msg=name)
 
 
+def train_inputs(tokenizer, rows: pa.Table, artifacts) -> dict[str, str]:
+    """The train stage's inputs under `artifacts`: `rows` as the augment stage's pairs, a tiny init model."""
+    schema = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
+    with DatasetWriter(str(artifacts), "augment", "pairs", config={}, inputs={}, schema=schema) as out:
+        out.write(rows)
+    with DatasetWriter(str(artifacts), "init", "tiny", config={}, inputs={}) as out:
+        tiny_encoder(tokenizer).mlm_model.save_pretrained(f"{out.local_dir}/{HF_DIR}")
+        tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
+    return {"pairs": f"{artifacts}/augment/pairs", "init": f"{artifacts}/init/tiny"}
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(workers, tokenizer, local_ray, tmp_path):
@@ -261,13 +276,7 @@ def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(workers,
     micro-batches are its slice of every 4 rows in order, so rank 0, which records the metrics, trained on
     the first 4 / workers of each."""
     rows = pairs(tokenizer, n=26)  # 3 steps of 2 micro-batches of 4 pairs; 2 pairs left over
-    schema = pa.schema([("anchor_ids", pa.list_(pa.int32())), ("positive_ids", pa.list_(pa.list_(pa.int32())))])
-    with DatasetWriter(str(tmp_path), "augment", "pairs", config={}, inputs={}, schema=schema) as out:
-        out.write(rows)
-    with DatasetWriter(str(tmp_path), "init", "tiny", config={}, inputs={}) as out:
-        tiny_encoder(tokenizer).mlm_model.save_pretrained(f"{out.local_dir}/{HF_DIR}")
-        tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
-    inputs = {"pairs": f"{tmp_path}/augment/pairs", "init": f"{tmp_path}/init/tiny"}
+    inputs = train_inputs(tokenizer, rows, tmp_path)
     cfg = TrainConfig(
         batch_size=4, grad_accumulation=2, precision="bf16", max_length=64, torch_threads=1, num_workers=workers
     )
@@ -289,3 +298,57 @@ def test_ray_train_run_in_bf16_with_accumulation_counts_optimizer_steps(workers,
         for i in range(3)
     ]
     assert metrics["loss"].notna().all() and not metrics["skipped"].any()
+
+
+def test_a_loss_that_is_not_finite_stops_training_naming_its_step(tokenizer, tmp_path):
+    """A learning rate of 1e30 (finite: the config takes it) throws the weights out of float32's range in one update,
+    and the next step's loss is NaN: training stops there in one line naming the step, and no checkpoint holds a
+    step past the last finite loss (the run published final_loss NaN)."""
+    tiny_encoder(tokenizer).mlm_model.save_pretrained(tmp_path / "init")
+    cfg = TrainConfig(lr=1e30, batch_size=4, max_length=64, checkpoint_every=1, torch_threads=1)
+    config = loop.WorkerConfig(train=cfg, init=str(tmp_path / "init"), total_steps=4, special=special_ids(tokenizer))
+    with pytest.raises(InputError) as e:
+        run_train_loop(config, pairs(tokenizer, n=16))
+    message = str(e.value)
+    match = re.fullmatch(
+        r"train: the loss is (nan|inf) at step (\d) of 4 \(contrastive_loss \S+, mlm_loss \S+; lr \S+, grad_norm \S+\): "
+        r"training diverged and stopped, nothing published; a lower train.lr or another train.precision may keep it "
+        r"finite",
+        message,
+    )
+    assert match, message
+    step = int(match[2])
+    assert step > 1  # the first step's loss, before any update, was finite: it diverged
+    # Computed apart from the loop: the same steps, from the same init and pairs, taken one by one.
+    torch.manual_seed(cfg.seed)
+    model = make_encoder(load_mlm(str(tmp_path / "init")), cfg)
+    optimizer, scheduler = make_optimizer(model, cfg, 4)
+    generator = torch.Generator().manual_seed(cfg.seed * 7919)
+    table, special = pairs(tokenizer, n=16), special_ids(tokenizer)
+    losses = [
+        train_step(
+            model, optimizer, scheduler, collate(table.slice(4 * i, 4), special, 64, True), cfg, special, generator
+        )["loss"]
+        for i in range(step)
+    ]
+    assert all(math.isfinite(x) for x in losses[:-1]) and not math.isfinite(losses[-1])
+
+
+@pytest.mark.ray
+def test_a_diverged_ray_train_run_is_one_line_and_publishes_nothing(tokenizer, local_ray, tmp_path):
+    """The worker's error crosses Ray Train (which wraps it in every failed worker's traceback) as the one line the
+    CLI prints, and no train dataset is left that looks finished."""
+    inputs = train_inputs(tokenizer, pairs(tokenizer, n=16), tmp_path)
+    cfg = TrainConfig(lr=1e30, batch_size=4, max_length=64, torch_threads=1, max_failures=0)
+    with pytest.raises(InputError, match=r"^train: the loss is nan at step 2 of 4 \(") as e:
+        run_stage(train.STAGE, {"train": cfg.model_dump()}, inputs, str(tmp_path))
+    assert "\n" not in str(e.value)
+    assert not list(tmp_path.glob("train/*/_SUCCESS")), "a diverged run published its model"
+
+
+def test_a_workers_input_error_is_found_in_ray_trains_failure():
+    diverged = InputError("train: the loss is nan at step 2 of 4")
+    failure = WorkerGroupError("worker 1 failed", {0: RuntimeError("collective aborted"), 1: diverged})
+    assert train.worker_input_error(failure) is diverged
+    assert train.worker_input_error(WorkerGroupError("failed", {0: RuntimeError("a bug")})) is None
+    assert train.worker_input_error(RuntimeError("no worker's")) is None

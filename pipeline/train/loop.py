@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import pickle
+import sys
 import tempfile
 import time
 import zlib
@@ -66,11 +68,13 @@ def train_loop(config: dict) -> None:
     # Ray is imported here only: run_loop, which tests and benchmarks call directly, needs none of it.
     import ray.train
     import ray.train.torch
+    from ray.train.v2._internal import util as train_util
     from ray.train.v2._internal.execution import context as train_context
 
     # Ray 2.60 logs every report ("Reporting training result N: TrainingReport(...)") on a logger named after
     # its module's file, which RunConfig's LoggingConfig does not reach: noise on the user's terminal.
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
+    logging.getLogger(train_util.__name__).addFilter(_no_input_error_traceback)
     ctx = ray.train.get_context()
     checkpoint = ray.train.get_checkpoint()
     saved = load_state(checkpoint.path, checkpoint.filesystem) if checkpoint else None
@@ -88,6 +92,13 @@ def train_loop(config: dict) -> None:
         prepare_model=lambda model, ddp: ray.train.torch.prepare_model(model, parallel_strategy_kwargs=ddp),
         report=report,
     )
+
+
+def _no_input_error_traceback(record: logging.LogRecord) -> bool:
+    """Ray Train logs a failed training function's traceback ("Error in training function: ...") on the user's
+    terminal as it hands the error to the driver, in the except block that caught it: an InputError (a diverged
+    loss) is the driver's one line (pipeline.train.stage.worker_input_error), not a traceback."""
+    return not isinstance(sys.exc_info()[1], InputError)
 
 
 def run_loop(
@@ -156,6 +167,8 @@ def run_loop(
         metrics = train_step(
             model, optimizer, scheduler, batches, cfg, config.special, generator, bank, scaler, key_encoder
         )
+        if not math.isfinite(metrics["loss"]):
+            raise InputError(diverged(step, total_steps, metrics))
         # "batch" identifies the rows trained on: a resumed run must neither repeat nor skip any.
         state["metrics"].append(
             {
@@ -180,6 +193,17 @@ def run_loop(
         waited = time.perf_counter()
     if progress is not None:
         progress.close()
+
+
+def diverged(step: int, total_steps: int, metrics: dict) -> str:
+    """Why a run stops at a step whose loss is not finite: every step after it would train on NaN weights, and a
+    model so trained must not be published (it was, with final_loss NaN), nor checkpointed."""
+    losses = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k.endswith("_loss"))
+    return (
+        f"train: the loss is {metrics['loss']} at step {step} of {total_steps} ({losses}; lr {metrics['lr']:.3g}, "
+        f"grad_norm {metrics['grad_norm']:.3g}): training diverged and stopped, nothing published; a lower train.lr "
+        "or another train.precision may keep it finite"
+    )
 
 
 def checkpoint_due(step: int, cfg: TrainConfig, total_steps: int) -> bool:

@@ -133,9 +133,16 @@ def _trainer_class():
     return Trainer
 
 
+def worker_input_error(e: Exception) -> InputError | None:
+    """A worker's InputError (a diverged loss: pipeline.train.loop.diverged), one line for the user, out of Ray
+    Train's failure, which wraps it in every failed worker's traceback; None when no worker's was one."""
+    failures = getattr(e, "worker_failures", None) or {}
+    return next((f for f in failures.values() if isinstance(f, InputError)), None)
+
+
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray
-    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig, TrainingFailedError
 
     cfg = section_from(TrainConfig, config["train"], runtime(config, RUNTIME))  # typed from here to the step
     pairs = inputs["pairs"]
@@ -206,7 +213,12 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         # Ray's retries in turn and end in its traceback, not the one line naming the file.
         load_state(f"{storage_path}/{name}/{latest}", arrow_filesystem(runs))
     resume.started(run_dir)
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except TrainingFailedError as e:
+        if (user := worker_input_error(e)) is not None:
+            raise user from None
+        raise
     resume.finished(run_dir)  # not on an exception: a stopped run's step is read after it
     saved = load_state(result.checkpoint.path, result.checkpoint.filesystem)  # the latest: the whole run's metrics
     mlm_model = load_mlm(f"{inputs['init']}/{HF_DIR}")
