@@ -224,8 +224,8 @@ def cmd_export(args) -> int:
         print(f"cpipe: error: {e}", file=sys.stderr)
         return 1
     print(
-        f"cpipe: exported {args.model} to {args.onnx} (ONNX; onnxruntime's embeddings match PyTorch's within "
-        f"{difference:.1e})"
+        f"cpipe: exported {args.model} to {args.onnx} (a sentence-transformers directory with onnx/model.onnx; "
+        f"onnxruntime's embeddings match PyTorch's within {difference:.1e})"
     )
     return 0
 
@@ -338,14 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
     p_embed.set_defaults(fn=cmd_embed)
     p_export = sub.add_parser(
         "export",
-        help="export a trained model as one ONNX graph (tokens to sentence embedding), checked against PyTorch",
+        help="export a model as a sentence-transformers directory with its encoder in ONNX, checked against PyTorch",
     )
     p_export.add_argument("model", help="a train dataset dir, an HF / sentence-transformers dir, or a hub name")
     p_export.add_argument(
         "--onnx",
         required=True,
         metavar="OUT",
-        help="a new directory: model.onnx, the tokenizer, config.json, export.json",
+        help="a new directory: the sentence-transformers model, onnx/model.onnx (token embeddings), export.json",
     )
     p_export.set_defaults(fn=cmd_export)
     p_push = sub.add_parser(

@@ -1,12 +1,15 @@
-"""`cpipe export MODEL --onnx OUT`: a model as one ONNX graph from token ids to the sentence embedding.
+"""`cpipe export MODEL --onnx OUT`: the model as a sentence-transformers directory whose encoder is also ONNX.
 
-The graph is the encoder, its pooling (mean or cls, as the model declares) and the Dense head and Normalize
-module where its sentence-transformers modules list them, so a runtime needs only the tokenizer and the graph:
-inputs `input_ids` and `attention_mask` (int64, [batch, sequence], both axes dynamic), output
-`sentence_embedding` ([batch, dimension]). OUT also holds the tokenizer (loadable by transformers 4 and 5), the
-encoder's config.json and export.json, which says the above. The graph is checked before OUT appears: a few
-sentences embedded by onnxruntime and by the PyTorch model (pipeline.model.exported.Encoder, as the evaluate
-stage reads the model) agree within TOLERANCE, or nothing is written.
+OUT is the model's sentence-transformers directory, as sentence-transformers saves it: modules.json, the
+Transformer module at its root (config.json, the tokenizer, the PyTorch weights), 1_Pooling/, the kept head's
+Dense modules and a Normalize module where the model lists them; a plain Hugging Face model becomes one with mean
+pooling, as sentence-transformers (and pipeline.model.exported.Encoder) read it. Beside them, onnx/model.onnx is
+the encoder alone, where sentence-transformers' ONNX backend looks for it: inputs `input_ids` and
+`attention_mask` (int64, [batch, sequence], both axes dynamic), output `last_hidden_state` ([batch, sequence,
+hidden]), the token embeddings the directory's modules pool. export.json says where the graph is and how it was
+checked. The graph is checked before OUT appears: a few sentences, embedded by onnxruntime and pooled as the
+directory declares, and embedded by sentence-transformers from the directory's PyTorch weights, agree within
+TOLERANCE, or nothing is written.
 """
 
 from __future__ import annotations
@@ -23,20 +26,23 @@ import numpy as np
 
 from pipeline.corpus.credentials import conceal
 from pipeline.errors import InputError
-from pipeline.locate import resolve
-from pipeline.model.exported import Encoder, st_dir
-from pipeline.model.hf_files import portable_tokenizer
+from pipeline.locate import hf_dir, resolve
+from pipeline.model.exported import eval_length, export_pooling, st_dir
+from pipeline.model.head import load_head
+from pipeline.model.hf_files import portable_tokenizer, quiet_transformers
 from pipeline.model.pooling import pool
+from storage.modes import follow_umask
 
 if TYPE_CHECKING:  # torch and transformers are imported by the export itself: its argument checks answer at once
+    from sentence_transformers import SentenceTransformer
     from torch import nn
 
-ONNX_FILE = "model.onnx"
+ONNX_FILE = "onnx/model.onnx"  # sentence-transformers' ONNX backend: <Transformer module>/onnx/model.onnx
 INPUTS = ("input_ids", "attention_mask")
-OUTPUT = "sentence_embedding"
+OUTPUT = "last_hidden_state"  # the output optimum's ORTModelForFeatureExtraction reads
 DESCRIPTION = "export.json"
 TOLERANCE = 1e-4  # float32 kernels of two runtimes differ by ~1e-6 on these; a wrong graph by far more
-# The modules a sentence-transformers model may list that the graph reproduces; any other would be left out.
+# The modules a sentence-transformers model may list that the check pools as the directory declares.
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 # Short and long, so that a batch is padded; the last one runs past every model's length limit (truncated).
 CHECK_SENTENCES = [
@@ -51,42 +57,37 @@ class ExportMismatch(Exception):
     """The ONNX graph's embeddings are not the PyTorch model's (the CLI's exit 1)."""
 
 
-def sentence_graph(encoder: Encoder, normalize: bool) -> nn.Module:
-    """What the ONNX graph computes: the encoder's last layer, pooled, through the kept head, normalised where the
-    model lists Normalize."""
+def token_graph(model: nn.Module) -> nn.Module:
+    """What the ONNX graph computes: the encoder's last layer, the token embeddings a Pooling module reads."""
     from torch import nn
 
-    class SentenceGraph(nn.Module):
+    class TokenGraph(nn.Module):
         def __init__(self):
             super().__init__()
-            self.model, self.head = encoder.model, encoder.head
+            self.model = model
 
         def forward(self, input_ids, attention_mask):
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            pooled = pool(hidden, attention_mask, encoder.pooling)
-            out = self.head(pooled) if self.head is not None else pooled
-            return nn.functional.normalize(out, p=2, dim=1) if normalize else out
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    return SentenceGraph().eval()
+    return TokenGraph().eval()
 
 
-def _modules(path: str) -> tuple[bool, int | None]:
-    """(whether the model's sentence-transformers modules end in Normalize, their max_seq_length or None); an
-    InputError naming modules.json for a module the graph cannot reproduce."""
-    folder = st_dir(path)
-    if folder is None:
-        return False, None
-    with open(f"{folder}/modules.json", encoding="utf-8") as f:
-        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in json.load(f)]
-    if other := [k for k in kinds if k not in MODULES]:
+def _kinds(folder: str) -> list[str]:
+    """The kinds of module a sentence-transformers directory lists, in order; none for a plain model."""
+    if not os.path.isfile(modules := f"{folder}/modules.json"):
+        return []
+    with open(modules, encoding="utf-8") as f:
+        return [str(m.get("type", "")).rsplit(".", 1)[-1] for m in json.load(f)]
+
+
+def _check_modules(path: str) -> None:
+    """An InputError naming modules.json for a module the check cannot reproduce, or a pooling it does not take."""
+    if (folder := st_dir(path)) and (other := [k for k in _kinds(folder) if k not in MODULES]):
         raise InputError(
-            f"{folder}/modules.json: module {other[0]} has no place in the ONNX graph (it takes {', '.join(MODULES)})"
+            f"{folder}/modules.json: module {other[0]} cannot be checked on the ONNX graph's output "
+            f"(it takes {', '.join(MODULES)})"
         )
-    length = None
-    if os.path.isfile(config := f"{folder}/sentence_bert_config.json"):
-        with open(config, encoding="utf-8") as f:
-            length = json.load(f).get("max_seq_length")
-    return "Normalize" in kinds, length
+    export_pooling(path)
 
 
 def check_target(out: str) -> None:
@@ -101,12 +102,13 @@ def check_target(out: str) -> None:
         raise InputError(f"{out}: its parent directory {parent} does not exist")
 
 
-def _export_graph(graph: nn.Module, encoder: Encoder, file: str) -> None:
+def _export_graph(graph: nn.Module, tokenizer, file: str) -> None:
     import torch
 
-    example = encoder.tokenizer(CHECK_SENTENCES[:2], padding=True, return_tensors="pt")
+    example = tokenizer(CHECK_SENTENCES[:2], padding=True, return_tensors="pt")
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     axes = {name: {0: batch, 1: sequence} for name in INPUTS}
+    os.makedirs(os.path.dirname(file), exist_ok=True)
     # The exporter's progress lines, and warnings about optional operators (torchvision's) and axis names,
     # say nothing about this graph.
     exporter_log = logging.getLogger("torch.onnx")
@@ -135,29 +137,61 @@ def _large(graph: nn.Module) -> bool:
     return sum(p.numel() * p.element_size() for p in graph.parameters()) > 1.8e9
 
 
-def max_difference(folder: str, encoder: Encoder, normalize: bool) -> float:
-    """The largest absolute difference between onnxruntime's embeddings of CHECK_SENTENCES, from the graph and
-    tokenizer in `folder`, and the PyTorch model's (`encoder`, normalised where the model lists Normalize)."""
+def sentence_embeddings(folder: str, tokens: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """The graph's token embeddings made sentence embeddings as `folder`'s modules declare: its pooling, its
+    Dense head, Normalize."""
+    import torch
+
+    with torch.no_grad():
+        out = pool(torch.from_numpy(tokens), torch.from_numpy(attention_mask), export_pooling(folder))
+        if (head := load_head(folder)) is not None:
+            out = head(out)
+        if "Normalize" in _kinds(folder):
+            out = torch.nn.functional.normalize(out, p=2, dim=1)
+    return out.numpy()
+
+
+def max_difference(folder: str, model: SentenceTransformer) -> float:
+    """The largest absolute difference between the embeddings of CHECK_SENTENCES by onnxruntime (the graph and
+    tokenizer in `folder`, pooled as its modules declare) and by `model`, the same directory in PyTorch."""
     import onnxruntime
     from transformers import AutoTokenizer
 
     session = onnxruntime.InferenceSession(f"{folder}/{ONNX_FILE}", providers=["CPUExecutionProvider"])
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     batch = tokenizer(CHECK_SENTENCES, padding=True, truncation=True, return_tensors="np")
-    got = session.run([OUTPUT], {name: batch[name].astype(np.int64) for name in INPUTS})[0]
-    want = encoder.encode(CHECK_SENTENCES)
-    if normalize:
-        want = want / np.maximum(np.linalg.norm(want, axis=1, keepdims=True), 1e-12)
-    return float(np.abs(got - want).max())
+    mask = batch["attention_mask"].astype(np.int64)
+    tokens = session.run([OUTPUT], {"input_ids": batch["input_ids"].astype(np.int64), "attention_mask": mask})[0]
+    got = sentence_embeddings(folder, tokens, mask)
+    want = model.encode(CHECK_SENTENCES, convert_to_numpy=True)
+    return float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
 
 
 def check_export(model: str, out: str) -> str:
     """The checks that need neither torch nor transformers (the CLI's, before it imports them): `out` can become
-    the export, `model` is a model directory or hub name (downloaded now). Returns the model's local directory."""
+    the export, `model` is a model directory or hub name (downloaded now) whose modules the check reproduces.
+    Returns the model's local directory."""
     check_target(out)
     if "://" in model:
         raise InputError(f"{model}: a local directory or a hub name (org/name), not a URL")
-    return resolve(model)
+    local = resolve(model)
+    _check_modules(local)
+    return local
+
+
+def _load(local: str) -> SentenceTransformer:
+    """The model as sentence-transformers loads it, in float32 (the graph's type), cut at its length limit."""
+    from sentence_transformers import SentenceTransformer
+
+    # A plain model's MLM head and pooler, unused here, are in transformers' load report as if faults.
+    with quiet_transformers():
+        model = SentenceTransformer(st_dir(local) or hf_dir(local), device="cpu", trust_remote_code=False)
+    model.float()
+    transformer = model[0].auto_model
+    limit = eval_length(transformer.config, model.tokenizer, model.max_seq_length or model.tokenizer.model_max_length)
+    # sentence-transformers 6 keeps the limit in the tokenizer, 5 beside it: onnxruntime's users read the tokenizer's
+    model.max_seq_length = model.tokenizer.model_max_length = limit
+    return model
 
 
 def export_onnx(model: str, out: str) -> float:
@@ -174,55 +208,36 @@ def export_onnx(model: str, out: str) -> float:
             "pip install 'contrastive-pipeline[onnx]'"
         ) from None
 
-    normalize, length = _modules(local)
-    encoder = Encoder(local, device="cpu", max_length=1 << 30)  # the model's own limit, cut to length below
-    if length:
-        encoder.max_length = min(encoder.max_length, length)
-    encoder.model.float()
-    if encoder.head is not None:
-        encoder.head.float()
-    graph = sentence_graph(encoder, normalize)
+    st = _load(local)
     parent = os.path.dirname(os.path.abspath(out))
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.tmp-", dir=parent)
     try:
-        _export_graph(graph, encoder, f"{tmp}/{ONNX_FILE}")
-        # truncation=True then cuts where the PyTorch model (and sentence-transformers) cut
-        encoder.tokenizer.model_max_length = encoder.max_length
-        encoder.tokenizer.save_pretrained(tmp)
+        with quiet_transformers():
+            st.save(tmp)
         portable_tokenizer(tmp)
-        encoder.model.config.save_pretrained(tmp)
-        difference = max_difference(tmp, encoder, normalize)
+        _export_graph(token_graph(st[0].auto_model), st.tokenizer, f"{tmp}/{ONNX_FILE}")
+        difference = max_difference(tmp, st)
         if not difference <= TOLERANCE:  # NaN fails too
             raise ExportMismatch(
                 f"{out}: the ONNX graph's embeddings differ from the PyTorch model's by up to "
                 f"{difference:.3g} (more than {TOLERANCE:g}); nothing written"
             )
-        _describe(tmp, model, encoder, normalize, difference)
+        _describe(tmp, model, difference)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700, widened as a plain mkdir would
+        follow_umask(tmp)  # mkdtemp's 0700 and safetensors' 0600, as the umask gives a new file
         os.rename(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return difference
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _describe(folder: str, model: str, encoder: Encoder, normalize: bool, difference: float) -> None:
+def _describe(folder: str, model: str, difference: float) -> None:
     description = {
         "model": conceal(model),
+        "onnx": ONNX_FILE,
         "inputs": list(INPUTS),
         "output": OUTPUT,
-        "pooling": encoder.pooling,
-        "head": encoder.head is not None,
-        "normalize": normalize,
-        "dimension": encoder.dimension,
-        "max_length": encoder.max_length,
         "checked_max_abs_difference": difference,
     }
     with open(f"{folder}/{DESCRIPTION}", "w", encoding="utf-8") as f:
