@@ -231,8 +231,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from pipeline.model.hub_card import push
+    from pipeline.model.hub_card import dry_run, push
 
+    if args.dry_run:
+        dry_run(args.model, args.repo_id, args.dry_run, license=args.license, artifacts=args.artifacts)
+        print(f"cpipe: wrote {args.dry_run}: the folder and card a push of {args.model} to {args.repo_id} uploads")
+        return 0
     url = push(args.model, args.repo_id, private=args.private, license=args.license, artifacts=args.artifacts)
     print(f"cpipe: pushed {args.model} to {url}")
     return 0
@@ -360,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_push.add_argument(
         "--artifacts",
         help="where to find the model's scores for the card (default: a train dataset's own artifacts directory)",
+    )
+    p_push.add_argument(
+        "--dry-run",
+        metavar="OUT",
+        help="write the folder and card that would be uploaded to the new directory OUT, and send nothing",
     )
     p_push.set_defaults(fn=cmd_push)
     p_inspect = sub.add_parser("inspect", help="show a stage dataset, or list every dataset under an artifacts dir")

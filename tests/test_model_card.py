@@ -11,6 +11,7 @@ from transformers import AutoConfig
 
 from pipeline.leaderboard import stage as ranking
 from pipeline.leaderboard.cards import score_texts, update_cards
+from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.stage import run_stage
 from pipeline.train.card import CARD, render, train_info, write_card
@@ -115,7 +116,11 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
         tiny_model(Path(out.local_dir))
         out.extra.update({"steps": 6, "final_loss": 2.5, "best_step": 6, "best_dev_spearman": 0.5})
         out.extra["card"] = train_info(
-            cfg, {"pairs": pairs, "init": init}, out.extra, AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}")
+            cfg,
+            {"pairs": pairs, "init": init},
+            out.extra,
+            AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}"),
+            f"{out.local_dir}/{ST_DIR}",
         )
         write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
@@ -128,11 +133,15 @@ def test_the_trained_model_card_traces_its_inputs_and_loads(artifacts):
 
     _, model_dir = artifacts
     card = Path(model_dir, ST_DIR, CARD).read_text()
+    # the exported model's parameters as the leaderboard counts them (not the init stage's 999, its MLM head's
+    # too), and what its weights file holds besides: the pooler an AutoModel saves (hidden x hidden + hidden)
+    embedding, hidden = Encoder(model_dir).parameters, 32
     for fact in (
         "DeCLUTR",
         "none: from scratch",
         "1 layers, hidden size 32, 2 heads, feed-forward 64",
-        "999",
+        f"| parameters | {embedding:,} that embed, as the leaderboard counts them",
+        f"the weights files hold {embedding + hidden * hidden + hidden:,}",
         "`aaaaaaaaaaaaaaaa`: 48 pairs",
         "decontaminate documents `ffffffffffffffff` (20 rows)",
         "| steps | 6",
@@ -170,10 +179,15 @@ def test_a_continued_runs_card_names_the_run_it_continues_and_keeps_its_base(art
     pairs = dataset_path(str(art), "augment", "a" * 16)
     cfg = TrainConfig(objective="simcse", batch_size=4, max_steps=3).model_dump()
     info = train_info(
-        cfg, {"pairs": pairs, "init": parent}, {"steps": 3}, AutoConfig.from_pretrained(f"{parent}/{HF_DIR}")
+        cfg,
+        {"pairs": pairs, "init": parent},
+        {"steps": 3},
+        AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"),
+        f"{parent}/{ST_DIR}",
     )
     card = render(info)
-    assert "none: from scratch" in card and "1 layers, hidden size 32" in card and "999" in card
+    assert "none: from scratch" in card and "1 layers, hidden size 32" in card
+    assert f"| parameters | {Encoder(parent).parameters:,} that embed" in card
     assert f"train run `{'m' * 16}` ({RAN})" in card
 
 
@@ -187,13 +201,15 @@ def test_the_architecture_is_the_trained_models_own_whatever_the_init_config_say
         {"pairs": dataset_path(str(art), "augment", "a" * 16), "init": out.path},
         {"steps": 3},
         AutoConfig.from_pretrained(f"{parent}/{HF_DIR}"),
+        str(tmp_path),
     )
     assert info["base_model"] is None
     assert info["architecture"] == "Roberta from scratch: 1 layers, hidden size 32, 2 heads, feed-forward 64"
 
 
-def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifacts):
-    art, model_dir = artifacts
+def _ranked(art: Path, config: dict) -> None:
+    """The leaderboard stage with `config` over the trained model's scores (STS-B 80 by cosine, 70 by SentEval's
+    regressor) and a random encoder's (20 and 10), no test items kept."""
     inputs = {}
     for name, kind, fp, model_input, stsb in (
         ("declutr", "trained", "s" * 16, {"model": "m" * 16}, 0.8),
@@ -210,8 +226,13 @@ def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifac
         ) as out:
             out.write(rows)
         inputs[f"scores-{name}"] = dataset_path(str(art), "evaluate", fp)
+    run_stage(ranking.STAGE, config, inputs, str(art))
+
+
+def test_the_leaderboard_writes_each_trained_models_scores_into_its_card(artifacts):
+    art, model_dir = artifacts
     before = read_manifest(model_dir)
-    run_stage(ranking.STAGE, {"rank_by": None}, inputs, str(art))
+    _ranked(art, {"rank_by": None})
     card = Path(model_dir, ST_DIR, CARD).read_text()
     assert "# declutr: a contrastive sentence encoder" in card
     assert "| STSB cosine | 80.00 |" in card and "| STSB senteval | 70.00 |" in card
@@ -228,3 +249,44 @@ def test_a_model_outside_the_table_keeps_its_card(artifacts, tmp_path):
     card = Path(model_dir, ST_DIR, CARD).read_text()
     assert update_cards({}, pd.DataFrame({"model": []})) == []
     assert Path(model_dir, ST_DIR, CARD).read_text() == card
+
+
+def test_the_card_sets_the_reference_rows_scores_and_the_difference_beside_the_models(artifacts):
+    art, model_dir = artifacts
+    _ranked(art, {"rank_by": None, "compare_to": "random"})
+    card = Path(model_dir, ST_DIR, CARD).read_text()
+    assert "reference row, random," in card and "| column | score | random | difference [95% interval] |" in card
+    # no test items kept: the scores' difference, without an interval
+    assert "| STSB cosine | 80.00 | 20.00 | +60.00 |" in card and "| STSB senteval | 70.00 | 10.00 | +60.00 |" in card
+
+
+def test_the_cards_difference_is_the_leaderboards_with_its_interval_and_mark(artifacts):
+    import pandas as pd
+
+    from pipeline.leaderboard.cards import TrainedRun
+
+    _, model_dir = artifacts
+    train = read_manifest(model_dir)
+    table = pd.DataFrame(
+        {
+            "model": ["declutr", "untrained"],
+            "parameters": [4321, 4321],
+            "STSB senteval": [58.27, 59.32],
+            "STSB senteval diff": [-1.05, None],
+            "STSB senteval diff lo": [-2.1, None],
+            "STSB senteval diff hi": [-0.02, None],
+            "STSB senteval significant": pd.array([True, None], dtype="boolean"),
+            "STSB cosine": [61.0, 60.5],
+            "STSB cosine diff": [0.5, None],
+            "STSB cosine diff lo": [-0.4, None],
+            "STSB cosine diff hi": [1.4, None],
+            "STSB cosine significant": pd.array([False, None], dtype="boolean"),
+        }
+    )
+    run = TrainedRun(model_dir, train, None, False)
+    assert update_cards({"declutr": run}, table, "untrained") == [model_dir]
+    card = Path(model_dir, ST_DIR, CARD).read_text()
+    assert "| STSB senteval | 58.27 | 59.32 | -1.05 [-2.10, -0.02] ▼ |" in card
+    assert "| STSB cosine | 61.00 | 60.50 | +0.50 [-0.40, +1.40] |" in card
+    # the leaderboard's parameter count replaces one the card's run said otherwise (a card written before)
+    assert "| parameters | 4,321 |" in card

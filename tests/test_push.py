@@ -1,25 +1,38 @@
 """`cpipe push`: a model's sentence-transformers directory and its Hub card uploaded through huggingface_hub, here to
-a local stand-in of the Hub's HTTP API (the endpoints create_repo and upload_folder call), never the network."""
+a local stand-in of the Hub's HTTP API (the endpoints create_repo and upload_folder call), or to a closed local port
+(no network), never the network; `--dry-run OUT` writes what would be uploaded."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
+from transformers import AutoConfig
 
+from flows.cli import main
 from pipeline.config import Config
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.locate import ST_DIR
+from pipeline.evaluate.stage import Row
+from pipeline.leaderboard import stage as ranking
+from pipeline.locate import HF_DIR, ST_DIR
+from pipeline.model.exported import Encoder
+from pipeline.model.hf_files import Weights
+from pipeline.model.hub_card import evaluation_sets, hub_card, source_name
 from pipeline.stage import run_stage
+from pipeline.train.card import train_info, write_card
+from pipeline.train.config import TrainConfig
+from storage import DatasetWriter, dataset_path
 from tests.conftest import ROOT
 from tests.helpers import tiny_model
 
@@ -161,6 +174,10 @@ def test_push_uploads_the_model_and_a_card_the_hub_reads(hub, scored, tmp_path):
         for t, p, m, v in zip(want["task"], want["protocol"], want["metric"], want["value"])
     }
     assert meta["model-index"][0]["name"] == "tiny-encoder"
+    # the sets it was scored on (these tiny ones are no public set), its parameters as the leaderboard counts them
+    assert meta["datasets"] == list(dict.fromkeys(f"local: {t}" for t in want["task"]))
+    assert meta["n_parameters"] == Encoder(scored["model"]).parameters
+    assert 'SentenceTransformer("someone/tiny-encoder")' in hub["files"]["README.md"].decode()
     # the token went to the Hub in a header, and nowhere else
     assert any(auth == f"Bearer {TOKEN}" for *_, auth in hub["requests"])
     assert TOKEN not in proc.stdout + proc.stderr
@@ -189,7 +206,7 @@ def test_push_keeps_a_license_given_and_fails_in_one_line_without_a_token(hub, s
 def test_a_hub_error_is_one_line_without_the_token(hub, scored, tmp_path):
     proc = _push(hub, scored["model"], "someone/forbidden", home=tmp_path / "hf")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
-    assert proc.stderr.startswith("cpipe: error: push to someone/forbidden failed: 403"), proc.stderr
+    assert proc.stderr.startswith(f"cpipe: error: push to someone/forbidden at {hub['url']} failed: 403"), proc.stderr
     assert TOKEN not in proc.stdout + proc.stderr and hub["files"] == {}
     proc = _push(hub, scored["model"], "not a repo", home=tmp_path / "hf")
     assert proc.returncode == 2 and proc.stderr.startswith("cpipe: error: not a repo: not a Hub repository id")
@@ -221,3 +238,145 @@ def test_push_and_export_usage_errors_come_before_any_heavy_import(scored, tmp_p
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
     assert proc.stderr.startswith(message.format(**fill)), proc.stderr
     assert proc.stdout.strip() == "[]", f"imported before the error: {proc.stdout}"
+
+
+@pytest.mark.slow  # a cpipe process
+def test_without_network_a_push_is_one_line_without_the_token(scored, tmp_path):
+    with socket.socket() as s:  # a port nothing listens on: the connection is refused, as with no route
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    proc = _push({"url": closed}, scored["model"], "me/x", token="hf_x" + TOKEN, home=tmp_path / "hf")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"cpipe: error: push to me/x at {closed} failed: "), proc.stderr
+    assert "Traceback" not in proc.stderr and TOKEN not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # cpipe processes
+def test_the_dry_run_writes_exactly_what_the_push_uploads(hub, scored, tmp_path):
+    args = [scored["model"], "someone/tiny-encoder", "--license", "mit", "--artifacts", scored["artifacts"]]
+    proc = _push(hub, *args, home=tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hub["requests"].clear()
+    proc = _push(hub, *args, "--dry-run", str(tmp_path / "out"), token=None, home=tmp_path / "no-token")
+    assert proc.returncode == 0 and proc.stdout.startswith(f"cpipe: wrote {tmp_path / 'out'}"), proc.stderr[-3000:]
+    assert hub["requests"] == []  # nothing sent, and no token needed
+    out = tmp_path / "out"
+    assert {str(p.relative_to(out)): p.read_bytes() for p in _written(out)} == hub["files"]
+    # a second dry run does not write over the first
+    proc = _push(hub, *args, "--dry-run", str(out), token=None, home=tmp_path / "no-token")
+    assert (
+        proc.returncode == 2
+        and proc.stderr == f"cpipe: error: {out}: already exists (--dry-run writes a new directory)\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_sts):
+    """A run's artifacts as its stages leave them: a corpus of a Hub dataset's file and a local directory, pairs
+    made from it, a trained model (a tiny export with the card train writes), the evaluate stage's scores of it
+    and of a random encoder, and the leaderboard comparing them (evaluate.compare_to: random)."""
+    art = tmp_path_factory.mktemp("run")
+    sources = [
+        f"https://huggingface.co/datasets/Salesforce/wikitext/resolve/{'b' * 40}/test.parquet",
+        "/data/my-corpus",
+    ]
+
+    def dataset(stage, fp, config, inputs, extra=None, build=None):
+        with DatasetWriter(str(art), stage, fp, config=config, inputs=inputs) as out:
+            out.extra.update(extra or {})
+            if build:
+                build(out)
+        return dataset_path(str(art), stage, fp)
+
+    dataset("corpus", "c" * 16, {"sources": sources}, {})
+    pairs = dataset("augment", "a" * 16, {}, {"documents": "c" * 16}, extra={"rows": 48})
+    init = dataset("init", "i" * 16, {"base": None}, {}, extra={"parameters": 999})
+    cfg = TrainConfig(batch_size=4, max_steps=6).model_dump()
+
+    def train(out):
+        tiny_model(Path(out.local_dir))
+        out.extra.update({"steps": 6, "final_loss": 2.5})
+        st = f"{out.local_dir}/{ST_DIR}"
+        out.extra["card"] = train_info(
+            cfg, {"pairs": pairs, "init": init}, out.extra, AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}"), st
+        )
+        write_card(st, out.extra["card"])
+
+    model = dataset("train", "t" * 16, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
+    config = Config(evaluate=EvaluateConfig(data=str(tiny_sts), batch_size=16))
+    inputs = {}
+    for row in (
+        Row("declutr", {"kind": "trained"}, {"model": model}, {"objective": "declutr"}),
+        Row("random", {"kind": "random", "dim": 32, "seed": 0}, {}, {"objective": "none (random)"}),
+    ):
+        inputs[f"scores-{row.name}"] = run_stage(evaluate.STAGE, evaluate.config(config, row), row.inputs, str(art))
+    board = run_stage(ranking.STAGE, {"rank_by": None, "compare_to": "random"}, inputs, str(art))
+    table = pd.read_parquet(f"{board}/leaderboard.parquet").set_index("model")
+    return {"model": model, "table": table}
+
+
+def test_the_dry_run_card_names_the_corpus_the_sets_the_scores_and_the_parameters(run, tmp_path, capsys):
+    assert main(["push", run["model"], "me/x", "--dry-run", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    card = (tmp_path / "out" / "README.md").read_text()
+    meta, ours = _front_matter(card), run["table"].loc["declutr"]
+    # the corpus's Hub dataset and local directory, then the sets scored (the tiny ones: no public set)
+    assert meta["datasets"] == ["Salesforce/wikitext", "local: my-corpus", "local: STS12", "local: STSB"]
+    # the leaderboard's scores: each "<task> <protocol>" column's Spearman x 100, under its task
+    got = {
+        (r["dataset"]["name"], m["type"]): m["value"] for r in meta["model-index"][0]["results"] for m in r["metrics"]
+    }
+    columns = [
+        c
+        for c in run["table"].columns
+        if c.split(" ")[0] in ("STS12", "STSB") and c.count(" ") == 1 and pd.notna(ours[c])
+    ]
+    assert len(columns) >= 3
+    for column in columns:
+        task, protocol = column.split(" ")
+        assert got[(task, f"{protocol}_spearman")] == pytest.approx(ours[column], abs=0.005), column
+    assert meta["n_parameters"] == ours["parameters"] == Encoder(run["model"]).parameters
+    # the body: the reference row beside the model's scores, and a snippet loading the repository
+    assert "| column | score | random | difference [95% interval] |" in card
+    assert f"| STSB cosine | {ours['STSB cosine']:.2f} | {run['table'].at['random', 'STSB cosine']:.2f} | " in card
+    assert 'SentenceTransformer("me/x")' in card and "path/to/this/directory" not in card
+
+
+def test_the_card_names_public_sets_by_their_hub_datasets_and_keeps_its_base_model():
+    rows = pd.DataFrame(
+        [
+            {"task": "STSB", "n": 1379, "metric": "spearman", "protocol": "cosine", "value": 0.8},
+            {"task": "SICKR", "n": 4927, "metric": "spearman", "protocol": "cosine", "value": 0.7},  # not MTEB's
+            {"task": "sts12-sts", "n": 3108, "metric": "spearman", "protocol": "cosine", "value": 0.6},
+        ]
+    )
+    text = "---\nbase_model: roberta-base\n---\n# x\n"
+    meta = _front_matter(hub_card(text, "me/x", None, ["local: c", *evaluation_sets(rows)], rows, Weights(10, 12)))
+    assert meta["base_model"] == "roberta-base" and meta["n_parameters"] == 10
+    assert meta["datasets"] == ["local: c", "mteb/stsbenchmark-sts", "local: SICKR", "mteb/sts12-sts"]
+    sets = {r["dataset"]["name"]: r["dataset"] for r in meta["model-index"][0]["results"]}
+    # MTEB's datasets at the revisions its task metadata pins
+    assert sets["STSB"] == {
+        "name": "STSB",
+        "type": "mteb/stsbenchmark-sts",
+        "config": "default",
+        "split": "test",
+        "revision": "b0fddb56ed78048fa8b90373c8a3cfc37b684831",
+    }
+    assert sets["sts12-sts"]["revision"] == "a0d554a64d88156834ff5ae9920b964011b16384"
+    assert sets["SICKR"] == {"name": "SICKR", "type": "SICKR", "split": "test"}
+
+
+@pytest.mark.parametrize(
+    "source, name",
+    [
+        (f"https://huggingface.co/datasets/Salesforce/wikitext/resolve/{'b' * 40}/t.parquet", "Salesforce/wikitext"),
+        ("hf://datasets/me/corpus@main/data/x.jsonl", "me/corpus"),
+        ("https://mirror.example/owt/urlsf_subset00.tar", "Skylion007/openwebtext"),
+        ("https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles.xml.bz2", "wikimedia/wikipedia"),
+        # a concealed password and a signed URL's signature stay off the card
+        ("https://***@host.example:8443/c/docs.jsonl?X-Amz-Signature=abc", "https://host.example:8443/c/docs.jsonl"),
+        ("/home/me/data/my-corpus/", "local: my-corpus"),
+    ],
+)
+def test_a_corpus_source_is_named_by_its_hub_dataset_its_url_or_its_directory(source, name):
+    assert source_name(source) == name

@@ -105,6 +105,7 @@ def built(tmp_path_factory) -> tuple[Path, dict[str, str], str]:
                     {"pairs": dataset_path(str(art), "augment", pairs_fp), "init": init},
                     extra,
                     RobertaConfig(),
+                    str(tmp_path_factory.mktemp("no-export")),  # no model exported: no parameters said
                 ),
                 "recipe": run.recipe(),
             }
@@ -189,7 +190,7 @@ def test_a_post_processed_row_keeps_its_recipe_and_is_trained_on_its_models_docu
     assert table.at["declutr+whitening", DOCUMENTS] == table.at["declutr", DOCUMENTS] == OTHER
 
 
-def test_a_new_card_states_what_ran(built):
+def test_a_new_card_states_what_ran(built, tmp_path):
     art, _, _ = built
     pairs = dataset_path(str(art), "augment", "0" * 16)
     info = train_info(
@@ -197,6 +198,7 @@ def test_a_new_card_states_what_ran(built):
         {"pairs": pairs, "init": dataset_path(str(art), "init", "i" * 16)},
         {"steps": STEPS},
         RobertaConfig(),
+        str(tmp_path),
     )
     assert f"| recipe | batch 4, {RAN} from 30 sentences of 3 documents, lr" in render(info)
 

@@ -15,6 +15,7 @@ from transformers import AutoConfig
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.leaderboard import stage as ranking
+from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.preflight import configured
 from pipeline.stage import run_stage
@@ -99,7 +100,11 @@ def artifacts(tmp_path_factory) -> dict:
             write_curves(CURVES, out.local_dir)
             out.extra.update({"steps": STEPS, "final_loss": CURVES[-1]["loss"], "train_seconds": 12.0})
             out.extra["card"] = train_info(
-                cfg, {"pairs": pairs, "init": init}, out.extra, AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}")
+                cfg,
+                {"pairs": pairs, "init": init},
+                out.extra,
+                AutoConfig.from_pretrained(f"{out.local_dir}/{HF_DIR}"),
+                f"{out.local_dir}/{ST_DIR}",
             )
             write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
@@ -138,11 +143,12 @@ def test_runs_hold_the_recipe_curves_scores_card_and_table_and_a_second_report_a
     client = MlflowClient(tracking_uri=settings.uri)
     runs = _runs(client, settings)
     assert sorted(runs) == ["declutr (seed 0)", "declutr (seed 1)", "simcse (seed 42)"]
-    run = runs["declutr (seed 1)"]
+    run, run_dir = runs["declutr (seed 1)"], artifacts["trained"]["declutr (seed 1)"]
     assert run.info.run_id == ids["declutr (seed 1)"] and run.info.status == "FINISHED"
     params = run.data.params
     assert params["train.seed"] == "1" and params["train.batch_size"] == "4" and params["train.lr"] == "5e-05"
-    assert params["input.pairs"] == "a" * 16 and params["parameters"] == "999"
+    # the exported model's parameters as the leaderboard counts them, not the init stage's (its MLM head)
+    assert params["input.pairs"] == "a" * 16 and params["parameters"] == str(Encoder(run_dir).parameters)
     # The recipe as the leaderboard states what ran: its 6 steps of batch 4 read 24 of the 48 pairs.
     assert params["recipe"] == TrainConfig(batch_size=4, max_steps=STEPS, seed=1).recipe().replace(
         f", {STEPS} steps,", f", {STEPS} steps on 24 of 48 pairs,"

@@ -1,5 +1,5 @@
 """The leaderboard's side of the model cards (pipeline.train.card): each trained row's train run, its recipe
-restated as it ran, and each trained model's card rewritten with its scores."""
+restated as it ran, and each trained model's card rewritten with its scores beside the reference row's."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from pipeline.leaderboard.intervals import DIFF, DIFF_HI, DIFF_LO, SIGNIFICANT
+from pipeline.leaderboard.readouts import references
 from pipeline.leaderboard.table import ANALYSIS, BUDGET, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
 from pipeline.model.transformer import ST_DIR
 from pipeline.train import devset
-from pipeline.train.card import drawn, pairs_per_step, ran_recipe, write_card
+from pipeline.train.card import Reference, drawn, pairs_per_step, ran_recipe, write_card
 from storage import complete, dataset_parts, dataset_path, read_manifest
 
 
@@ -89,20 +91,48 @@ def _value(column: str, value) -> str:
     return f"{value:.3f}" if column in ANALYSIS else f"{value:.2f}"
 
 
-def update_cards(runs: dict[str, TrainedRun], table: pd.DataFrame) -> list[str]:
+def update_cards(runs: dict[str, TrainedRun], table: pd.DataFrame, compare_to: str | None = None) -> list[str]:
     """Rewrite the card of every trained model among the leaderboard's rows (`runs`: trained_runs) with its row's
     scores (the table's score, average and analysis columns; not a post-processed row's, which are not the
-    model's) and a recipe that states what ran (ran_recipe: a card written before it said max_steps). Returns the
-    model directories whose cards it wrote."""
+    model's) beside its reference row's (`compare_to`, read as the row is: readouts.references) with the
+    difference, a recipe that states what ran (ran_recipe: a card written before it said max_steps) and the
+    parameters the leaderboard counts (a card written before said the init stage's). Returns the model
+    directories whose cards it wrote."""
     columns = [c for c in (*rankable_columns(), *ANALYSIS) if c in table.columns]
     rows = table.set_index("model")
+    against = dict(zip(table["model"], references(table, compare_to)))
     written = []
     for name, (model_dir, train, pairs, postprocessed) in runs.items():
         info = train.get("card")
         if info is None or postprocessed or name not in rows.index:  # a model trained before cards has none
             continue
         recipe = ran_recipe(info["recipe"], train["config"]["train"], train.get("steps"), pairs)
+        info = {**info, "name": name, "recipe": recipe}
+        counted = rows.at[name, "parameters"] if "parameters" in rows.columns else None
+        if counted is not None and pd.notna(counted) and int(counted) != info.get("parameters"):
+            info.update(parameters=int(counted), stored_parameters=None)  # an older card's: the init stage's count
         scores = {c: float(rows.at[name, c]) for c in columns if pd.notna(rows.at[name, c])}
-        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", {**info, "name": name, "recipe": recipe}, score_texts(scores))
+        reference = _reference(rows, name, against.get(name), list(scores))
+        write_card(f"{model_dir.rstrip('/')}/{ST_DIR}", info, score_texts(scores), reference)
         written.append(model_dir)
     return written
+
+
+def _reference(rows: pd.DataFrame, name: str, ref: str | None, columns: list[str]) -> Reference | None:
+    """Row `ref`'s scores in `columns` and row `name`'s difference to each: the leaderboard's (with its interval
+    and mark) where it took one, else the two scores' difference."""
+    if ref is None or ref == name or ref not in rows.index:
+        return None
+    theirs = {c: rows.at[ref, c] for c in columns}
+    return Reference(ref, score_texts(theirs), {c: _difference(rows.loc[name], c, theirs[c]) for c in columns})
+
+
+def _difference(row: pd.Series, column: str, theirs) -> str:
+    if pd.isna(theirs):
+        return MISSING
+    diff = row.get(f"{column} {DIFF}")
+    if diff is None or pd.isna(diff):
+        return f"{row[column] - theirs:+.3f}" if column in ANALYSIS else f"{row[column] - theirs:+.2f}"
+    lo, hi, flag = row[f"{column} {DIFF_LO}"], row[f"{column} {DIFF_HI}"], row.get(f"{column} {SIGNIFICANT}")
+    mark = (" ▲" if lo > 0 else " ▼") if flag is not None and not pd.isna(flag) and flag else ""
+    return f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]{mark}"

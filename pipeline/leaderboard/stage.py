@@ -112,7 +112,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     absent = absent_tasks(scores)
     write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by, compare_to=compare_to)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
-    update_cards(runs, table)  # each trained model's README.md now states its scores
+    update_cards(runs, table, compare_to)  # each trained model's README.md now states its scores, and the reference's
     out.extra.update(
         {
             "models": table["model"].tolist(),

@@ -1,13 +1,18 @@
-"""Hugging Face files read and written quietly, and written so that transformers 4 and 5 both read them.
+"""Hugging Face files read and written quietly, and written so that transformers 4 and 5 both read them; the
+parameters a model folder's weights files hold.
 
-transformers and huggingface_hub are imported when a function runs: the exported model's readers, the ONNX export
-and the back-translation stage import this module, and answer a mistake in their arguments before those load.
+transformers, huggingface_hub and safetensors are imported when a function runs: the exported model's readers, the
+ONNX export and the back-translation stage import this module, and answer a mistake in their arguments before those
+load.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from contextlib import contextmanager
+from typing import NamedTuple
 
 
 @contextmanager
@@ -61,3 +66,30 @@ def portable_tokenizer(folder: str) -> None:
     with open(file, "w", encoding="utf-8") as f:
         json.dump({**settings, "tokenizer_class": portable}, f, indent=2, ensure_ascii=False)
         f.write("\n")
+
+
+class Weights(NamedTuple):
+    """A model folder's parameters: those that embed (the encoder and any kept head: what the leaderboard counts,
+    pipeline.model.exported.Encoder.parameters) and all that its weights files hold, which adds the BERT-style
+    pooler that an exported AutoModel keeps and mean or [CLS] pooling never reads."""
+
+    embedding: int
+    stored: int
+
+
+def weights(folder: str) -> Weights | None:
+    """The parameters in the safetensors files of `folder` (every module's, a sentence-transformers folder's Dense
+    head too), counted from their headers; None where it holds none (weights in another format)."""
+    from safetensors import safe_open
+
+    embedding = stored = 0
+    files = sorted(
+        os.path.join(top, name) for top, _, names in os.walk(folder) for name in names if name.endswith(".safetensors")
+    )
+    for file in files:
+        with safe_open(file, "np") as f:
+            for key in f.keys():
+                n = math.prod(f.get_slice(key).get_shape())
+                stored += n
+                embedding += 0 if key.startswith("pooler.") else n
+    return Weights(embedding, stored) if files else None

@@ -12,7 +12,9 @@ import hashlib
 import json
 import os
 import tempfile
+from typing import NamedTuple
 
+from pipeline.model.hf_files import weights
 from pipeline.objectives import names, objective
 from pipeline.train.config import TrainConfig
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
@@ -25,10 +27,11 @@ LOSSES = {
 }
 
 
-def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
+def train_info(cfg: dict, inputs: dict, extra: dict, model_config, exported: str) -> dict:
     """What the card says of a train run: its config (`train`'s), the manifests of its inputs (the init and
-    pairs datasets) and its results (`extra`: steps, final loss, best dev score where evaluated). JSON-able, so
-    the run's manifest keeps it for the leaderboard's rewrite."""
+    pairs datasets), its results (`extra`: steps, final loss, best dev score where evaluated) and the parameters of
+    its export (`exported`: the sentence-transformers directory). JSON-able, so the run's manifest keeps it for the
+    leaderboard's rewrite."""
     init = read_manifest(inputs["init"])
     pairs = read_manifest(inputs["pairs"])
     # A run that continues another (init_from) starts from that run's train dataset, whose manifest keeps its card.
@@ -51,7 +54,7 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
         "recipe": ran_recipe(run.recipe(), cfg, extra.get("steps"), pairs),
         "base_model": parent["base_model"] if parent else model.get("base"),
         "architecture": parent["architecture"] if parent else _architecture(model.get("base"), model_config),
-        "parameters": parent["parameters"] if parent else init.get("parameters"),
+        **parameters(exported),
         "continues": {"fingerprint": init["fingerprint"], "recipe": parent["recipe"]} if parent else None,
         "pairs": {"fingerprint": pairs["fingerprint"], "rows": pairs["rows"]},
         "sources": sources,
@@ -62,6 +65,14 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config) -> dict:
 def _dataset(root: str, stage: str, fp: str) -> dict:
     path = dataset_path(root, stage, fp)
     return {"fingerprint": fp, "stage": stage, "rows": read_manifest(path).get("rows") if complete(path) else None}
+
+
+def parameters(st_dir: str) -> dict:
+    """The card's parameter counts of the model exported to `st_dir` (pipeline.model.hf_files.weights): those that
+    embed, as the leaderboard counts them, and all its weights files hold. The init stage's count is not the
+    model's: it includes the MLM head, which is not exported."""
+    counted = weights(st_dir)
+    return {"parameters": counted.embedding, "stored_parameters": counted.stored} if counted else {}
 
 
 def ran_recipe(recipe: str, train: dict, steps: int | None, pairs: dict | None) -> str:
@@ -124,9 +135,19 @@ def _architecture(base: str | None, config) -> str:
     return f"{base} (continued pretraining; {kind}: {shape})" if base else f"{kind} from scratch: {shape}"
 
 
-def render(info: dict, scores: dict[str, str] | None = None) -> str:
+class Reference(NamedTuple):
+    """The leaderboard row a model is compared with (evaluate.compare_to, else the untrained encoder), and per
+    column its score and the model's difference to it, as the card shows them."""
+
+    name: str
+    scores: dict[str, str]
+    differences: dict[str, str]
+
+
+def render(info: dict, scores: dict[str, str] | None = None, reference: Reference | None = None) -> str:
     """The card: Hub metadata, then what the model was trained from and how, then its leaderboard scores
-    (`scores`: leaderboard column -> its value as text, score_texts) or a line saying it has none yet."""
+    (`scores`: leaderboard column -> its value as text, score_texts) beside the reference row's (`reference`)
+    or a line saying it has none yet."""
     return "\n".join(
         [
             *_metadata(info),
@@ -143,7 +164,7 @@ def render(info: dict, scores: dict[str, str] | None = None) -> str:
             "",
             "## Evaluation",
             "",
-            *_scores(scores),
+            *_scores(scores, reference),
             "",
             "## Usage",
             "",
@@ -208,7 +229,7 @@ def _training(info: dict) -> list[tuple[str, str]]:
         parent = info["continues"]
         rows.append(("continues", f"train run `{parent['fingerprint']}` ({parent['recipe']})"))
     if info.get("parameters"):
-        rows.append(("parameters", f"{info['parameters']:,}"))
+        rows.append(("parameters", _parameters(info)))
     steps = f"{info['steps']}" + (
         f" (final loss {info['final_loss']:.4f})" if info.get("final_loss") is not None else ""
     )
@@ -225,22 +246,46 @@ def _training(info: dict) -> list[tuple[str, str]]:
     ]
 
 
-def _scores(scores: dict[str, str] | None) -> list[str]:
+def _parameters(info: dict) -> str:
+    text = f"{info['parameters']:,}"
+    stored = info.get("stored_parameters")
+    if stored is None or stored == info["parameters"]:
+        return text
+    return (
+        f"{text} that embed, as the leaderboard counts them (the encoder and any kept head); the weights files "
+        f"hold {stored:,}, with the {stored - info['parameters']:,} of a pooler that mean or [CLS] pooling never reads"
+    )
+
+
+def _scores(scores: dict[str, str] | None, reference: Reference | None = None) -> list[str]:
     if not scores:
         return ["Not scored yet: the pipeline's leaderboard stage writes this model's scores here."]
-    lines = [
+    said = (
         "Scores from the pipeline's leaderboard (Spearman or accuracy x 100 on test; the leaderboard's "
-        "notes give each column's protocol).",
+        "notes give each column's protocol)."
+    )
+    if reference is None:
+        return [said, "", "| column | score |", "|---|---:|", *(f"| {c} | {text} |" for c, text in scores.items())]
+    said += (
+        f" Beside them the leaderboard's reference row, {reference.name}, and this model's difference to it with "
+        "its 95% interval (the paired bootstrap over the test items, and the seeds where either row has several; "
+        "none where the test items were not kept); ▲/▼ where the leaderboard marks it after its correction for "
+        "many comparisons."
+    )
+    return [
+        said,
         "",
-        "| column | score |",
-        "|---|---:|",
+        f"| column | score | {reference.name} | difference [95% interval] |",
+        "|---|---:|---:|---:|",
+        *(f"| {c} | {text} | {reference.scores[c]} | {reference.differences[c]} |" for c, text in scores.items()),
     ]
-    return lines + [f"| {column} | {text} |" for column, text in scores.items()]
 
 
-def write_card(st_dir: str, info: dict, scores: dict[str, str] | None = None) -> None:
+def write_card(
+    st_dir: str, info: dict, scores: dict[str, str] | None = None, reference: Reference | None = None
+) -> None:
     """Replace `<st_dir>/README.md` (any fsspec URL) whole: readers see the old card or the new one."""
     with tempfile.TemporaryDirectory(prefix="cpipe-card-") as tmp:
         with open(f"{tmp}/{CARD}", "w", encoding="utf-8") as f:
-            f.write(render(info, scores))
+            f.write(render(info, scores, reference))
         put_file(f"{tmp}/{CARD}", f"{st_dir.rstrip('/')}/{CARD}")
