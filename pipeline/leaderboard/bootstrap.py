@@ -154,16 +154,6 @@ def v_measure(assignment: np.ndarray, gold: np.ndarray, w: Resample) -> np.ndarr
         return np.where(both > 0, 2 * homogeneity * completeness / both, 0.0)
 
 
-def p_value(replicates: np.ndarray) -> np.ndarray:
-    """Each row's two-sided bootstrap p of a difference of 0 from its replicates (the last axis; nan ones left
-    out): 2 min(#{d* <= 0} + 1, #{d* >= 0} + 1) / (B + 1), at most 1. The +1s count the observed difference as
-    one of the replicates (Davison & Hinkley 1997, ch. 4), so p is never 0 from finitely many resamples; a
-    p below 0.05 is the percentile interval's excluding 0."""
-    finite = ~np.isnan(replicates)
-    below, above = ((replicates <= 0) & finite).sum(axis=-1), ((replicates >= 0) & finite).sum(axis=-1)
-    return np.minimum(1.0, 2 * (np.minimum(below, above) + 1) / (finite.sum(axis=-1) + 1))
-
-
 def interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """The percentile interval of each row's replicates (the last axis)."""
     tail = (1 - level) / 2 * 100

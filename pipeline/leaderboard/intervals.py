@@ -12,17 +12,28 @@ comes from the same resamples of both (the items pair up by position, checked by
 A difference has two sources of noise (Bouthillier et al. 2021, "Accounting for variance in machine learning
 benchmarks", MLSys): which test items were drawn, and which training seeds. Between two rows of one model each
 there is no seed to resample: the difference's interval is the percentile interval of the paired item bootstrap,
-its p the two-sided bootstrap p of the same resamples (bootstrap.p_value). Where either row is over several
-seeds, the difference of their means over seeds, D, is judged by a t-interval whose variance adds the two parts:
-the items' (the variance of the paired bootstrap difference, on each resample the mean over each row's seeds, all
-seeds on the same resamples) and the seeds' (var/n of each row's per-seed scores, Welch's two samples; or, when
-both rows have the very same seeds, var/n of the per-seed differences: a run's seed s starts from the untrained
-encoder's seed-s weights, so they pair). Its degrees of freedom are Welch-Satterthwaite's, the item part counted
-as known (infinitely many): D +- t(0.975, df) sqrt(V_items + V_seeds), p = 2 P(T_df > |D| / sqrt(V)). With n
-seeds df is near n - 1 when the seeds dominate (t(0.975, 2) = 4.30 at 3 seeds) and near the normal's when the
-items do. Per-seed scores on fixed items carry the seed-by-item interaction, which the items' part counts too:
-counted twice, conservatively, as in resampling both factors of a crossed design (Owen 2007, "The pigeonhole
-bootstrap").
+and its p is two-sided on the normal, 2 P(Z > |D| / se), D the difference of the two rows' scores and se the
+standard deviation of its resampled values (the bootstrap's standard error, Efron & Tibshirani 1993, ch. 6): the t
+below where the seeds add nothing. Where either row is over several seeds, the difference of their means over
+seeds, D, is judged by a t-interval whose variance adds the two parts: the items' (the variance of the paired
+bootstrap difference, on each resample the mean over each row's seeds, all seeds on the same resamples) and the
+seeds' (var/n of each row's per-seed scores, Welch's two samples; or, when both rows have the very same seeds,
+var/n of the per-seed differences: a run's seed s starts from the untrained encoder's seed-s weights, so they
+pair). Its degrees of freedom are Welch-Satterthwaite's, the item part counted as known (infinitely many):
+D +- t(0.975, df) sqrt(V_items + V_seeds), p = 2 P(T_df > |D| / sqrt(V)). With n seeds df is near n - 1 when the
+seeds dominate (t(0.975, 2) = 4.30 at 3 seeds) and near the normal's when the items do. Per-seed scores on fixed items
+carry the seed-by-item interaction, which the items' part counts too: counted twice, conservatively, as in
+resampling both factors of a crossed design (Owen 2007, "The pigeonhole bootstrap").
+
+Why not p from counting the resamples on the far side of 0, 2 (count + 1) / (B + 1) (Davison & Hinkley 1997,
+ch. 4)? It cannot go below 2 / (B + 1), and the correction multiplies the smallest p by the family's size m: at
+B = 1000 a table of 26 comparisons or more could mark nothing, however large a difference (at m = 36 every p
+adjusted to 0.0719 at best), and the differences no resample crosses 0 in are the very ones a table must mark.
+Counting to Holm's first step, alpha / m, needs B of order 20 m / alpha resamples (14,400 at m = 36), a cost of
+every cell of the table that grows with it, and a B that grew with the table would move every column's interval
+when a row was added. The standard error is resolved by any B of hundreds, its p has no floor, and the normal is
+what a difference of means, correlations or accuracies over hundreds of test items tends to (the marks take the
+percentile interval's side too, so a skewed bootstrap cannot mark what its own interval does not exclude).
 
 Why not a two-level bootstrap (resample seeds, then items; Davison & Hinkley 1997, section 3.8, hierarchical
 data)? With the 2-5 seeds a run has, the seed stage cannot reproduce the seeds' variance: a resampled mean of n
@@ -313,6 +324,12 @@ def adjust(p: np.ndarray, method: str = CORRECTION) -> np.ndarray:
     return out
 
 
+def rounded_p(p: np.ndarray) -> np.ndarray:
+    """p to 4 significant digits, not decimals: a large effect's p of 1e-9 stays itself in the CSV, not 0, and the
+    table's correction can be taken again from the rounded values (pipeline.leaderboard.readouts)."""
+    return np.array([float(f"{x:.4g}") for x in np.ravel(p)]).reshape(np.shape(p))
+
+
 def seed_variance(mine: np.ndarray | None, theirs: np.ndarray | None, paired: bool) -> tuple[float, float]:
     """What the seeds add to the variance of a difference of two means over seeds (None: a row of one model, which
     adds nothing it can measure), and that variance's Welch-Satterthwaite term, sum of v_k^2 / df_k: of the
@@ -345,28 +362,29 @@ def _seeds(table: pd.DataFrame, row: int) -> list[int]:
 def _judge(
     table: pd.DataFrame, column: str, rep: np.ndarray, ok: np.ndarray, ref: int, repeated: np.ndarray
 ) -> _Judged:
-    """Each compared row's (`ok`) difference interval and p: the paired item bootstrap's alone between two rows of
-    one model, else the t-interval over items and seeds (the module's docstring)."""
+    """Each compared row's (`ok`) difference interval and p: between two rows of one model the paired item
+    bootstrap's percentile interval, else the t-interval over items and seeds; p from |D| / sqrt(V), the items'
+    variance alone (on the normal) or with the seeds' (on t(df)) (the module's docstring)."""
     out = _Judged(*(np.full(len(table), np.nan) for _ in range(3)))
     diffs = rep - rep[ref]
     values = table[column].to_numpy(dtype=float)
     x = _per_seed(table, column, repeated)
     for i in np.flatnonzero(ok):
-        if x[i] is None and x[ref] is None:
-            (out.lo[i],), (out.hi[i],) = bootstrap.interval(diffs[i : i + 1])
-            out.p[i] = bootstrap.p_value(diffs[i])
-            continue
+        single = x[i] is None and x[ref] is None
         if any(v is not None and np.isnan(v).any() for v in (x[i], x[ref])):
             ok[i] = False  # a seed without this column: its row has no mean to compare
             continue
         same = x[i] is not None and x[ref] is not None and _seeds(table, i) == _seeds(table, ref)
-        v_seeds, welch = seed_variance(x[i], x[ref], same)
+        v_seeds, welch = (0.0, 0.0) if single else seed_variance(x[i], x[ref], same)
         v = v_seeds + np.nanvar(diffs[i], ddof=1)
-        df = v * v / welch if welch > 0 else np.inf
+        df = v * v / welch if welch > 0 else np.inf  # the items' part alone: the normal
         d, se = values[i] - values[ref], np.sqrt(v)
-        half = stats.t.ppf((1 + bootstrap.LEVEL) / 2, df) * se
-        out.lo[i], out.hi[i] = d - half, d + half
         out.p[i] = 2 * stats.t.sf(abs(d) / se, df) if se > 0 else float(d == 0)
+        if single:
+            (out.lo[i],), (out.hi[i],) = bootstrap.interval(diffs[i : i + 1])
+        else:
+            half = stats.t.ppf((1 + bootstrap.LEVEL) / 2, df) * se
+            out.lo[i], out.hi[i] = d - half, d + half
     return out
 
 
@@ -456,8 +474,8 @@ def _decide(
                 DIFF: np.where(ok, np.round(values - values[ref], 2), np.nan),
                 DIFF_LO: np.round(j.lo, 2),
                 DIFF_HI: np.round(j.hi, 2),
-                P: np.round(j.p, 4),
-                P_ADJUSTED: np.round(p_adjusted, 4),
+                P: rounded_p(j.p),
+                P_ADJUSTED: rounded_p(p_adjusted),
                 SIGNIFICANT: pd.array([bool(x) if o else None for x, o in zip(sig, ok)], dtype="boolean"),
             }
         )

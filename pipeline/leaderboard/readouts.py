@@ -27,6 +27,7 @@ from pipeline.leaderboard.intervals import (
     Typed,
     add_intervals,
     adjust,
+    rounded_p,
 )
 from storage import read_manifest
 
@@ -104,7 +105,7 @@ def _remarked(table: pd.DataFrame) -> pd.DataFrame:
     for j, c in enumerate(columns):
         lo, hi = table[f"{c} {DIFF_LO}"].to_numpy(dtype=float), table[f"{c} {DIFF_HI}"].to_numpy(dtype=float)
         sig = (adjusted[:, j] <= ALPHA) & ((lo > 0) | (hi < 0))
-        table[f"{c} {P_ADJUSTED}"] = np.round(adjusted[:, j], 4)
+        table[f"{c} {P_ADJUSTED}"] = rounded_p(adjusted[:, j])
         table[f"{c} {SIGNIFICANT}"] = pd.array(
             [bool(s) if k else None for s, k in zip(sig, compared[:, j])], dtype="boolean"
         )

@@ -51,7 +51,10 @@ if TYPE_CHECKING:
 # compared rows trained on different documents.
 # 6: a row over seeds says each seed's recipe where they differ (each seed's dev-selected step); a budget column
 # and a note naming compared rows trained for different budgets.
-VERSION = "6"
+# 7: a difference between rows of one model has its p on the normal from the bootstrap's standard error, not by
+# counting resamples past 0, which floored it at 2 / (B + 1): Holm over 26 or more cells could mark nothing. p and
+# p adjusted to 4 significant digits.
+VERSION = "7"
 TITLE = "Leaderboard"
 SCORES = "scores.parquet"
 CUMULATIVE = "leaderboard-all"

@@ -410,11 +410,13 @@ def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
             f'cell is marked where its adjusted p ("<column> p adjusted" in the CSV) is at most 0.05, '
             "so any false mark in a family has at most a 5% chance. Between two rows of one model each, "
             "the difference's interval is the 95% percentile interval of the paired bootstrap over the test "
-            "items (the same resamples for both rows) and p is two-sided from the same resamples, "
-            "2 min(#diff* <= 0 + 1, #diff* >= 0 + 1) / (B + 1). Where either row is over several seeds "
-            "both noises count: the difference of the means over seeds ± t(0.975, df) x sqrt(items' "
-            "variance + seeds' variance), the items' from the paired bootstrap (each row's mean over its "
-            "seeds on each resample), the seeds' from the per-seed scores (var/n of each row's, or of the "
+            "items (the same resamples for both rows) and p is two-sided on the normal, 2 P(Z > |diff| / se), "
+            "se the standard deviation of the resampled differences (not a count of the resamples past 0, "
+            f"which could not go below 2 / {bootstrap.B + 1}: too coarse for a correction over many cells). "
+            "Where either row is over several seeds both noises count: the difference of the means over "
+            "seeds ± t(0.975, df) x sqrt(items' variance + seeds' variance), the items' from the paired "
+            "bootstrap (each row's mean over its seeds on each resample), the seeds' from the per-seed "
+            "scores (var/n of each row's, or of the "
             "per-seed differences when both rows have the same seeds: a run's seed s starts from the "
             "untrained encoder's seed s), df by Welch-Satterthwaite; a row of one model adds no seed "
             'variance. The "diff lo", "diff hi" (CSV) are each cell\'s unadjusted 95% interval: one that '
