@@ -11,22 +11,30 @@ import shutil
 import sys
 import tempfile
 
-# Loggers of Ray's whose GetTimeoutError warnings are no news to the user: Ray Train's controller logs one, with a
-# traceback, whenever its resource request to Ray Data's autoscaling coordinator takes over 5 s ("safe to
-# ignore", Ray says), as on a loaded machine, in a run that succeeds.
-QUIETED = ("ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",)
+from pipeline.errors import InputError
+from storage import DatasetError
+
+# Loggers of Ray's whose tracebacks of some errors are no news to the user. Ray Train's controller logs a
+# GetTimeoutError whenever its resource request to Ray Data's autoscaling coordinator takes over 5 s ("safe to
+# ignore", Ray says), as on a loaded machine, in a run that succeeds; and the user's error its own step met (a full
+# disk writing the run's state, storage's DatasetError), which the driver says in one line
+# (pipeline.train.stage.worker_input_error).
+QUIETED = (
+    "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
+    "ray.train.v2._internal.execution.controller.controller",
+)
 
 
 class _TimeoutsAsDebug(logging.Filter):
-    """A QUIETED logger's GetTimeoutError record is logged as if at debug level: Ray Train's own log file keeps
-    it, the terminal and a job's log do not. Any other record, a failure included, is left as it is. A filter,
-    not the logger's level: Ray Train's controller resets its loggers' levels (logging.config.dictConfig of
-    `ray.train`) after the workers' setup hook has run."""
+    """A QUIETED logger's record of a GetTimeoutError, or of the user's InputError or DatasetError, is logged as if
+    at debug level: Ray Train's own log file keeps it, the terminal and a job's log do not. Any other record, any
+    other failure included, is left as it is. A filter, not the logger's level: Ray Train's controller resets its
+    loggers' levels (logging.config.dictConfig of `ray.train`) after the workers' setup hook has run."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from ray.exceptions import GetTimeoutError
 
-        if record.exc_info and isinstance(record.exc_info[1], GetTimeoutError):
+        if record.exc_info and isinstance(record.exc_info[1], (GetTimeoutError, InputError, DatasetError)):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -13,13 +14,20 @@ import pandas as pd
 import psutil
 import pytest
 import torch
+from fsspec.implementations.local import LocalFileSystem
+from pyarrow import PythonFile
+from pyarrow.fs import PyFileSystem
 
 from pipeline.model.transformer import HF_DIR
 from pipeline.stage import run_stage
+from pipeline.train import resume
 from pipeline.train import stage as train
 from pipeline.train.config import TrainConfig
-from storage import read_manifest
+from pipeline.train.loop import STATE, load_state
+from storage import DatasetError, read_manifest
+from storage.whole_files import ReplacedOnClose, _WholeFiles
 from tests.conftest import prebuild
+from tests.test_full_disk import on_full_disk
 
 pytestmark = pytest.mark.ray
 
@@ -129,3 +137,51 @@ def test_a_local_run_has_no_placement_group_cleaner_to_remove_it(local_ray, tmp_
     ours = callbacks(train._trainer_class())
     assert "PlacementGroupCleanerCallback" not in ours and "BackendSetupCallback" in ours
     assert "PlacementGroupCleanerCallback" in callbacks(TorchTrainer)  # Ray Train's own has it
+
+
+class _FillsUp(_WholeFiles):
+    """Ray Train's run state on a disk that fills up once the run has recorded a checkpoint: every file opened after
+    that writes onto /dev/full (ENOSPC, from the kernel), each one's path listed in `filled`. The handler is pickled
+    to Ray Train's controller and workers, which write the run state."""
+
+    def __init__(self, fs, run_dir: str, filled: str):
+        super().__init__(fs)
+        self.run_dir, self.filled = run_dir, filled
+
+    def open_output_stream(self, path, metadata):
+        f = ReplacedOnClose(path)
+        if resume.latest_checkpoint(self.run_dir) is not None:
+            on_full_disk(f)
+            with open(self.filled, "a") as listed:
+                listed.write(f"{path}\n")
+        return PythonFile(f, mode="w")
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_the_rerun_resumes(inputs, local_ray, tmp_path, monkeypatch):
+    """The second checkpoint meets a full disk: one line naming its file, nothing published, no retry (each would
+    train up to the same checkpoint and fail again), and the rerun resumes from the first checkpoint."""
+    config = {
+        "train": TrainConfig(
+            batch_size=4, max_steps=20, lr=1e-3, max_length=34, checkpoint_every=10, log_every=1000, max_failures=2
+        ).model_dump()
+    }
+    art, filled = tmp_path / "art", tmp_path / "filled"
+    run_dir = art / "_ray" / f"train-{train.STAGE.fingerprint(config, inputs)}"
+    monkeypatch.setattr(
+        train, "arrow_filesystem", lambda path: PyFileSystem(_FillsUp(LocalFileSystem(), str(run_dir), str(filled)))
+    )
+    with pytest.raises(DatasetError) as e:
+        run_stage(train.STAGE, config, inputs, str(art))
+    [checkpoint] = [p for p in run_dir.glob("checkpoint_*") if (p / STATE).exists()]
+    assert re.fullmatch(rf"no space left on device writing {run_dir}/checkpoint_[^/]+/{STATE}", str(e.value)), e.value
+    assert len(filled.read_text().splitlines()) == 1, "Ray Train retried what was the user's to fix"
+    assert not list(art.glob("train/*/_SUCCESS")) and not list(art.glob("train/.tmp-*"))
+    first = load_state(str(checkpoint))
+    assert first["step"] == 10
+
+    monkeypatch.undo()  # space freed
+    rerun = run_stage(train.STAGE, config, inputs, str(art))
+    metrics = pd.read_parquet(f"{rerun}/metrics.parquet")
+    assert list(metrics["step"]) == list(range(1, 21)) and read_manifest(rerun)["steps"] == 20
+    # Resumed, not started over: the first ten steps are the checkpoint's, their measured seconds included.
+    pd.testing.assert_frame_equal(metrics.head(10), pd.DataFrame(first["metrics"]), check_dtype=False)

@@ -130,3 +130,15 @@ def test_a_stage_whose_writer_meets_a_full_disk_is_one_line_and_leaves_no_tempor
             write()
     assert str(e.value) == f"no space left on device writing {dataset_path(str(tmp_path), 'train', 'f' * 16)}"
     assert list((tmp_path / "train").iterdir()) == []
+
+
+def test_a_full_disk_met_by_ray_trains_controller_is_its_one_line():
+    """Ray Train's controller writes the run's record of its checkpoints itself: storage's one line comes back in
+    a ControllerError, as a worker's comes back in a WorkerGroupError (tests/test_fault_tolerance.py)."""
+    from ray.train import ControllerError
+
+    from pipeline.train.stage import worker_input_error
+
+    full = DatasetError("no space left on device writing /a/_ray/train-x/checkpoint_manager_snapshot.json")
+    assert worker_input_error(ControllerError(full)) is full
+    assert worker_input_error(ControllerError(RuntimeError("a bug"))) is None

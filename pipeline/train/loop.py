@@ -41,7 +41,7 @@ from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.shard import rank_batches
 from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_step
-from storage import iter_batches
+from storage import DatasetError, iter_batches, no_space
 
 STATE = "state.pt"  # a checkpoint directory's file
 WORKER = "worker"  # train_loop_config's one key: the WorkerConfig
@@ -74,7 +74,7 @@ def train_loop(config: dict) -> None:
     # Ray 2.60 logs every report ("Reporting training result N: TrainingReport(...)") on a logger named after
     # its module's file, which RunConfig's LoggingConfig does not reach: noise on the user's terminal.
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
-    logging.getLogger(train_util.__name__).addFilter(_no_input_error_traceback)
+    logging.getLogger(train_util.__name__).addFilter(_no_users_error_traceback)
     ctx = ray.train.get_context()
     checkpoint = ray.train.get_checkpoint()
     saved = load_state(checkpoint.path, checkpoint.filesystem) if checkpoint else None
@@ -94,11 +94,12 @@ def train_loop(config: dict) -> None:
     )
 
 
-def _no_input_error_traceback(record: logging.LogRecord) -> bool:
+def _no_users_error_traceback(record: logging.LogRecord) -> bool:
     """Ray Train logs a failed training function's traceback ("Error in training function: ...") on the user's
     terminal as it hands the error to the driver, in the except block that caught it: an InputError (a diverged
-    loss) is the driver's one line (pipeline.train.stage.worker_input_error), not a traceback."""
-    return not isinstance(sys.exc_info()[1], InputError)
+    loss) or a DatasetError (a full disk) is the driver's one line (pipeline.train.stage.worker_input_error), not a
+    traceback."""
+    return not isinstance(sys.exc_info()[1], (InputError, DatasetError))
 
 
 def run_loop(
@@ -239,20 +240,25 @@ def _report(report, model, optimizer, scheduler, scaler, bank, key_encoder, gene
     with tempfile.TemporaryDirectory() as d:
         checkpoint = None
         if rank == 0:
-            torch.save(
-                {
-                    "model": module.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "rng": torch.get_rng_state(),
-                    "generator": generator.get_state(),
-                    "bank": bank.state_dict() if bank is not None else None,
-                    "key_encoder": key_encoder.state_dict() if key_encoder is not None else None,
-                    **state,
-                },
-                f"{d}/{STATE}",
-            )
+            saved = {
+                "model": module.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict(),
+                "rng": torch.get_rng_state(),
+                "generator": generator.get_state(),
+                "bank": bank.state_dict() if bank is not None else None,
+                "key_encoder": key_encoder.state_dict() if key_encoder is not None else None,
+                **state,
+            }
+            try:
+                # Into a Python file, not a path: torch's own writer, on a full disk, says "unexpected pos" and
+                # nothing of why; through a file, its error is raised from the OSError.
+                with open(f"{d}/{STATE}", "wb") as f:
+                    torch.save(saved, f)
+            except Exception as e:
+                no_space(e, f"{d}/{STATE}")
+                raise
             checkpoint = d
         report({"step": state["step"], "loss": state["metrics"][-1]["loss"]}, checkpoint)
 

@@ -38,7 +38,7 @@ from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop
 from pipeline.train.progress import loss
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
-from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
+from storage import DatasetError, DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -111,8 +111,22 @@ def checkpoint_config():
 
 def _trainer_class():
     from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.execution.failure_handling import DefaultFailurePolicy, FailureDecision
+
+    class UsersFailuresStop(DefaultFailurePolicy):
+        def make_decision(self, training_failed_error):
+            """A failure of the user's to fix (worker_input_error's) comes back each time Ray Train restarts the
+            workers from the latest checkpoint, after training up to the next one: the run stops at once."""
+            if worker_input_error(training_failed_error) is not None:
+                return FailureDecision.RAISE
+            return super().make_decision(training_failed_error)
 
     class Trainer(TorchTrainer):
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            """The controller with the failure policy above: Ray Train's own cannot be configured to stop."""
+            policy = UsersFailuresStop(self.run_config.failure_config)
+            return super()._initialize_and_run_controller(**{**controller_init_kwargs, "failure_policy": policy})
+
         def _register_sigint_handler(self, controller) -> None:
             """Ray Train's Ctrl-C handler replaces the process's own for good (it aborts the run and exits 0,
             and stays installed after fit returns): the caller's handler stays (the CLI's shuts Ray down and
@@ -133,11 +147,13 @@ def _trainer_class():
     return Trainer
 
 
-def worker_input_error(e: Exception) -> InputError | None:
-    """A worker's InputError (a diverged loss: pipeline.train.loop.diverged), one line for the user, out of Ray
-    Train's failure, which wraps it in every failed worker's traceback; None when no worker's was one."""
-    failures = getattr(e, "worker_failures", None) or {}
-    return next((f for f in failures.values() if isinstance(f, InputError)), None)
+def worker_input_error(e: Exception) -> InputError | DatasetError | None:
+    """A worker's InputError (a diverged loss: pipeline.train.loop.diverged) or DatasetError (a damaged dataset, a
+    full disk met saving a checkpoint), or one Ray Train's controller met writing the run's state (a full disk),
+    one line for the user, out of Ray Train's failure, which wraps it in every failed worker's traceback; None
+    when none was one."""
+    failures = [*(getattr(e, "worker_failures", None) or {}).values(), getattr(e, "controller_failure", None)]
+    return next((f for f in failures if isinstance(f, (InputError, DatasetError))), None)
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
