@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from typing import NoReturn
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
+from flows.processes import end_with_parent, exit_now
 from pipeline import stopping
 from pipeline.config import Config
 from pipeline.corpus.credentials import concealed
@@ -438,7 +439,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # the run flows.cpipe starts
-    from flows.cpipe import end_with_parent, exit_now
-
     end_with_parent()
     exit_now(main())

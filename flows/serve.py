@@ -16,7 +16,7 @@ a live server in a second, where on a dead one Prefect retried for a minute and 
 from __future__ import annotations
 
 import asyncio
-import ctypes  # noqa: F401  (imported before the fork: _die_with_parent runs between fork and exec, threads about)
+import ctypes  # noqa: F401  (imported before the fork: die_with_parent runs between fork and exec, threads about)
 import os
 import secrets
 import signal
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from flows.cpipe import _die_with_parent
+from flows.processes import die_with_parent
 from pipeline.errors import InputError
 
 ENV_FILE = "cpipe-serve.env"
@@ -137,7 +137,7 @@ def _private_server(home: Path) -> Iterator[tuple[str, str, Path]]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             umask=0o077,  # its database holds every run's parameters and logs: this user's alone
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
     env_file = home / ENV_FILE
     try:

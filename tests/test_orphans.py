@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from flows.cpipe import GRACE_S
+from flows.processes import GRACE_S
 from tests.conftest import CPIPE, ROOT, write_sts
 from tests.helpers import tiny_model
 
