@@ -1,43 +1,18 @@
 """What every config section is built on: `Strict` (an unknown key, a bad value or a number that is not finite
-fails, assignments too), `Seed` and `absolute()`. A leaf: each stage package's config module imports it, and
+fails, assignments too) and `absolute()`. A leaf: each stage package's config module imports it, and
 pipeline.config composes them."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
-
-# Every seed, a setting's or a repeat's, is below SEED_LIMIT: numpy's RandomState and scikit-learn take seeds below
-# 2**32, and a repeat's seed is added to the seeds of what it trains on (model.seed + s, augment.seed + s), so such a
-# sum stays below that, as evaluate.seed plus its k-means runs does, and the pairs' epoch seeds ((augment.seed + s) *
-# 1_000_003 + epoch) fit their int64 column. A seed beyond failed deep in a stage (an OverflowError at augment).
-SEED_LIMIT = 2**31
-
-
-def unusable_seed(seed: int) -> str | None:
-    """Why `seed` is no seed, None when it is one."""
-    if 0 <= seed < SEED_LIMIT:
-        return None
-    return f"{seed} is no seed: a seed is a whole number from 0 to {SEED_LIMIT - 1:,} (2**31 - 1)"
+from pydantic import BaseModel, ConfigDict
 
 
 class Strict(BaseModel):
     # validate_default: a default path is made absolute as a written one is (Ray workers run elsewhere).
     # allow_inf_nan: no setting means anything at inf or NaN (train.lr=.inf trained on NaN losses).
     model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_default=True, allow_inf_nan=False)
-
-
-def _seed(value: int) -> int:
-    if why := unusable_seed(value):
-        raise ValueError(why)
-    return value
-
-
-# Every seed setting (model.seed, train.seed, ...): one the RNGs take with a repeat's seed added (SEED_LIMIT).
-Seed = Annotated[int, AfterValidator(_seed)]
-StrictSeed = Annotated[StrictInt, AfterValidator(_seed)]
 
 
 def absolute(path: str) -> str:

@@ -9,10 +9,10 @@ from pydantic import BaseModel
 
 from pipeline.backtranslate.stage import model_names
 from pipeline.config import DEFAULT_PROFILE, Config, load_config
-from pipeline.config_base import SEED_LIMIT
 from pipeline.errors import ConfigError
 from pipeline.evaluate import clustering
 from pipeline.objectives.pairs import epoch_seed
+from pipeline.repeats import SEED_LIMIT
 from tests.conftest import ROOT
 
 

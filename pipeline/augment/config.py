@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config_base import Seed, Strict, absolute
+from pipeline.config_base import Strict, absolute
 from pipeline.corpus.segment import MIN_SENTENCE_CHARS
 from pipeline.objectives.config import ClearOperations
+from pipeline.repeats import Seed
 
 
 class ClearConfig(ClearOperations):

@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config_base import Seed, Strict
+from pipeline.config_base import Strict
 from pipeline.corpus.segment import MIN_SENTENCE_CHARS
+from pipeline.repeats import Seed
 
 ModelName = str | dict[str, str]
 

@@ -7,7 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from pipeline.baselines.infersent.config import InferSentBaseline
-from pipeline.config_base import Seed, Strict, absolute
+from pipeline.config_base import Strict, absolute
+from pipeline.repeats import Seed
 
 
 class ModelBaseline(Strict):

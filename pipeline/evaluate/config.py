@@ -8,9 +8,10 @@ from pydantic import Field, field_validator
 
 from pipeline.baselines.config import Baselines
 from pipeline.baselines.fasttext.config import FastTextBaseline
-from pipeline.config_base import Seed, Strict, absolute, unusable_name
+from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.readers.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
 from pipeline.readers.registry import is_kind_column
+from pipeline.repeats import Seed
 
 
 class EvaluateConfig(Strict):

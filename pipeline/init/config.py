@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from pipeline.config_base import Seed, Strict
+from pipeline.config_base import Strict
+from pipeline.repeats import Seed
 
 
 class ModelConfig(Strict):

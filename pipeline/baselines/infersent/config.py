@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from pipeline.config_base import Seed, Strict, absolute
+from pipeline.config_base import Strict, absolute
+from pipeline.repeats import Seed
 
 
 class InferSentBaseline(Strict):
