@@ -7,6 +7,7 @@ its own stages in that order."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 from prefect import flow, get_run_logger
@@ -22,6 +23,33 @@ from pipeline.evaluate.data import local_eval_data
 from pipeline.evaluate.stage import user_models
 from pipeline.stage import Stage
 from tasks.build import fetch_eval_data, publish_leaderboard, run, run_all, track_leaderboard, track_trainings
+
+# What Prefect's engine logs, with the traceback, of the error a deployment's run (`python -m prefect.engine`, in a
+# worker's process) failed on, after the flow has said it in one line (_one_line_failure).
+ENGINE_FAILURE = "Engine execution exited with unexpected exception"
+
+
+class _UserErrorsInOneLine(logging.Filter):
+    """Bad input is said in one line: the engine's record of it is dropped (the flow logged the line), and any other
+    record of one (a failed task's) loses its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.exc_info and isinstance(record.exc_info[1], preflight.USER_ERRORS)):
+            return True
+        if record.msg == ENGINE_FAILURE:
+            return False
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _user_errors_in_one_line() -> None:
+    """On the loggers of flow and task runs, whose records reach the run's log (Prefect's API handler) and the
+    console: the module a deployment loads installs it, whatever process runs the flow."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).addFilter(_UserErrorsInOneLine())
+
+
+_user_errors_in_one_line()
 
 
 def _one_line_failure(fn: Callable) -> Callable:

@@ -48,30 +48,33 @@ def process_pool(prefect_server):
     return prefect
 
 
-def run_on_worker(prefect, deployment: str, *params: str) -> str:
-    """Queue a run of `deployment` with `params` (name=value), let a worker run it; the flow run's name."""
+def run_on_worker(prefect, deployment: str, *params: str) -> tuple[str, str]:
+    """Queue a run of `deployment` with `params` (name=value), let a worker run it; the flow run's name and what the
+    worker printed."""
     queued = prefect("deployment", "run", deployment, *[a for p in params for a in ("--param", p)])
     assert queued.returncode == 0, queued.stdout + queued.stderr
     name = re.search(r"Created flow run '([^']+)'", queued.stdout).group(1)  # the server has other tests' runs
     worker = prefect("worker", "start", "--pool", "local-process", "--run-once", timeout=900)
     assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
-    return name
+    return name, worker.stdout + worker.stderr
 
 
 # What the server holds of a flow run (by name) and of a deployment, read through Prefect's client.
 _READ = """
 import asyncio, json, sys
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, LogFilter, LogFilterFlowRunId
 
 async def main(run, deployment):
     async with get_client() as client:
         found = await client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[run])))
         tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[run])))
         schema = (await client.read_deployment_by_name(deployment)).parameter_openapi_schema
+        logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[found[0].id])))
     stages = [t for t in tasks if not t.name.startswith(("start_ray", "fetch_eval_data"))]  # a stage's is its label
     print(json.dumps({"state": found[0].state.name, "message": found[0].state.message, "schema": schema,
-                      "tasks": {t.name: [t.state.name, t.state.message] for t in stages}}))
+                      "tasks": {t.name: [t.state.name, t.state.message] for t in stages},
+                      "logs": [log.message for log in logs]}))
 
 asyncio.run(main(*sys.argv[1:]))
 """
@@ -183,7 +186,7 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(
     listed = prefect("deployment", "ls").stdout
     assert all(f"{name}/local" in listed for name in ("data", "train", "evaluate", "full-pipeline")), listed
     (artifacts / "leaderboard.md").unlink(missing_ok=True)
-    name = run_on_worker(
+    name, _ = run_on_worker(
         prefect,
         "full-pipeline/local",
         f"config={tiny_config}",
@@ -208,9 +211,10 @@ def test_a_bad_override_fails_the_run_with_the_one_line_error_as_its_state_messa
     process_pool, tiny_config, tiny_corpus, tiny_sts, tmp_path
 ):
     """What `cpipe run --set filter.bogus=1` prints, the run's Failed state says (and so `--watch` and the UI),
-    in place of Prefect's 'Flow run encountered an exception:' and a traceback; the deployment documents its
-    parameters (the flows' docstrings), as `prefect deployment inspect` and the UI's run form show them."""
-    name = run_on_worker(
+    in place of Prefect's 'Flow run encountered an exception:' and a traceback, as its log and its worker do; the
+    deployment documents its parameters (the flows' docstrings), as `prefect deployment inspect` and the UI's run
+    form show them."""
+    name, printed = run_on_worker(
         process_pool,
         "full-pipeline/local",
         f"config={tiny_config}",
@@ -222,6 +226,10 @@ def test_a_bad_override_fails_the_run_with_the_one_line_error_as_its_state_messa
     run = read_run(process_pool.env, name, "full-pipeline/local")
     assert run["state"] == "Failed"
     assert run["message"] == f"ConfigError: config error: {tiny_config}: unknown key 'filter.bogus'", run["message"]
+    # Its log says it in that one line: not again in Prefect's engine's record, with the error's traceback.
+    logged = "\n".join(run["logs"])
+    assert run["message"] in run["logs"] and "Traceback" not in logged and "Engine" not in logged, logged[-3000:]
+    assert "Traceback" not in printed, printed[-3000:]
     described = {k: v.get("description", "") for k, v in run["schema"]["properties"].items()}
     assert "cpipe run --set" in described["overrides"] and "evaluate.data" in described["eval_data"], described
     assert all(described[k] for k in ("config", "corpus", "eval_data", "artifacts", "until", "overrides")), described
@@ -239,13 +247,13 @@ def test_the_data_deployment_takes_eval_data_and_a_rerun_names_each_reused_datas
         f"artifacts={tmp_path / 'artifacts'}",
         'overrides=["runs={declutr: {}}"]',
     )
-    first = read_run(process_pool.env, run_on_worker(process_pool, "data/local", *params), "data/local")
+    first = read_run(process_pool.env, run_on_worker(process_pool, "data/local", *params)[0], "data/local")
     assert first["state"] == "Completed", first
     assert "decontaminate" in first["tasks"], first["tasks"]
     assert all(state == "Completed" and message.startswith("built ") for state, message in first["tasks"].values()), (
         first["tasks"]
     )
-    again = read_run(process_pool.env, run_on_worker(process_pool, "data/local", *params), "data/local")
+    again = read_run(process_pool.env, run_on_worker(process_pool, "data/local", *params)[0], "data/local")
     assert again["state"] == "Completed", again
     assert again["tasks"].keys() == first["tasks"].keys()
     for label, (state, message) in again["tasks"].items():
