@@ -185,18 +185,16 @@ def test_clustering_sets_average_seeded_kmeans_v_measure(tmp_path):
     (s1, l1, v1), (s2, l2, v2) = blob_set(rng, 3, 20, 0.9), blob_set(rng, 4, 15, 1.2)
     vectors = {**v1, **v2}
     write_jsonl(
-        tmp_path / "topics.clustering.jsonl",
-        [{"sentences": s1, "labels": l1}, {"sentences": s2, "labels": l2}, {"sentences": ["only"], "labels": [7]}],
+        tmp_path / "topics.clustering.jsonl", [{"sentences": s1, "labels": l1}, {"sentences": s2, "labels": l2}]
     )
-    vectors["only"] = np.zeros(8)
     (task,) = clustering.find(tmp_path)
     (row,) = clustering.score(task, lambda texts: np.array([vectors[t] for t in texts]), seed=3)
 
     first = reference_v_measure(np.array([v1[s] for s in s1]), l1, 3)
     second = reference_v_measure(np.array([v2[s] for s in s2]), l2, 3)
     assert 0.3 < first < 1 and 0.3 < second < 1  # neither trivially perfect nor noise
-    # A set of one label is 1.0 (MTEB's rule); the task is the mean over its sets.
-    assert row["value"] == pytest.approx((first + second + 1.0) / 3, abs=1e-4)
+    # The task is the mean over its sets.
+    assert row["value"] == pytest.approx((first + second) / 2, abs=1e-4)
     assert row == {
         "task": "topics",
         "subset": "all",
@@ -204,7 +202,7 @@ def test_clustering_sets_average_seeded_kmeans_v_measure(tmp_path):
         "metric": "v_measure",
         "protocol": "clustering",
         "value": row["value"],
-        "n": 60 + 60 + 1,
+        "n": 60 + 60,
     }
 
 
@@ -230,7 +228,7 @@ def test_clustering_tables_are_one_set(tmp_path, name):
     [
         (
             "t.clustering.jsonl",
-            '{"sentences": ["a"], "labels": [1]}\n{"sentences": ["a", "b"], "labels": [1]}\n',
+            '{"sentences": ["a", "b", "c"], "labels": [1, 1, 2]}\n{"sentences": ["a", "b"], "labels": [1]}\n',
             ":2: 2 sentences but 1 labels",
         ),
         ("t.clustering.jsonl", '{"sentences": ["a", 3], "labels": [1, 2]}\n', ":1: sentence 3 is not a string"),
@@ -247,11 +245,11 @@ def test_a_bad_clustering_row_is_one_line_naming_file_and_line(tmp_path, name, c
 
 
 def test_two_files_of_one_clustering_task_are_an_error(tmp_path):
-    (tmp_path / "t.clustering.jsonl").write_text('{"sentences": ["a"], "labels": [1]}\n')
-    (tmp_path / "t.clustering.csv").write_text("text,label\na,1\n")
+    (tmp_path / "t.clustering.jsonl").write_text('{"sentences": ["a", "b", "c"], "labels": [1, 1, 2]}\n')
+    (tmp_path / "t.clustering.csv").write_text("text,label\na,1\nb,1\nc,2\n")
     with pytest.raises(InputError, match="both name the clustering task t"):
         clustering.find(tmp_path)
-    assert clustering.find(tmp_path / "t.clustering.csv")[0].data == [(["a"], ["1"])]
+    assert clustering.find(tmp_path / "t.clustering.csv")[0].data == [(["a", "b", "c"], ["1", "1", "2"])]
 
 
 def test_a_kind_in_a_format_it_does_not_read_is_an_error(tmp_path):

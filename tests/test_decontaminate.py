@@ -141,18 +141,22 @@ def test_every_task_kind_and_every_scored_split_is_read(tmp_path):
     write_stsb(data, STSB_ROWS)
     (data / "STSBenchmark" / "sts-dev.csv").write_text("g\tf\ty\t0\t2.0\tdev one\tdev two\n")
     (data / "mine").mkdir()
-    (data / "mine" / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "T", "text": "passage"}) + "\n")
+    (data / "mine" / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": "T", "text": t}) + "\n" for i, t in (("d1", "passage"), ("d2", "other")))
+    )
     (data / "mine" / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "query"}) + "\n")
     (data / "mine" / "qrels").mkdir()
     (data / "mine" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    (data / "topics.clustering.jsonl").write_text(json.dumps({"sentences": ["c1", "c2"], "labels": [0, 1]}) + "\n")
+    (data / "topics.clustering.jsonl").write_text(
+        json.dumps({"sentences": ["c1", "c2", "c3"], "labels": [0, 0, 1]}) + "\n"
+    )
     (data / "dups.pairclass.csv").write_text("sentence1,sentence2,label\np1,p2,1\np3,p4,0\n")
     (data / "ranks.reranking.jsonl").write_text(
         json.dumps({"query": "r", "positive": ["r+"], "negative": ["r-"]}) + "\n"
     )
     texts = eval_texts(str(data), True, [])
     assert texts["STSB"] == [LONG, OTHER, SHORT, *(b for _, b, _ in STSB_ROWS), "dev one", "dev two"]  # never train
-    assert texts["mine"] == ["T passage", "query"] and texts["topics"] == ["c1", "c2"]
+    assert texts["mine"] == ["T passage", "T other", "query"] and texts["topics"] == ["c1", "c2", "c3"]
     assert texts["dups"] == ["p1", "p3", "p2", "p4"] and texts["ranks"] == ["r", "r+", "r-"]
 
 

@@ -1,7 +1,7 @@
-"""Names and settings that went wrong only late, or silently (issue 41): run, task and model names are path
-components (MTEB's result files are <results_dir>/<model>/...); no run is named as another's repeat; seeds are
-integers, not booleans; decontaminate.n has no upper bound; evaluate.compare_to and train.select_by name a row and
-a task before any model is scored or trained. Each error is one line naming the key."""
+"""Names and settings that went wrong only late, or silently (issue 41): run, task and model names are path components
+(MTEB's result files are <results_dir>/<model>/...), those a file gives too (issue 47); no run is named as another's
+repeat; seeds are integers, not booleans; decontaminate.n has no upper bound; evaluate.compare_to and train.select_by
+name a row and a task before any model is scored or trained. Each error is one line naming the key."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from pipeline.config import load_config
+from pipeline.config_base import unusable_name
 from pipeline.decontaminate import stage as decontaminate
 from pipeline.decontaminate.ngrams import P, window_hashes
 from pipeline.errors import ConfigError, InputError
-from pipeline.evaluate import given
+from pipeline.evaluate import given, kinds
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.mteb_results import model_dir
 from pipeline.filter.stage import SCHEMA
@@ -33,6 +34,7 @@ from tests.test_cli_errors import PROBE
 from tests.test_decontaminate import write_stsb
 from tests.test_repeats import config as repeats_config
 from tests.test_repeats import plan
+from tests.test_task_kinds import write_beir
 
 
 def one_line(match: str, call, *args, error=ConfigError, **kwargs) -> str:
@@ -64,9 +66,40 @@ def test_baseline_model_and_task_names_are_path_components_too(tmp_path):
         None,
         [f'evaluate.data={{"a\\\\b": {tmp_path}/x.csv}}'],
     )
-    from pipeline.config_base import unusable_name
-
     assert unusable_name("STS12") is None and unusable_name("a (seed 1)") is None
+
+
+PAIRS = "sentence1,sentence2,score\na,b,1\nc,d,2\n"
+PAIRCLASS = "sentence1,sentence2,label\na,b,1\nc,d,0\n"
+
+
+@pytest.mark.parametrize(
+    "entry, content, name",
+    [
+        ("a\nb.csv", PAIRS, "a\nb"),
+        ("a\nb.pairclass.csv", PAIRCLASS, "a\nb"),
+        ("x\ty.clustering.csv", "text,label\na,1\nb,1\nc,2\n", "x\ty"),
+        ("x\\y.reranking.jsonl", '{"query": "q", "positive": ["a"], "negative": ["b"]}\n', "x\\y"),
+        ("bei\x7fr", None, "bei\x7fr"),
+    ],
+)
+def test_a_task_named_by_its_file_is_checked_as_a_task_named_in_the_config(tmp_path, entry, content, name):
+    """`a<newline>b.pairclass.jsonl` was read as the task 'a\\nb', which split the Markdown leaderboard's header in two
+    and named an MTEB file `a<newline>b.json`: a name that a file gives is checked by the config's own check."""
+    if content is None:  # a BEIR folder
+        write_beir(tmp_path / entry, [("d0", "", "kabar"), ("d1", "", "lodos")], [("q0", "kabar")], [("q0", "d0", 1)])
+    else:
+        (tmp_path / entry).write_text(content)
+    one_line(
+        rf"^{re.escape(str(tmp_path))}: {re.escape(repr(entry))} names the task {re.escape(repr(name))}, which is no "
+        rf"usable name: {re.escape(unusable_name(name))}$",
+        kinds.search,
+        tmp_path,
+        {},
+        error=InputError,
+    )
+    (tmp_path / entry).rename(tmp_path / entry.replace(name, "fine"))  # the same file, named otherwise, is read
+    assert [t.name for found in kinds.search(tmp_path, {}) for t in found.tasks] == ["fine"]
 
 
 def test_model_dir_never_leaves_the_results_dir():

@@ -189,7 +189,7 @@ def test_pair_files_sit_beside_senteval_tasks_and_other_tables_are_left_alone(tm
     "name, content, where",
     [
         ("bad.csv", "sentence1,sentence2,score\na,b,1\nc,d,high\n", ":3: score 'high' is not a number"),
-        ("bad.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\n", ":3: sentence2 is None, not a sentence"),
+        ("bad.tsv", "sentence1\tsentence2\tscore\na\tb\t1\nc\n", ":3: 1 field, but the header names 3"),
         (
             "bad.jsonl",
             '{"sentence1": "a", "sentence2": "b", "score": 1}\n{"sentence1": "c", "score": 2}\n',

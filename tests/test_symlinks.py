@@ -50,7 +50,7 @@ def test_sts_and_sick_in_a_linked_directory_are_found(tmp_path):
 
 def test_a_retrieval_task_in_a_linked_directory_is_found(tmp_path):
     task = tmp_path / "data" / "beir" / "mini"
-    write(task / "corpus.jsonl", '{"_id": "d1", "text": "a passage"}\n')
+    write(task / "corpus.jsonl", '{"_id": "d1", "text": "a passage"}\n{"_id": "d2", "text": "another"}\n')
     write(task / "queries.jsonl", '{"_id": "q1", "text": "a query"}\n')
     write(task / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     link(tmp_path / "eval" / "beir", task.parent)

@@ -5,6 +5,8 @@ Files sit directly in an --eval-data directory (as STS pair files do), named `<t
 (`<task>.reranking.jsonl` and `<task>.pairclass.<format>` for the other kinds), text formats optionally gzipped:
 - `.jsonl`, MTEB's layout: each line one clustering set, `{"sentences": [...], "labels": [...]}`;
 - `.csv`, `.tsv` or `.parquet` with `text` and `label` columns: one set.
+A set of one label (one sentence, say), or of a label per sentence, is refused naming it: any model clusters it
+perfectly (MTEB scores such a set 1.0).
 
 Each set is clustered RUNS times, k-means seeded seed, seed+1, ...; the task's score is the mean over its sets
 of each set's mean V-measure over the runs (MTEB averages its sets the same way). MTEB's own k-means settings:
@@ -53,6 +55,23 @@ def _sentence(value, where: str) -> str:
     return value
 
 
+def _clusterable(where: str, sentences: list[str], labels: list[str]) -> tuple[list[str], list[str]]:
+    """A set whose every sentence has one label, or its own label, is clustered perfectly by any model (V-measure
+    1.0: one cluster, or one a sentence): it scores nothing, and would lift every model's mean alike."""
+    k = len(set(labels))
+    if k == 1:
+        raise EvalDataError(
+            f"{where}: one label ({labels[0]!r}) for all {len(labels)} sentence(s): any model clusters it perfectly; "
+            "a clustering set needs two labels or more"
+        )
+    if k == len(labels):
+        raise EvalDataError(
+            f"{where}: each of its {k} sentences has a label of its own: any model clusters it perfectly; a "
+            "clustering set needs a label shared by two sentences or more"
+        )
+    return sentences, labels
+
+
 def _jsonl_set(where: str, record: dict) -> tuple[list[str], list[str]]:
     sentences, labels = record.get("sentences"), record.get("labels")
     if not isinstance(sentences, list) or not isinstance(labels, list):
@@ -61,7 +80,7 @@ def _jsonl_set(where: str, record: dict) -> tuple[list[str], list[str]]:
         raise EvalDataError(f"{where}: {len(sentences)} sentences but {len(labels)} labels")
     if not sentences:
         raise EvalDataError(f"{where}: an empty clustering set")
-    return [_sentence(s, where) for s in sentences], [_label(v, where) for v in labels]
+    return _clusterable(where, [_sentence(s, where) for s in sentences], [_label(v, where) for v in labels])
 
 
 def read(path: Path) -> list[tuple[list[str], list[str]]]:
@@ -73,7 +92,15 @@ def read(path: Path) -> list[tuple[list[str], list[str]]]:
         else:
             rows = list(records(path, fmt, TABLE_COLUMNS))
             sets = (
-                [([_sentence(r["text"], w) for w, r in rows], [_label(r["label"], w) for w, r in rows])] if rows else []
+                [
+                    _clusterable(
+                        str(path),
+                        [_sentence(r["text"], w) for w, r in rows],
+                        [_label(r["label"], w) for w, r in rows],
+                    )
+                ]
+                if rows
+                else []
             )
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError, csv.Error) as e:
         raise EvalDataError(f"{path}: cannot read ({e})") from None
@@ -100,11 +127,8 @@ def v_measure(labels: list[str], assignment: np.ndarray) -> float:
 
 
 def assignments(embeddings: np.ndarray, labels: list[str], seed: int) -> list[np.ndarray]:
-    """A set's clusters in each of RUNS seeded runs; one cluster for a set of one label (V-measure 1.0, as MTEB)."""
-    k = len(set(labels))
-    if k <= 1:
-        return [np.zeros(len(labels), dtype=np.intp)] * RUNS
-    return [assign(embeddings, k, seed + run) for run in range(RUNS)]
+    """A set's clusters in each of RUNS seeded runs."""
+    return [assign(embeddings, len(set(labels)), seed + run) for run in range(RUNS)]
 
 
 def score(task: kind.Task, embed, seed: int) -> list[dict]:

@@ -45,7 +45,7 @@ import numpy as np
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.readers.names import MtebTask, mteb_task, pair_format
-from pipeline.readers.sts import EvalDataError
+from pipeline.readers.sts import EvalDataError, task_name
 
 # Rows of these kinds are scored on all of a task's items, and on its test split unless the kind says otherwise.
 SUBSET, SPLIT = "all", "test"
@@ -86,7 +86,7 @@ def task_files(data_dir: Path, kind: str, formats: tuple[str, ...]) -> dict[str,
             )
         if task in found:
             raise EvalDataError(f"{path} and {found[task]} both name the {kind} task {task}")
-        found[task] = path
+        found[task_name(task, path)] = path
     return found
 
 

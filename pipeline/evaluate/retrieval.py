@@ -25,6 +25,7 @@ import numpy as np
 from pipeline.evaluate import kind
 from pipeline.readers import beir
 from pipeline.readers.beir import MAX_CHARS, SPLIT, Data  # noqa: F401 (MAX_CHARS: the cut's size, as tests read it)
+from pipeline.readers.sts import task_name
 
 NAME = "retrieval"
 MAIN = "nDCG@10"
@@ -35,7 +36,7 @@ TOP = max(NDCG_K, MRR_K, RECALL_K, MAP_K)
 
 def read(directory: Path, split: str = SPLIT) -> kind.Task:
     """The task in `directory`, its queries those of qrels/<split>.tsv (train.select_by reads the dev split)."""
-    return kind.Task(NAME, directory.name, *beir.read(directory, split))
+    return kind.Task(NAME, task_name(directory.name, directory), *beir.read(directory, split))
 
 
 def find(data_dir: Path, split: str = SPLIT) -> list[kind.Task]:

@@ -1,8 +1,10 @@
 """BEIR's layout, read: a retrieval task's directory holds `corpus.jsonl` (`_id`, `text`, optional `title`),
 `queries.jsonl` (`_id`, `text`) and `qrels/<split>.tsv` (`query-id`, `corpus-id`, `score`, tab-separated, with a
 header line); each file may be gzipped (`.gz`). A passage is its title and text joined by a space (stripped); a
-query-passage pair is relevant when its qrels score is above 0; queries without a relevant passage are left out.
-pipeline.evaluate.retrieval scores what this reads."""
+query-passage pair is relevant when its qrels score is above 0; queries without a relevant passage are left out, and
+judgements of queries that queries.jsonl lacks are left out with a warning. A corpus whose every passage is relevant
+to every query (one passage, say) is refused: any model ranks it perfectly. pipeline.evaluate.retrieval scores what
+this reads."""
 
 from __future__ import annotations
 
@@ -147,6 +149,11 @@ def read(directory: Path, split: str = SPLIT) -> tuple[tuple[str, ...], Data]:
         raise EvalDataError(f"{qrels}: no query of {queries.name} has a relevant passage (a score above 0)")
     if not passages:
         raise EvalDataError(f"{corpus}: no passage")
+    if unknown := sorted(set(relevant) - set(query_ids)):
+        warn_once(
+            f"{qrels}: {len(unknown)} of its {len(relevant)} query-ids with a relevant passage are not in "
+            f"{queries.name} (e.g. {', '.join(map(repr, unknown[:EXAMPLES]))}); their judgements are left out"
+        )
     data = Data(
         passage_ids,
         passages,
@@ -155,6 +162,12 @@ def read(directory: Path, split: str = SPLIT) -> tuple[tuple[str, ...], Data]:
         {query_ids[i]: relevant[query_ids[i]] for i in kept},
     )
     _absent(qrels, data.relevant, passage_ids)
+    every = set(passage_ids)
+    if all(every <= data.relevant[q] for q in data.query_ids):  # a corpus of one passage, say
+        raise EvalDataError(
+            f"{corpus}: all {len(every)} of its passages are relevant to every query, so that every ranking, and every "
+            "model, scores the same; a retrieval task needs passages that a query should not find"
+        )
     return tuple(map(str, (corpus, queries, qrels))), data
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from pipeline.config_base import unusable_name
 from pipeline.errors import InputError
 from pipeline.file_snapshot import rglob
 from pipeline.jsonlines import json_objects
@@ -211,9 +212,20 @@ def _read_task(task: str, task_dir: Path) -> list[StsSubset]:
     return [_read_sts_subset(task, path) for path in inputs]
 
 
+def task_name(name: str, source: Path) -> str:
+    """`name`, the task that the file or directory `source` names (an STS pair file's stem, `<task>.<kind>.<format>`,
+    a BEIR folder's name), checked as the config checks the names it is given (pipeline.config_base.unusable_name):
+    it names the task's leaderboard column and its MTEB result file, which a newline split in two."""
+    if why := unusable_name(name):
+        raise EvalDataError(f"{source.parent}: {source.name!r} names the task {name!r}, which is no usable name: {why}")
+    return name
+
+
 def pair_task(path: Path) -> str:
     """The task a pair file is scored as: its name without the format suffixes (sts12-sts.jsonl.gz -> sts12-sts)."""
-    return path.name[: -len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))]
+    return task_name(
+        path.name[: -len("".join(path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]))], path
+    )
 
 
 def text_file(path: Path) -> io.TextIOBase:
@@ -249,6 +261,11 @@ def records(path: Path, fmt: str, columns: tuple[str, ...] = PAIR_COLUMNS):
                 f"{path}:1: no column(s) {', '.join(missing)} in the header (got: {', '.join(reader.fieldnames or [])})"
             )
         for record in reader:
+            # DictReader reads a row of more fields than the header's with the rest ignored, of fewer with None.
+            if None in record or None in record.values():
+                fields = sum(v is not None for k, v in record.items() if k is not None) + len(record.get(None, []))
+                said = f"{fields} field" + ("s" if fields != 1 else "")
+                raise StsDataError(f"{path}:{reader.line_num}: {said}, but the header names {len(reader.fieldnames)}")
             yield f"{path}:{reader.line_num}", record
 
 
