@@ -146,7 +146,7 @@ def test_hard_negative_weight_reaches_only_each_rows_own_negative():
 def test_info_nce_with_a_queue_is_moco_inbatch(n, k, tau):
     torch.manual_seed(k)
     q, keys, queue = (torch.randn(m, 8, dtype=torch.float64) for m in (n, n, k))
-    assert LOSSES["moco-inbatch"](q, keys, tau, queue).item() == pytest.approx(
+    assert LOSSES["moco-inbatch"].fn(q, keys, tau, queue).item() == pytest.approx(
         moco_inbatch_loop(q, keys, queue, tau), rel=1e-9
     )
 

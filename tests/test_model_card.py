@@ -16,6 +16,7 @@ from pipeline.model.transformer import HF_DIR, ST_DIR
 from pipeline.stage import run_stage
 from pipeline.train.card import CARD, render, train_info, write_card
 from pipeline.train.config import TrainConfig
+from pipeline.train.losses import LOSSES, Loss
 from storage import DatasetWriter, dataset_path, read_manifest
 from tests.helpers import tiny_model
 
@@ -62,6 +63,14 @@ def test_the_card_states_every_training_fact():
     ):
         assert fact in card, fact
     assert card.startswith("---\nlibrary_name: sentence-transformers\n")
+
+
+def test_the_card_names_a_loss_by_its_declared_label(monkeypatch):
+    """The loss row is the label the loss declares (pipeline.train.losses.LOSSES); a loss since removed, by its
+    name."""
+    monkeypatch.setitem(LOSSES, "toy", Loss("toy", lambda *tensors: None, "the toy's first-pair distance"))
+    assert "| loss | the toy's first-pair distance, temperature 0.05 + masked" in render({**INFO, "loss": "toy"})
+    assert "| loss | gone, temperature 0.05 + masked" in render({**INFO, "loss": "gone"})
 
 
 def test_a_base_model_is_named_and_a_run_without_dev_evaluation_says_so():

@@ -17,7 +17,7 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.train.batching import collate, special_ids, step_inputs
 from pipeline.train.config import TrainConfig
-from pipeline.train.losses import LOSSES
+from pipeline.train.losses import LOSSES, Loss
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from tests.conftest import make_document
@@ -55,19 +55,42 @@ def test_simcse_step_is_cl_forward_over_a_tanh_head_on_cls(tokenizer):
     assert "mlm_loss" not in metrics  # SimCSE has no MLM term
 
 
+def test_a_loss_declared_once_is_a_train_setting_the_step_trains(tokenizer, monkeypatch):
+    """A new loss is one declaration in pipeline.train.losses.LOSSES: the config accepts its name and the step
+    calls its function (the card says its label: test_model_card); a name not declared is refused, listing the
+    declared ones."""
+
+    def first_pair_distance(anchors, positives, temperature, negatives=None):
+        return (anchors[0] - positives[0]).pow(2).sum() / temperature
+
+    monkeypatch.setitem(LOSSES, "toy", Loss("toy", first_pair_distance, "the toy's first-pair distance"))
+    cfg = TrainConfig(objective="simcse", loss="toy", lr=1e-3, batch_size=8)
+    model = tiny_encoder(tokenizer, pooling=cfg.pooling, projection=cfg.projection)
+    special = special_ids(tokenizer)
+    batch = collate(pairs(tokenizer, positives=1), special, 64, True)
+    with torch.no_grad():  # tiny_encoder has no dropout: this forward is the step's
+        z = [model(*batch[side])[0] for side in ("anchors", "positives")]
+        expected = float(((z[0][0] - z[1][0]) ** 2).sum() / cfg.temperature)
+    optimizer, scheduler = make_optimizer(model, cfg, 10)
+    metrics = train_step(model, optimizer, scheduler, batch, cfg, special, torch.Generator().manual_seed(0))
+    assert metrics["contrastive_loss"] == pytest.approx(expected, rel=1e-4)
+    with pytest.raises(ValueError, match="Input should be 'nt-xent', .*'denoising' or 'toy'"):
+        TrainConfig(objective="simcse", loss="toys")
+
+
 @pytest.mark.parametrize("grad_cache", [None, 3])
 def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(tokenizer, monkeypatch, grad_cache):
     """SimCSE's positive is the sentence itself, its noise the dropout masks of two forward passes; the
     paper's "fixed 0.1" ablation (one mask for both views, Table 2) collapses it. So each view must draw
     its own masks (with GradCache too, whose second pass replays the first's), and with dropout off the
     two views must be the same vector."""
-    seen, info_nce = [], LOSSES["info-nce"]
+    seen, info_nce = [], LOSSES["info-nce"].fn
 
     def recording(queries, keys, temperature, negatives=None):
         seen.append((queries.detach().clone(), keys.detach().clone()))
         return info_nce(queries, keys, temperature, negatives)
 
-    monkeypatch.setitem(LOSSES, "info-nce", recording)
+    monkeypatch.setitem(LOSSES, "info-nce", LOSSES["info-nce"]._replace(fn=recording))
     cfg = TrainConfig(objective="simcse", lr=1e-3, batch_size=8, grad_cache=grad_cache)
     special = special_ids(tokenizer)
     table = pairs(tokenizer, positives=1)

@@ -96,14 +96,14 @@ def test_accumulated_mlm_is_the_mean_over_every_masked_token_of_the_step(tokeniz
 def test_bf16_runs_the_encoder_in_bf16_and_the_losses_in_fp32(tokenizer, monkeypatch):
     batch = micro_batches(tokenizer, n=1)
     dtypes = {"layer": [], "nt_xent": []}
-    nt_xent = LOSSES["nt-xent"]
+    nt_xent = LOSSES["nt-xent"].fn
 
     def recording(anchors, positives, temperature, negatives):
         dtypes["nt_xent"] += [anchors.dtype, positives.dtype]
         return nt_xent(anchors, positives, temperature, negatives)
 
     fp32 = step(tokenizer, batch)[1]
-    monkeypatch.setitem(LOSSES, "nt-xent", recording)
+    monkeypatch.setitem(LOSSES, "nt-xent", LOSSES["nt-xent"]._replace(fn=recording))
     model = tiny_encoder(tokenizer)
     model.mlm_model.base_model.encoder.layer[0].output.dense.register_forward_hook(
         lambda module, args, out: dtypes["layer"].append(out.dtype)
@@ -311,7 +311,8 @@ def test_a_loss_that_is_not_finite_stops_training_naming_its_step(tokenizer, tmp
         run_train_loop(config, pairs(tokenizer, n=16))
     message = str(e.value)
     match = re.fullmatch(
-        r"train: the loss is (nan|inf) at step (\d) of 4 \(contrastive_loss \S+, mlm_loss \S+; lr \S+, grad_norm \S+\): "
+        r"train: the loss is (nan|inf) at step (\d) of 4 "
+        r"\(contrastive_loss \S+, mlm_loss \S+; lr \S+, grad_norm \S+\): "
         r"training diverged and stopped, nothing published; a lower train.lr or another train.precision may keep it "
         r"finite",
         message,

@@ -17,14 +17,10 @@ from typing import NamedTuple
 from pipeline.model.hf_files import weights
 from pipeline.objectives import names, objective
 from pipeline.train.config import TrainConfig
+from pipeline.train.losses import LOSSES
 from storage import complete, dataset_parts, dataset_path, put_file, read_manifest
 
 CARD = "README.md"
-LOSSES = {
-    "nt-xent": "NT-Xent (symmetric, 2N-2 in-batch negatives)",
-    "info-nce": "InfoNCE (one direction, N-1 negatives)",
-    "denoising": "the decoder's cross-entropy over the original sentence's tokens (the decoder is not exported)",
-}
 
 
 def train_info(cfg: dict, inputs: dict, extra: dict, model_config, exported: str) -> dict:
@@ -207,7 +203,8 @@ def _training(info: dict) -> list[tuple[str, str]]:
     trained = objective(name).title if name in names() else name
     if info.get("augmentation"):
         trained += f" ({info['augmentation']})"
-    loss = LOSSES.get(info["loss"], info["loss"]) if info["contrastive"] else "no contrastive loss"
+    loss = info["loss"]  # a card of a loss since removed names it
+    loss = (LOSSES[loss].label if loss in LOSSES else loss) if info["contrastive"] else "no contrastive loss"
     if info["contrastive"] and info["temperature"] is not None:  # TSDAE's loss has none
         loss += f", temperature {info['temperature']:g}"
     if info["mlm"]:

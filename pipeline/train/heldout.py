@@ -51,7 +51,7 @@ def heldout_scores(module, batches: list[dict], loss: str, temperature: float) -
     for batch in batches:
         b, p = batch["anchors"][0].size(0), batch["num_positives"]
         a, pos = _pooled(module, batch["anchors"], device), _pooled(module, batch["positives"], device)
-        losses.append(float(LOSSES[loss](head(a), head(pos).view(b, p, -1).mean(1), temperature)))
+        losses.append(float(LOSSES[loss].fn(head(a), head(pos).view(b, p, -1).mean(1), temperature)))
         anchors.append(a.cpu().numpy())
         pairs.append((np.repeat(anchors[-1], p, axis=0), pos.cpu().numpy()))
     x = np.concatenate([left for left, _ in pairs])

@@ -18,15 +18,24 @@ keys), added to the anchors'/queries' rows only: they stand in for other positiv
 `hard_negatives` (supervised SimCSE: each query's contradiction) are N more candidates
 for every query, as `cl_forward` scores them; `hard_negative_weight` is added to the
 logit of each query's own one (a log-space weight, after the temperature, as there).
+
+Each loss is declared once, in LOSSES (`Loss`): its name, which the train config accepts as `train.loss`, its
+function, and what a model card calls it. The config reads it before torch may be imported (pipeline.preflight),
+so torch is imported in the functions, not with this module.
 """
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _similarities(rows: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:
+    import torch.nn.functional as F
+
     return F.normalize(rows, dim=-1) @ F.normalize(candidates.to(rows), dim=-1).T / temperature
 
 
@@ -35,6 +44,9 @@ def nt_xent(
 ) -> torch.Tensor:
     """Row i of `anchors` and of `positives` are a pair; the mean over all 2N rows of -log(partner's share).
     The anchor rows' softmax also runs over `negatives`; the positive rows' over the 2N-1 only."""
+    import torch
+    import torch.nn.functional as F
+
     b = anchors.size(0)
     z = torch.cat([anchors, positives])
     sim = _similarities(z, z, temperature).masked_fill(
@@ -57,6 +69,9 @@ def info_nce(
 ) -> torch.Tensor:
     """Row i of `queries` picks key i among all N `keys`, the N `hard_negatives` (if any) and the K
     `negatives`; the mean over the N queries."""
+    import torch
+    import torch.nn.functional as F
+
     n = queries.size(0)
     parts = [keys, *(t.to(keys) for t in (hard_negatives, negatives) if t is not None and t.numel())]
     sim = _similarities(queries, torch.cat(parts) if len(parts) > 1 else keys, temperature)
@@ -68,18 +83,20 @@ def info_nce(
 
 def moco(queries: torch.Tensor, keys: torch.Tensor, temperature: float, negatives: torch.Tensor) -> torch.Tensor:
     """Row i of `queries` picks key i, at logit 0, among [key i, the K `negatives`]; the mean over the N queries."""
+    import torch
+    import torch.nn.functional as F
+
     q, k = F.normalize(queries, dim=-1), F.normalize(keys.to(queries), dim=-1)
     logits = torch.cat([(q * k).sum(-1, keepdim=True), _similarities(q, negatives, 1.0)], dim=1) / temperature
     return F.cross_entropy(logits, torch.zeros(q.size(0), dtype=torch.long, device=q.device))
-
-
-LOSSES = {"nt-xent": nt_xent, "info-nce": info_nce, "moco": moco, "moco-inbatch": info_nce}
 
 
 def denoising(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """TSDAE's reconstruction loss, summed: the cross-entropy of each original token after the first
     (<s>/[CLS], the decoder's start) under the decoder's logits from the position before it (pipeline.
     objectives.tsdae_decoder), padding left out. The caller divides by the tokens counted over every worker."""
+    import torch.nn.functional as F
+
     labels = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
 
@@ -94,6 +111,7 @@ def mask_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking: choose `probability` of the maskable tokens; of those 80% become
     <mask>, 10% a random token, 10% stay. Returns the corrupted ids and the chosen positions."""
+    import torch
 
     def draw(p: float, shape=input_ids.shape) -> torch.Tensor:
         return torch.rand(shape, generator=generator, device=input_ids.device) < p
@@ -107,3 +125,25 @@ def mask_tokens(
         randomised
     ]
     return corrupted, chosen
+
+
+class Loss(NamedTuple):
+    name: str  # train.loss
+    fn: Callable[..., torch.Tensor]
+    label: str  # what the model card's "loss" row says it is (pipeline.train.card)
+
+
+LOSSES = {
+    loss.name: loss
+    for loss in (
+        Loss("nt-xent", nt_xent, "NT-Xent (symmetric, 2N-2 in-batch negatives)"),
+        Loss("info-nce", info_nce, "InfoNCE (one direction, N-1 negatives)"),
+        Loss("moco", moco, "MoCo's InfoNCE (each query against its own key and the queue of earlier keys)"),
+        Loss("moco-inbatch", info_nce, "InfoNCE against the batch's keys and MoCo's queue of earlier keys"),
+        Loss(
+            "denoising",
+            denoising,
+            "the decoder's cross-entropy over the original sentence's tokens (the decoder is not exported)",
+        ),
+    )
+}

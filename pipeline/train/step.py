@@ -175,7 +175,7 @@ def accumulate(
                 "hard_negative_weight": cfg.hard_negative_weight,
             }
         )
-        loss = LOSSES[cfg.loss](gather(z[:b]), positives, cfg.temperature, negatives, **hard) / k
+        loss = LOSSES[cfg.loss].fn(gather(z[:b]), positives, cfg.temperature, negatives, **hard) / k
         return loss if cfg.scale_fix else gradient_scaled(loss, 1 / world_size())
 
     losses = {}
