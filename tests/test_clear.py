@@ -260,10 +260,16 @@ def test_two_views_are_two_successive_augmentations():
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("tokens", [[], ["Big"], ["big", "cat"], ["a", "b", "c"]])
 def test_short_sentences(name, tokens):
+    """No view of a sentence is empty of words. One word, or none, has nothing to delete or swap without losing
+    it, and 30% of one word rounds to no substitution: every augmentation gives it back as it is. Where every word
+    is substituted (subs_share 1), its one word becomes a synonym, capitalised as it was."""
     out = augment(tokens, name, np.random.default_rng(0), ClearParams(synonyms=SYNONYMS))
-    if len(tokens) <= 1 and "subs" not in name:
+    if len(tokens) <= 1:
         assert out == tokens, "nothing to delete or swap without losing the only word"
-    if tokens:
+        every = augment(tokens, name, np.random.default_rng(0), ClearParams(synonyms=SYNONYMS, subs_share=1.0))
+        substituted = [[w.capitalize()] for w in SYNONYMS["big"]] if tokens and "subs" in name else [tokens]
+        assert every in substituted
+    else:
         assert any(t != DEL for t in out)
 
 
