@@ -8,10 +8,11 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from pipeline.leaderboard.columns import ANALYSIS, BUDGET, DOCUMENTS, MISSING, TRAINED_ON
 from pipeline.leaderboard.intervals import DIFF, DIFF_HI, DIFF_LO, SIGNIFICANT
 from pipeline.leaderboard.readouts import references
-from pipeline.leaderboard.table import ANALYSIS, BUDGET, DOCUMENTS, MISSING, TRAINED_ON, rankable_columns
 from pipeline.model.transformer import ST_DIR
+from pipeline.readers.names import rankable_columns
 from pipeline.train import devset
 from pipeline.train.card import Reference, drawn, pairs_per_step, ran_recipe, write_card
 from storage import complete, dataset_parts, dataset_path, read_manifest

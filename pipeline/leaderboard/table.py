@@ -22,7 +22,6 @@ in each kind's order, and "avg <kind>" over each kind's tasks.
 from __future__ import annotations
 
 import tempfile
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -37,19 +36,26 @@ from pipeline.evaluate.column import Column
 from pipeline.evaluate.sts import KIND as STS
 from pipeline.evaluate.transfer import PROTOCOLS as TRANSFER_CLASSIFIERS
 from pipeline.evaluate.transfer import columns as transfer_columns
-from pipeline.leaderboard import bootstrap
-from pipeline.leaderboard.intervals import CORRECTION, CORRECTIONS, DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD, SUFFIXES
+from pipeline.leaderboard.columns import (
+    ANALYSIS,
+    BUDGET,
+    DATA,
+    DOCUMENTS,
+    MISSING,
+    TRAINED_ON,
+    derived_columns,
+    escaped,
+    kind_columns,
+)
+from pipeline.leaderboard.figure import plot
+from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SEEDS, SIGNIFICANT, STD
+from pipeline.leaderboard.notes import table_notes
 from pipeline.leaderboard.readouts import READOUT, matched_intervals
-from pipeline.leaderboard.readouts import notes as readout_notes
 from pipeline.leaderboard.seeds import aggregate, groups
 from pipeline.readers import registry
 from pipeline.readers.names import (
     AVERAGES,
-    AVG_DOWNSTREAM_DECLUTR,
     AVG_PAIRS,
-    AVG_SIMCSE,
-    AVG_STS_SENTEVAL,
-    AVG_TRANSFER_SIMCSE,
     PAIR_PROTOCOL,
     PAPER_AVERAGES,
     SIMILARITY_PROTOCOLS,
@@ -63,20 +69,9 @@ from pipeline.readers.names import (
 )
 from pipeline.readers.registry import is_kind_column
 from pipeline.readers.sts import LEADERBOARD_SPLIT
-from pipeline.train.devset import SELECTED
 from storage import put_file
 
 META = ("kind", "objective", "parameters", "dimension", "corpus", READOUT)  # shown when the scores carry them
-ANALYSIS = tuple(c.name for c in SPACE.task_columns(DESCRIBED_TASK))  # the analysis kind's columns, unscaled
-MISSING = "—"
-DATA = "data"  # the cumulative table's: the evaluation data's hash, by which its rows are sectioned
-# A trained row's training data (pipeline.leaderboard.cards.restated): what its pairs were made from, and the digest of
-# the documents drawn, which tells rows trained on different documents apart. In the CSV and Parquet; the
-# Markdown says them in a note.
-TRAINED_ON, DOCUMENTS = "trained on", "documents digest"
-# A trained row's own training budget: "1000 steps of 16 pairs" (steps taken, pairs a step), said in a note where
-# compared rows differ in it. A row continued from another (its recipe's "from <row>") trained that one's first.
-BUDGET = "budget"
 DESCRIBED = ("recipe", TRAINED_ON, DOCUMENTS, BUDGET)  # text: a row's first model's (a row over seeds: _described)
 
 
@@ -216,10 +211,6 @@ def _kinds(scores: pd.DataFrame, models) -> tuple[pd.DataFrame, dict[str, Column
     return (pd.concat(parts, axis=1) if parts else pd.DataFrame(index=models)), typed
 
 
-def _kind_columns(columns) -> list[str]:
-    return [c for c in columns if is_kind_column(c)]
-
-
 def _analysis(scores: pd.DataFrame, models) -> pd.DataFrame:
     """The analysis kind's columns (pipeline.evaluate.analysis), each its metric's value on the described task's test
     split, unscaled."""
@@ -235,7 +226,7 @@ def rank_column(table: pd.DataFrame, rank_by: str | None = None) -> str | None:
     average in AVERAGES that some model has a value for, else the first score column with a value, else None."""
     if rank_by is not None:
         if rank_by not in table.columns:
-            present = [c for c in rankable_columns() if c in table.columns] + _kind_columns(table.columns)
+            present = [c for c in rankable_columns() if c in table.columns] + kind_columns(table.columns)
             raise ConfigError(
                 f"evaluate.rank_by: this leaderboard has no column {rank_by!r} (it has: {', '.join(present)})"
             )
@@ -333,18 +324,7 @@ def _cell(column: str, value) -> str:
         return f"{value:.3f}"
     if isinstance(value, (float, np.floating)):
         return f"{value:.2f}"
-    return _escaped(value)
-
-
-def _escaped(value) -> str:
-    """A pipe would end the Markdown cell: a model or STS pair file may be named with one."""
-    return str(value).replace("|", "\\|")
-
-
-def _derived(columns) -> set[str]:
-    """The interval and comparison columns that follow a score column (shown inside its Markdown cell)."""
-    present = set(columns)
-    return {c for c in present for s in SUFFIXES if c.endswith(f" {s}") and c[: -len(s) - 1] in present}
+    return escaped(value)
 
 
 def _score_cell(column: str, record: dict) -> str:
@@ -363,244 +343,24 @@ def _score_cell(column: str, record: dict) -> str:
     return f"{text} [{lo:.2f}, {hi:.2f}]{mark}"
 
 
-def _seed_rows(table: pd.DataFrame) -> list[str]:
-    if SEEDS not in table.columns:
-        return []
-    return [m for m, s in zip(table["model"], table[SEEDS]) if isinstance(s, (list, np.ndarray))]
-
-
-def _interval_notes(table: pd.DataFrame, compare_to: str | None) -> list[str]:
-    if not any(c.endswith(f" {LO}") for c in _derived(table.columns)):
-        return []
-    seed_rows = _seed_rows(table)
-    single = ~table["model"].isin(seed_rows)
-    bootstrapped = [c for c in _derived(table.columns) if c.endswith(f" {LO}")]
-    notes = []
-    if table.loc[single, bootstrapped].notna().any().any():
-        notes.append(
-            f"[lo, hi]{' on a row of one model' if seed_rows else ''}: a 95% percentile bootstrap interval "
-            f"over the test items ({bootstrap.B} resamples, seed {bootstrap.SEED}): STS pairs resampled "
-            "within each STS12-16 subset, transfer test predictions within each cross-validation fold, and "
-            "each score recomputed as its column's protocol does; an average's tasks resampled together "
-            "and the average recomputed. Such an interval is one model's, from one evaluation of one "
-            "trained model: it covers the choice of test items, not the training seed."
-        )
-    if seed_rows:
-        notes.append(
-            f'Rows over several seeds ({", ".join(map(_escaped, seed_rows))}; column "seeds"): each '
-            "trained, or initialised, once per seed (seeds or repeats in the config). Their cells are the "
-            "mean over seeds ±its standard deviation (n - 1) [a 95% t-interval over the seeds: mean ± "
-            "t(0.975, n - 1) x std / sqrt(n)], an average's from each seed's average; the per-seed scores "
-            'are in the CSV and Parquet ("<column> per seed"). Such an interval covers the training '
-            "seed, not the choice of test items."
-        )
-    significant = [c for c in _derived(table.columns) if c.endswith(f" {SIGNIFICANT}")]
-    if compare_to is not None and significant:
-        flags = table[significant]
-        n, marked = int(flags.notna().sum().sum()), int(flags.fillna(False).astype(bool).sum().sum())
-        families = [k for i in _sections(table) if (k := int(flags.iloc[i].notna().sum().sum()))]
-        family = (
-            f"each data section's comparisons ({', '.join(map(str, families))})"
-            if len(families) > 1
-            else f"the table's {n} comparisons"
-        )
-        notes.append(
-            f"▲/▼: higher/lower than the reference row {compare_to} (evaluate.compare_to), decided after "
-            f"{CORRECTIONS[CORRECTION]} over {family}, the family: every cell with a difference interval. A "
-            f'cell is marked where its adjusted p ("<column> p adjusted" in the CSV) is at most 0.05, '
-            "so any false mark in a family has at most a 5% chance. Between two rows of one model each, "
-            "the difference's interval is the 95% percentile interval of the paired bootstrap over the test "
-            "items (the same resamples for both rows) and p is two-sided on the normal, 2 P(Z > |diff| / se), "
-            "se the standard deviation of the resampled differences (not a count of the resamples past 0, "
-            f"which could not go below 2 / {bootstrap.B + 1}: too coarse for a correction over many cells). "
-            "Where either row is over several seeds both noises count: the difference of the means over "
-            "seeds ± t(0.975, df) x sqrt(items' variance + seeds' variance), the items' from the paired "
-            "bootstrap (each row's mean over its seeds on each resample), the seeds' from the per-seed "
-            "scores (var/n of each row's, or of the "
-            "per-seed differences when both rows have the same seeds: a run's seed s starts from the "
-            "untrained encoder's seed s), df by Welch-Satterthwaite; a row of one model adds no seed "
-            'variance. The "diff lo", "diff hi" (CSV) are each cell\'s unadjusted 95% interval: one that '
-            f"excludes 0 may stay unmarked. This table makes {n} such comparisons and marks {marked}."
-        )
-    return notes
-
-
-def _data_notes(table: pd.DataFrame) -> list[str]:
-    """Which trained rows were trained on which documents, and for how long, where the rows a table compares (each
-    data section's with each other, and so with its reference row) differ in them or some have no record of the
-    documents: a difference between such rows compares their training data or budget too, not only their
-    objectives."""
-    if "kind" not in table.columns:
-        return []
-    notes = []
-    if DOCUMENTS in table.columns and (clauses := _section_clauses(table, _trained_on)):
-        notes.append(
-            "Training data differs between compared rows: " + "; ".join(clauses) + ". Differences between them "
-            "also compare their data, not only their objectives and recipes (the recipe says how many pairs each "
-            'run read of which; column "documents digest" in the CSV, from each pairs dataset\'s manifest).'
-        )
-    if BUDGET in table.columns and (clauses := _section_clauses(table, _budgets)):
-        notes.append(
-            "Training budgets differ between compared rows: " + "; ".join(clauses) + ". Differences between them "
-            "also compare how long each trained (its own steps taken and pairs a step; a row continued from "
-            'another, "from <row>" in its recipe, trained that row\'s first; column "budget" in the CSV).'
-        )
-    return notes
-
-
-def _section_clauses(table: pd.DataFrame, said_of: Callable[[pd.DataFrame], str | None]) -> list[str]:
-    """What `said_of` says of each data section's rows, each named by its data where the table has several."""
-    sections = _sections(table)
-    return [
-        f"on data {str(table[DATA].iat[index[0]])[:8]}: {said}" if len(sections) > 1 else said
-        for index in sections
-        if (said := said_of(table.iloc[index]))
-    ]
-
-
-def _budgets(rows: pd.DataFrame) -> str | None:
-    """ "declutr, mlm 1000 steps of 16 pairs; simcse-sup 27 steps of 16 pairs" for one section's trained rows, or
-    None when those with a known budget all share it."""
-    trained = rows[(rows["kind"] == "trained") & rows[BUDGET].notna()]
-    if trained[BUDGET].nunique() < 2:
-        return None
-    return "; ".join(
-        f"{', '.join(map(_escaped, group['model']))} {budget}" for budget, group in trained.groupby(BUDGET, sort=False)
-    )
-
-
-def _trained_on(rows: pd.DataFrame) -> str | None:
-    """ "simcse, tsdae on 20,000 sentences of 96 documents (1a2b3c4d); declutr on 275 documents (5e6f7a8b)" for one
-    section's trained rows, or None when they are fewer than two or were all trained on the same documents."""
-    trained = rows[rows["kind"] == "trained"]
-    keys = trained[DOCUMENTS]
-    if len(trained) < 2 or keys.notna().all() and keys.nunique() == 1:
-        return None
-    said = []
-    for key, group in trained[keys.notna()].groupby(DOCUMENTS, sort=False):
-        digest = " + ".join(k[:8] for k in str(key).split(" + "))
-        said.append(f"{', '.join(map(_escaped, group['model']))} on {group[TRAINED_ON].iat[0]} ({digest})")
-    if (unknown := trained.loc[keys.isna(), "model"]).size:
-        said.append(
-            f"{', '.join(map(_escaped, unknown))} on documents not known (pairs made before their manifest "
-            "recorded the documents drawn; rebuilding the augment stage records them)"
-        )
-    return "; ".join(said)
-
-
-def _notes(table: pd.DataFrame, absent: list[str], rank_by: str | None, compare_to: str | None = None) -> list[str]:
-    columns = set(table.columns)
-    notes = []
-    if absent:
-        notes.append(f"Absent from the evaluation data: {', '.join(absent)}.")
-    similarity = {f"{t} {p}" for t, protocols in SIMILARITY_PROTOCOLS.items() for p in protocols}
-    if columns & similarity or not _kind_columns(columns):  # said of every table but one of other kinds alone
-        notes.append(
-            "STS columns: Spearman correlation x 100 on test. STS12-16: senteval = mean of per-subset "
-            'Spearman of cosine similarity (SentEval\'s "all" mean); simcse = one Spearman of cosine over '
-            'all subsets concatenated (SimCSE\'s "all"). STSB and SICKR: cosine = Spearman of cosine '
-            "similarity (as SimCSE reports them); senteval = Spearman of SentEval's relatedness regressor on "
-            "[|u-v|, u*v], trained on the train split and selected on dev (as DeCLUTR reports them)."
-        )
-    pair_columns = [c for c in table.columns if is_pair_column(c)]
-    if pair_columns:
-        notes.append(
-            f"STS pair files ({', '.join(pair_columns)}): Spearman x 100 on each file's pairs of the cosine "
-            "similarity with its scores, the protocol of STSB cosine (and MTEB's), named by the file."
-        )
-    averages = []
-    if AVG_PAIRS in columns:
-        averages.append(f"{AVG_PAIRS} = mean of the STS pair file columns")
-    if AVG_SIMCSE in columns:
-        averages.append(f"{AVG_SIMCSE} = mean of STS12-16 simcse, STSB cosine and SICKR cosine (SimCSE's table 1)")
-    if AVG_STS_SENTEVAL in columns:
-        averages.append(f"{AVG_STS_SENTEVAL} = mean of STS12-16, STSB and SICKR senteval (DeCLUTR's protocol)")
-    transfer = [avg_transfer(p) for p in TRANSFER_PROTOCOLS if avg_transfer(p) in columns]
-    if transfer:
-        averages.append(
-            f"{' and '.join(transfer)} = mean over the transfer tasks in this table, MRPC counted "
-            "once as the mean of its accuracy and F1 (DeCLUTR)"
-        )
-    if AVG_TRANSFER_SIMCSE in columns:
-        averages.append(
-            f"{AVG_TRANSFER_SIMCSE} = mean of MR, CR, SUBJ, MPQA, SST2, TREC and MRPC accuracy under "
-            "senteval (SimCSE's transfer average, its evaluation.py's)"
-        )
-    if AVG_DOWNSTREAM_DECLUTR in columns:
-        averages.append(
-            f"{AVG_DOWNSTREAM_DECLUTR} = mean of CR, MR, MPQA, SUBJ, SST2, TREC, MRPC (its accuracy and "
-            "F1 averaged), SICKE, and SICKR, STSB and STS12-16 under senteval: DeCLUTR's \"Downstream "
-            '(-SNLI)" less SST5 and COCO, which are not scored here'
-        )
-    if averages:
-        notes.append("; ".join(averages) + f". An average is {MISSING} when a row lacks any of its tasks.")
-    if transfer:
-        notes.append(
-            "Transfer columns: test accuracy x 100 of a logistic regression on frozen embeddings; "
-            "senteval = SentEval's PyTorch classifier (the setting DeCLUTR and SimCSE ran), sklearn = "
-            "SentEval's scikit-learn path."
-        )
-    if other := _kind_columns(table.columns):
-        main = ", ".join(
-            f"{k} by {registry.main_metric(k)}" for k in registry.names() if registry.average(k) in columns
-        )
-        notes.append(
-            f"Other task kinds ({', '.join(other)}): each task's main metric x 100 on its test split ({main}; "
-            "by cosine similarity as sentence-transformers' evaluators score them, clustering as V-measure of "
-            'seeded k-means); "avg <kind>" = mean '
-            f"over that kind's tasks, {MISSING} when a row lacks any. Their other metrics (MRR@10, "
-            "Recall@100, MAP@100 of retrieval, accuracy and F1 of pairclass, ...) are in the evaluate "
-            "datasets. Retrieval and reranking columns' intervals resample the queries; clustering and "
-            "pair classification columns have none."
-        )
-    if columns & set(ANALYSIS):
-        notes.append(
-            "On STS-B test: alignment and uniformity (Wang & Isola, 2020, as SimCSE computes them; lower is "
-            "better); anisotropy = mean cosine of random pairs of contextual token representations from "
-            "different sentences (Ethayarajh, 2019); sentence_anisotropy = mean cosine of two different "
-            "sentences' embeddings."
-        )
-    if "recipe" in columns and table["recipe"].astype(str).str.contains(SELECTED, regex=False).any():
-        notes.append(
-            f'A recipe that says "{SELECTED} N ... by X" is a dev-selected run (train.eval_every, as '
-            "SimCSE's load_best_model_at_end): its model is step N's, the best by X (train.select_by: "
-            "sts-dev Spearman of cosine on the dev set, STS-B dev unless train.dev_set names another; "
-            "heldout-loss, the contrastive loss on documents held out of training, lower is better; or "
-            "a task's main metric on its dev split), not the last."
-        )
-    notes += _data_notes(table)
-    notes += readout_notes(table, compare_to)
-    notes += _interval_notes(table, compare_to)
-    if DATA in columns:
-        notes.append(
-            f"{DATA}: the hash of the evaluation data a row was scored on. Scores on different data are not "
-            "comparable: the rows are in one section per data, the latest run's first, each ranked, and "
-            "its intervals and differences computed, among its own rows alone; a section without the "
-            "reference row has no differences."
-        )
-    if rank_by:
-        notes.append(f"Ranked by {rank_by}{' within each data that has it' if len(_sections(table)) > 1 else ''}.")
-    return notes
-
-
 def to_markdown(
     table: pd.DataFrame, absent: list[str], title: str, rank_by: str | None = None, compare_to: str | None = None
 ) -> str:
     """GitHub-flavoured Markdown: missing scores as "—", intervals inside their score's cell, then notes on every
     column's protocol."""
-    derived = _derived(table.columns) | {TRAINED_ON, DOCUMENTS, BUDGET}  # said in the notes
+    derived = derived_columns(table.columns) | {TRAINED_ON, DOCUMENTS, BUDGET}  # said in the notes
     columns = [c for c in table.columns if c not in derived]
     text = ("model", DATA, SEEDS, "kind", "objective", "corpus", READOUT, "recipe")
     lines = [
         f"# {title}",
         "",
-        "| " + " | ".join(map(_escaped, columns)) + " |",
+        "| " + " | ".join(map(escaped, columns)) + " |",
         "|" + "|".join("---" if c in text else "---:" for c in columns) + "|",
     ]
     for record in table.to_dict("records"):
         lines.append("| " + " | ".join(_score_cell(c, record) for c in columns) + " |")
     # Blank lines between notes, or Markdown renders them as one paragraph.
-    return "\n".join(lines) + "\n\n" + "\n\n".join(_notes(table, absent, rank_by, compare_to)) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n\n".join(table_notes(table, absent, rank_by, compare_to)) + "\n"
 
 
 def json_records(table: pd.DataFrame) -> list[dict]:
@@ -641,105 +401,3 @@ def write_leaderboard(
 # as its models need; fonts in points, legible when the PNG is shown at its own size.
 PANELS_PER_ROW, PANEL_WIDTH, ROW_HEIGHT, PANEL_MARGIN, DPI = 5, 2.2, 0.26, 0.9, 120
 TICK_FONT, TITLE_FONT, CAPTION_FONT = 9, 9.5, 9
-
-
-def plot(table: pd.DataFrame, title: str, path: str, compare_to: str | None = None) -> None:
-    """The leaderboard's picture (figure()) as a PNG at `path`."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(table, title, compare_to)
-    fig.savefig(path, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.1)
-    plt.close(fig)
-
-
-def figure(table: pd.DataFrame, title: str, compare_to: str | None = None):
-    """One panel per task of SimCSE's seven-task average (else per STS pair file), PANELS_PER_ROW to a row: each
-    model's score as a dot with its interval as whiskers, in the table's order (best on top); the reference row's
-    score as a dashed line, and the dots that differ significantly from it filled (higher) or hollow (lower). The
-    figure grows with the tasks and the models, and its titles and caption wrap to its width, so that nothing is
-    cut or overlaps from one task to thirty."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and workers
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    columns = [c for c in STS_AVERAGES[AVG_SIMCSE] if c in table.columns] or [
-        c for c in table.columns if is_pair_column(c)
-    ]
-    rows = table.iloc[::-1].reset_index(drop=True)
-    panels = max(1, len(columns))
-    down = -(-panels // PANELS_PER_ROW)
-    across = -(-panels // down)  # rows of panels as even as they go: SimCSE's seven as 4 and 3, not 5 and 2
-    labels = rows["model"].astype(str)
-    if len(_sections(rows)) > 1:  # a model scored on two data is on two rows
-        labels += " (" + rows[DATA].astype(str).str[:8] + ")"
-    label_width = 0.3 + 0.075 * max((len(s) for s in labels), default=0)  # about a character's width at TICK_FONT
-    width = max(4.5, label_width + PANEL_WIDTH * across)
-    height = 1.4 + down * (PANEL_MARGIN + ROW_HEIGHT * max(1, len(rows)))
-    fig, axes = plt.subplots(
-        down, across, sharey=True, squeeze=False, figsize=(width, height), dpi=DPI, layout="constrained"
-    )
-    for ax in axes.flat[panels:]:  # the last row's empty places
-        fig.delaxes(ax)
-    for ax, column in zip(axes.flat, columns):
-        _panel(ax, rows, column, compare_to)
-        ax.set_title(textwrap.fill(column, 26), fontsize=TITLE_FONT)
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=3))  # four numbers at most: they never touch in a panel
-        ax.tick_params(labelsize=TICK_FONT)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_yticks(np.arange(len(rows)), labels)
-    axes[0][0].set_ylim(-0.6, len(rows) - 0.4)
-    note = (
-        ""
-        if compare_to is None
-        else (f"; dashed: {compare_to}, green: significantly higher, hollow: significantly lower")
-    )
-    whiskers = (
-        ""
-        if not any(f"{c} {LO}" in rows.columns for c in columns)
-        else ", 95% interval (t over seeds where a row has several, else bootstrap)"
-        if _seed_rows(rows)
-        else ", 95% bootstrap interval"
-    )
-    characters = int(width * 72 / (0.55 * CAPTION_FONT))  # a line's worth at the caption's size
-    fig.supxlabel(
-        textwrap.fill(f"Spearman x 100 of cosine similarity on test{whiskers}{note}", characters), fontsize=CAPTION_FONT
-    )
-    fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 12))), fontsize=12)
-    return fig
-
-
-def _panel(ax, rows: pd.DataFrame, column: str, compare_to: str | None) -> None:
-    y, x = np.arange(len(rows)), rows[column].to_numpy(dtype=float)
-    if f"{column} {LO}" in rows.columns:
-        lo, hi = rows[f"{column} {LO}"].to_numpy(dtype=float), rows[f"{column} {HI}"].to_numpy(dtype=float)
-        ax.errorbar(x, y, xerr=[x - lo, hi - x], fmt="none", ecolor="0.4", capsize=2, lw=1)
-    ax.plot(x, y, "o", color="C0", ms=5)
-    if compare_to is not None and compare_to in set(rows["model"]):
-        _reference_lines(ax, rows, x, compare_to)
-        flags = rows.get(f"{column} {SIGNIFICANT}")
-        if flags is not None:
-            marked = flags.fillna(False).astype(bool).to_numpy()
-            lower = marked & (rows[f"{column} {DIFF_LO}"].to_numpy(dtype=float) < 0)
-            ax.plot(x[marked & ~lower], y[marked & ~lower], "o", color="C2", ms=7)
-            ax.plot(x[lower], y[lower], "o", mfc="white", mec="C3", ms=7)
-
-
-def _sections(table: pd.DataFrame) -> list[np.ndarray]:
-    """The positions of each data's rows (column DATA), or of all rows in a table without it."""
-    if DATA not in table.columns:
-        return [np.arange(len(table))]
-    return list(table.reset_index(drop=True).groupby(DATA, sort=False).indices.values())
-
-
-def _reference_lines(ax, rows: pd.DataFrame, x: np.ndarray, compare_to: str) -> None:
-    """The reference row's score as a dashed line, spanning only the rows scored on its data when the table has
-    several: a row on other data is not compared with it."""
-    sections = _sections(rows)
-    for index in sections:
-        at = [i for i in index if rows["model"].iat[i] == compare_to]
-        if at and len(sections) == 1:
-            ax.axvline(x[at[0]], color="C3", ls="--", lw=1)
-        elif at:
-            ax.vlines(x[at[0]], index.min() - 0.5, index.max() + 0.5, color="C3", ls="--", lw=1)
