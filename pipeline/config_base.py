@@ -5,6 +5,7 @@ pipeline.config composes them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,6 +24,17 @@ def absolute(path: str) -> str:
         return str(Path(path).expanduser().resolve())
     except RuntimeError:  # Python 3.11's resolve() on links that lead back to themselves
         raise ValueError(f"{path} is a symlink loop: its links lead back to themselves") from None
+
+
+def flat(config: dict, prefix: str = "") -> dict[str, Any]:
+    """A nested config as {"section.key": value}; an empty section stays one value."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def unusable_name(name: object) -> str | None:

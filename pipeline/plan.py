@@ -22,6 +22,7 @@ import fsspec
 
 from pipeline import registry
 from pipeline.config import Config
+from pipeline.config_base import flat
 from pipeline.preflight import checked
 from pipeline.stage import Stage, input_fingerprints
 from storage import (
@@ -182,7 +183,7 @@ def _compare(
     says what differs from it."""
     candidates = []
     for path, manifest in stored:
-        old, new = _flat(_normal(manifest.get("config") or {})), _flat(config)
+        old, new = flat(_normal(manifest.get("config") or {})), flat(config)
         keys = _differences(old, new)
         before = manifest.get("inputs") or {}
         changed = {
@@ -216,16 +217,6 @@ def _normal(value: Any) -> Any:
     """A config as its manifest holds it (JSON, runtime settings left out as the fingerprint leaves them)."""
     plain = json.loads(json.dumps(value, sort_keys=True, default=str))
     return {k: v for k, v in plain.items() if k != "runtime"} if isinstance(plain, dict) else plain
-
-
-def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 _ABSENT = object()

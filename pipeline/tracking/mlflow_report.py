@@ -28,6 +28,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from pipeline.augment import stage as augment
+from pipeline.config_base import flat
 from pipeline.errors import InputError
 from pipeline.leaderboard import stage as ranking
 from pipeline.leaderboard.cards import trained_runs
@@ -202,7 +203,7 @@ def recipe_params(path: str, manifest: dict) -> dict[str, str]:
     recipe as it ran (as the leaderboard states it: pipeline.train.card.ran_recipe), the card's description of the
     model and the fingerprints of its inputs ("input.pairs")."""
     config = manifest["config"]
-    params = _flat(config)
+    params = flat(config)
     card = manifest.get("card") or {}
     pairs = dataset_path(dataset_parts(path)[0], augment.STAGE.name, manifest["inputs"]["pairs"])
     if card.get("recipe"):
@@ -282,16 +283,6 @@ def _read_rows(path: str, name: str) -> list[dict]:
 def _listed(cell: Any) -> list:
     """A list cell of the table as Parquet gives it back (an array; None where the row has none)."""
     return [] if cell is None or isinstance(cell, float) else list(cell)
-
-
-def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in config.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _text(value: Any) -> str:
