@@ -14,6 +14,7 @@ import tempfile
 from pipeline.errors import InputError
 from storage import DatasetError
 
+log = logging.getLogger("cpipe")
 # Loggers of Ray's whose tracebacks of some errors are no news to the user. Ray Train's controller logs a
 # GetTimeoutError whenever its resource request to Ray Data's autoscaling coordinator takes over 5 s ("safe to
 # ignore", Ray says), as on a loaded machine, in a run that succeeds; and the user's error its own step met (a full
@@ -82,6 +83,8 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         if cluster:
             ray.init(address=cluster, log_to_driver=True, configure_logging=False)
         else:
+            # Seconds to a minute of silence otherwise, before the first stage that runs on it says anything.
+            log.info("starting a local Ray instance (%s)...", f"{num_cpus} CPUs" if num_cpus else "every CPU")
             _start_local(num_cpus)
         _quiet_driver_logs()
 

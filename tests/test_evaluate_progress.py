@@ -52,3 +52,22 @@ def test_a_switched_off_task_is_neither_scored_nor_counted(model, tmp_path, capl
         ("tiny", "STS12", "1", "2"),
         ("tiny", "STSB", "2", "2"),
     ]
+
+
+def test_inside_a_task_every_loop_says_how_far_it_is_for_the_model_and_task(
+    model, tmp_path, caplog, monkeypatch, one_torch_thread
+):
+    """Scoring STS-B's 8,628 pairs took a minute with no line: its pairs, and any encoder's batches, say how far they
+    are, each line naming the model and the task."""
+    monkeypatch.setattr("pipeline.progress.FIRST", 0)  # a line at every step: what each loop says in a long run
+    monkeypatch.setattr("pipeline.progress.EVERY", 0)
+    data = write_sts(tmp_path / "eval", n_pairs=12)
+    cfg = Config(evaluate=EvaluateConfig(data=str(data), batch_size=16, max_length=32))
+    row = evaluate.Row("tiny", {"kind": "untrained"}, {"model": model}, {"objective": "test"})
+    with caplog.at_level(logging.INFO, logger="cpipe"):
+        run_stage(evaluate.STAGE, evaluate.config(cfg, row), row.inputs, str(tmp_path / "art"))
+    said = [r.getMessage() for r in caplog.records if r.name == "cpipe"]
+    pairs = [m.groups() for s in said if (m := re.match(r"evaluate tiny: STSB: embedding (\d+)/(\d+) pairs", s))]
+    # STS-B's dev and test splits, 12 pairs each, each split one batch of pairs; then the end's line
+    assert pairs == [("12", "24"), ("24", "24"), ("24", "24")], said
+    assert any(re.match(r"evaluate tiny: analysis: token states \d+/\d+ batches, .* ETA ", s) for s in said), said

@@ -77,7 +77,14 @@ def test_a_registered_kind_is_found_scored_and_indexed(toy):
     data, pairs = toy
     (task,) = kinds.find_all(data)
     assert (task.kind, task.name, task.data) == (NAME, "greet", pairs)
-    config = {"batch_size": 8, "seed": 1, "kfold": 2, "transfer_protocol": "senteval", "analysis": False}
+    config = {
+        "model": "toy",
+        "batch_size": 8,
+        "seed": 1,
+        "kfold": 2,
+        "transfer_protocol": "senteval",
+        "analysis": False,
+    }
     (unit,) = evaluate.units(config, [kinds.Found(kinds.kind(NAME), [task], [])], Letters())
     scored = evaluate.score_unit(unit)
     (row,) = scored.rows

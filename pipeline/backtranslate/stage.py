@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from pipeline.backtranslate.config import Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.corpus.sentences import SPREAD, sentences
 from pipeline.objectives import objective
+from pipeline.progress import Progress
 from pipeline.stage import Stage, runtime, split_runtime
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         ", ".join(" -> ".join(model_names(config, p)) for p in config["pivots"]),
     )
     workers = runtime(config, RUNTIME)["workers"]
-    with tqdm(total=len(pending), desc="backtranslate", unit="chunk") as bar:
+    with Progress("backtranslate", len(pending), "chunks") as bar:
         if pending and workers == 0:
             translator = BackTranslator(config, work_dir)
             for chunk in pending:

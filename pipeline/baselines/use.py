@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.progress import tracked
 
 SAVED_MODEL, TF1_HUB_MODULE = "saved_model.pb", "tfhub_module.pb"
 INSTALL = "pip install -e '.[use]'"
@@ -70,7 +71,8 @@ class UseEncoder:
     def encode(self, sentences: list[str], batch_size: int = 128) -> np.ndarray:
         out = []
         # No sentence is one empty batch, so that the result still has the model's dimension.
-        for batch in [sentences[i : i + batch_size] for i in range(0, len(sentences), batch_size)] or [[]]:
+        batches = [sentences[i : i + batch_size] for i in range(0, len(sentences), batch_size)] or [[]]
+        for batch in tracked(batches, "embedding", "batches"):
             vectors = np.asarray(self.model(self.tf.constant(batch, dtype=self.tf.string)), dtype=np.float32)
             if vectors.ndim != 2 or len(vectors) != len(batch):
                 raise InputError(

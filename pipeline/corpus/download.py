@@ -20,10 +20,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tqdm import tqdm
-
 from pipeline.corpus.credentials import reveal, same_origin, split_credentials
 from pipeline.errors import InputError
+from pipeline.progress import Progress
 
 log = logging.getLogger("cpipe")
 
@@ -176,16 +175,7 @@ def _download(url: str, part: Path, timeout: float, progress: bool) -> None:
         try:
             with (
                 open(part, "ab" if have else "wb") as f,
-                tqdm(
-                    total=total,
-                    initial=have,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    desc=part.stem,
-                    disable=not progress,
-                    mininterval=1,
-                ) as bar,
+                Progress(part.stem, total, "B", initial=have, scaled=True, silent=not progress) as bar,
             ):
                 while chunk := response.read(CHUNK):
                     f.write(chunk)

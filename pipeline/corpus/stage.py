@@ -15,7 +15,6 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from tqdm import tqdm
 
 from pipeline.corpus.download import LOCAL_COPIES, fetch
 from pipeline.corpus.openwebtext import OpenWebTextSource, is_openwebtext
@@ -24,6 +23,7 @@ from pipeline.corpus.wikipedia import WikipediaDumpSource, WikipediaParquetSourc
 from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
 from pipeline.file_snapshot import rglob
 from pipeline.parallel import ordered_map
+from pipeline.progress import tracked
 from pipeline.stage import Stage, runtime, split_runtime
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
                     spec.removeprefix("file://"), *(map(str, source.files()) if isinstance(source, LocalSource) else ())
                 )
             reads = ordered_map(read_part, source.parts(), settings["backend"], settings["workers"])
-            for read in tqdm(reads, desc=f"corpus {spec}", unit="part", mininterval=2):
+            for read in tracked(reads, f"corpus {spec}", "parts"):
                 for doc in source.take(read):
                     if doc.text.strip():
                         yield doc

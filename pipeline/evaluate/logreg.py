@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pipeline.progress import Progress
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -191,28 +193,32 @@ def _train(
     stopped = torch.zeros((n_fits, n_regs), dtype=torch.bool)
     alive = torch.arange(n_fits)  # the fits still in the working tensors
     width = jobs[0].steps(s.batch_size) * s.batch_size
-    epoch = 0
-    while epoch <= s.max_epoch and not bool(stopped.all()):
-        for _ in range(s.epoch_size):
-            order = _padded([jobs[i].train[jobs[i].rng.permutation(len(jobs[i].train))] for i in alive.tolist()], width)
-            _epoch(adam, x, y, order, n_regs, n_classes, s.batch_size)
-        epoch += s.epoch_size
-        rows = dev[alive]
-        logits = torch.bmm(x[rows.clamp(min=0)], adam.param).view(len(alive), -1, n_regs, n_classes)
-        hits = (logits.argmax(-1) == y[rows.clamp(min=0)].unsqueeze(-1)) & (rows >= 0).unsqueeze(-1)
-        correct, active = hits.sum(1), ~stopped[alive]
-        improved = (correct > best[alive]) & active
-        missed = ~improved & active
-        best[alive] = torch.where(improved, correct, best[alive])
-        best_params[alive] = torch.where(
-            improved.repeat_interleave(n_classes, dim=1).unsqueeze(1), adam.param, best_params[alive]
-        )
-        stopped[alive] |= missed & (misses[alive] >= s.tenacity)
-        misses[alive] += missed.long()
-        running = ~stopped[alive].all(1)
-        if not bool(running.all()):
-            alive = alive[running]
-            adam.keep(running)
+    epoch, most = 0, (s.max_epoch // s.epoch_size + 1) * s.epoch_size  # the last round starts at max_epoch
+    with Progress("classifiers (stop early)", most, "epochs") as progress:
+        while epoch <= s.max_epoch and not bool(stopped.all()):
+            for _ in range(s.epoch_size):
+                order = _padded(
+                    [jobs[i].train[jobs[i].rng.permutation(len(jobs[i].train))] for i in alive.tolist()], width
+                )
+                _epoch(adam, x, y, order, n_regs, n_classes, s.batch_size)
+            epoch += s.epoch_size
+            progress.update(s.epoch_size)
+            rows = dev[alive]
+            logits = torch.bmm(x[rows.clamp(min=0)], adam.param).view(len(alive), -1, n_regs, n_classes)
+            hits = (logits.argmax(-1) == y[rows.clamp(min=0)].unsqueeze(-1)) & (rows >= 0).unsqueeze(-1)
+            correct, active = hits.sum(1), ~stopped[alive]
+            improved = (correct > best[alive]) & active
+            missed = ~improved & active
+            best[alive] = torch.where(improved, correct, best[alive])
+            best_params[alive] = torch.where(
+                improved.repeat_interleave(n_classes, dim=1).unsqueeze(1), adam.param, best_params[alive]
+            )
+            stopped[alive] |= missed & (misses[alive] >= s.tenacity)
+            misses[alive] += missed.long()
+            running = ~stopped[alive].all(1)
+            if not bool(running.all()):
+                alive = alive[running]
+                adam.keep(running)
     accuracy = best.double() / dev_n.unsqueeze(1).double()
     models = best_params.view(n_fits, -1, n_regs, n_classes).permute(0, 2, 1, 3).numpy()
     return [Fitted(accuracy[i].numpy(), models[i, :, :-1].copy(), models[i, :, -1].copy()) for i in range(n_fits)]

@@ -34,6 +34,8 @@ import torch
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
+from pipeline.progress import Progress
+
 PROTOCOL = "senteval"
 SEED = 1111
 N_SCORES = 5
@@ -41,6 +43,9 @@ BATCH_SIZE = 64
 EPOCHS_PER_ROUND = 50
 MAX_EPOCH = 1000
 PATIENCE = 3  # SentEval stops at the non-improving round that finds this many earlier ones
+EPOCHS = (
+    MAX_EPOCH // EPOCHS_PER_ROUND + 1
+) * EPOCHS_PER_ROUND  # the most a fit runs: its last round starts at MAX_EPOCH
 
 
 def encode_labels(gold: np.ndarray, n: int = N_SCORES) -> np.ndarray:
@@ -119,7 +124,8 @@ def fit_predict(
     model = _Regressor(x.shape[1], seed)
     shuffle = np.random.RandomState(seed)
     best, best_model, misses, epoch = -1.0, model, 0, 0
-    with threadpool_limits(limits=1):  # ~100,000 tiny products: a multi-threaded BLAS only adds overhead
+    # ~100,000 tiny products: a multi-threaded BLAS only adds overhead
+    with threadpool_limits(limits=1), Progress("regressor (stops early)", EPOCHS, "epochs") as progress:
         while epoch <= MAX_EPOCH:
             for _ in range(EPOCHS_PER_ROUND):
                 order = shuffle.permutation(len(x))
@@ -127,6 +133,7 @@ def fit_predict(
                     idx = order[i : i + BATCH_SIZE]
                     model.step(x[idx], y[idx])
             epoch += EPOCHS_PER_ROUND
+            progress.update(EPOCHS_PER_ROUND)
             r = _pearson(model.expected(dev), dev_gold)
             if r > best:
                 best, best_model = r, copy.deepcopy(model)

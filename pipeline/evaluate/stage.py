@@ -37,11 +37,12 @@ from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError
 from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
-from pipeline.evaluate.progress import Progress
+from pipeline.evaluate.progress import Progress, task_name
 from pipeline.file_snapshot import snapshot
 from pipeline.init.stage import init_label
 from pipeline.locate import check_models, is_hub_name
 from pipeline.parallel import fetch, ordered_map, share
+from pipeline.progress import doing
 from pipeline.repeats import seeded, split_seeded
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, dataset_parts, read_manifest
@@ -348,6 +349,7 @@ class Recipe:
 class Unit:
     """One independently scored part of a model's evaluation: `score(encode)` returns its rows."""
 
+    model: str
     name: str
     score: Callable[[Callable], list[dict]]
     encoder: Any  # a loaded encoder (units run in this process), else a Recipe as pipeline.parallel.share gives it
@@ -381,10 +383,11 @@ class Embed:
 
 def score_unit(unit: Unit) -> Scored:
     started = time.monotonic()
-    source = fetch(unit.encoder)
-    encoder = source.load() if isinstance(source, Recipe) else source
-    embed = Embed(encoder, unit.batch_size)
-    rows = unit.score(embed)
+    with doing(f"evaluate {unit.model}: {task_name(unit.name)}"):  # what the loops inside say they work for
+        source = fetch(unit.encoder)
+        encoder = source.load() if isinstance(source, Recipe) else source
+        embed = Embed(encoder, unit.batch_size)
+        rows = unit.score(embed)
     where = {
         "unit": unit.name,
         "pid": os.getpid(),
@@ -412,6 +415,7 @@ def units(config: dict, found: list[kinds.Found], encoder) -> list[Unit]:
     the run's seed and the settings its kind declares."""
     return [
         Unit(
+            config["model"],
             f.kind.unit(t),
             partial(_kind, task=t, seed=config["seed"], settings={s: config[s] for s in f.kind.settings}),
             encoder,

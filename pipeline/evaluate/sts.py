@@ -32,6 +32,7 @@ from pipeline.evaluate import relatedness
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.kind import Kind, Mteb, Task
+from pipeline.progress import Progress
 from pipeline.readers.names import (
     MTEB_STS,
     PAIR_PROTOCOL,
@@ -74,7 +75,9 @@ def _rows(task: str, subset: str, split: str, protocol: str, sims: np.ndarray, g
     ]
 
 
-def _pairs(encode: Callable[[list[str]], np.ndarray], s: StsSubset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pairs(
+    encode: Callable[[list[str]], np.ndarray], s: StsSubset, progress: Progress
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u, v, gold) as SentEval's STSEval and SICKRelatednessEval see a split: pairs in its order, each side
     embedded in batches of BATCH_SIZE as its batcher receives them (the words joined by one space). Noise from
     padding then matches SentEval's, which decides how pairs of identical sentences (cosine ~1) rank."""
@@ -87,6 +90,7 @@ def _pairs(encode: Callable[[list[str]], np.ndarray], s: StsSubset) -> tuple[np.
             if emb.ndim != 2 or emb.shape[0] != len(batch):
                 raise ValueError(f"encode returned shape {emb.shape} for {len(batch)} sentences")
             out.append(emb)
+        progress.update(len(batch))
     return np.concatenate(u), np.concatenate(v), s.gold[order]
 
 
@@ -173,7 +177,9 @@ def score_sts(
     dev splits, and SentEval's regressor (seeded with `seed`) for STS-B and SICK-R when they have train, dev and
     test. Given `items`, appends each test split's per-pair predictions and gold scores (pipeline.evaluate.items)."""
     regressed = {task for task in RELATEDNESS_TASKS if set(SPLITS) <= {s.split for s in subsets if s.task == task}}
-    pairs = [(s, _pairs(encode, s)) for s in subsets if s.split in SCORED_SPLITS or s.task in regressed]
+    embedded = [s for s in subsets if s.split in SCORED_SPLITS or s.task in regressed]
+    with Progress("embedding", sum(len(s.gold) for s in embedded), "pairs") as progress:
+        pairs = [(s, _pairs(encode, s, progress)) for s in embedded]
     rows = _cosine([(s, p) for s, p in pairs if s.split in SCORED_SPLITS], items)
     for task in sorted(regressed, key=RELATEDNESS_TASKS.index):
         rows += _regressor(task, {s.split: p for s, p in pairs if s.task == task}, seed, items)

@@ -15,7 +15,6 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from tqdm import tqdm
 
 from pipeline.corpus.download import fetch
 from pipeline.corpus.stage import SCHEMA as CORPUS_SCHEMA
@@ -23,6 +22,7 @@ from pipeline.errors import InputError
 from pipeline.filter.docstats import analyse
 from pipeline.filter.neardup import NearDuplicates
 from pipeline.parallel import ordered_map
+from pipeline.progress import Progress
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches, read_manifest
 from storage.dropped import DroppedLog
@@ -74,7 +74,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             yield batch.column("text").to_pylist(), inputs["tokenizer"], langid_model, near_threshold
 
     results = ordered_map(analyse, jobs(), settings["backend"], settings["workers"])
-    with tqdm(total=total, desc="filter", unit="doc", mininterval=2) as bar, DroppedLog(out) as dropped:
+    with Progress("filter", total, "docs") as bar, DroppedLog(out) as dropped:
         for result in results:
             batch = batches.popleft()
             titles = batch.column("title_or_url").to_pylist()

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.jsonlines import json_objects
 from pipeline.model.exported import Encoder
 from pipeline.parquet_files import reading_parquet
+from pipeline.progress import Progress
 
 
 def _utf8(raw: bytes, path: str, lineno: int) -> str:
@@ -138,7 +138,7 @@ def embed_file(
         tmp = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
         rows = 0
         try:
-            with pq.ParquetWriter(tmp, schema) as writer, tqdm(desc="embed", unit="row", mininterval=2) as bar:
+            with pq.ParquetWriter(tmp, schema) as writer, Progress("embed", unit="rows") as bar:
                 while chunk:
                     emb = encoder.encode(chunk, batch_size=batch_size)
                     writer.write_table(

@@ -18,6 +18,7 @@ from pipeline.locate import ST_DIR, hf_dir, resolve, why_not_a_model
 from pipeline.model.head import load_head
 from pipeline.model.hf_files import quiet_transformers
 from pipeline.model.pooling import pool
+from pipeline.progress import tracked
 from storage import local_copy
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def embed(
     # Sorting by length keeps padding, and so wasted compute, small; rows go back in input order.
     order = np.argsort([-len(s) for s in sentences], kind="stable")
     out = np.empty((len(sentences), model.config.hidden_size), dtype=np.float32)
-    for i in range(0, len(sentences), batch_size):
+    for i in tracked(range(0, len(sentences), batch_size), "embedding", "batches"):
         idx = order[i : i + batch_size]
         enc = tokenizer(
             [sentences[j] for j in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
@@ -165,7 +166,7 @@ class Encoder:
         """Each sentence's last-layer token states in context, special tokens and padding left out."""
         order = np.argsort([-len(s) for s in sentences], kind="stable")
         out: list[np.ndarray] = [np.empty((0, self.model.config.hidden_size), dtype=np.float32)] * len(sentences)
-        for i in range(0, len(sentences), batch_size):
+        for i in tracked(range(0, len(sentences), batch_size), "token states", "batches"):
             idx = order[i : i + batch_size]
             enc = self.tokenizer(
                 [sentences[j] for j in idx],

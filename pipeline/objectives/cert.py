@@ -12,12 +12,12 @@ import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.corpus.sentences import record_drawn
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.progress import tracked
 from pipeline.tokenizer.loading import encode_whole
 from storage import read_table
 
@@ -63,7 +63,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     texts = [sentences[i]["pivots"] for i in ids]
     encoded = iter(encode_whole(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
     token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
-    for epoch in tqdm(range(config["epochs"]), desc="augment cert", unit="epoch"):
+    for epoch in tracked(range(config["epochs"]), "augment cert", "epochs"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         for k in rng.permutation(len(ids)):

@@ -16,7 +16,6 @@ import tempfile
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.corpus.sentences import sentences
@@ -35,6 +34,7 @@ from pipeline.objectives.clear_operations import (
 )
 from pipeline.objectives.config import DEFAULT_CLEAR, ClearOperations
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.progress import tracked
 from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     out.extra["synonym_source"] = source
     params = ClearParams(**{k: c[k] for k in ClearOperations.model_fields}, synonyms=table, placeholder=DEL_TOKEN)
     originals = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
-    for epoch in tqdm(range(config["epochs"]), desc=f"augment clear {name}", unit="epoch"):
+    for epoch in tracked(range(config["epochs"]), f"augment clear {name}", "epochs"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(rows))

@@ -15,12 +15,12 @@ import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.corpus.sentences import record_drawn
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
 from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
+from pipeline.progress import tracked
 from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
 from storage import read_table
 
@@ -61,7 +61,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             f"the longest of "
             f"{len(doc_ids)} has {longest}"
         )
-    for epoch in tqdm(range(config["epochs"]), desc="augment declutr", unit="epoch"):
+    for epoch in tracked(range(config["epochs"]), "augment declutr", "epochs"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         for d in rng.permutation(eligible):

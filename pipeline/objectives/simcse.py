@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.progress import tracked
 from pipeline.tokenizer.loading import encode_whole
 
 NAME = "simcse"
@@ -26,7 +26,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     if not rows:
         raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
     ids = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
-    for epoch in tqdm(range(config["epochs"]), desc="augment simcse", unit="epoch"):
+    for epoch in tracked(range(config["epochs"]), "augment simcse", "epochs"):
         seed = epoch_seed(config, epoch)
         for k in np.random.default_rng(seed).permutation(len(rows)):
             r = rows[k]

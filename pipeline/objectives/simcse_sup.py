@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.errors import InputError
 from pipeline.file_snapshot import snapshot
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.progress import tracked
 from pipeline.readers.nli import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
 from pipeline.tokenizer.loading import encode_whole
@@ -94,7 +94,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     texts = sorted({t for row in rows for t in row})
     ids = dict(zip(texts, encode_whole(tok.backend_tokenizer, texts)))
     epochs = config["simcse_sup"]["epochs"]
-    for epoch in tqdm(range(epochs), desc="augment simcse-sup", unit="epoch"):
+    for epoch in tracked(range(epochs), "augment simcse-sup", "epochs"):
         seed = epoch_seed(config, epoch)
         for k in np.random.default_rng(seed).permutation(len(rows)):
             premise, entailed, contradicted = rows[k]

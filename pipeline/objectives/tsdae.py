@@ -17,13 +17,13 @@ import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import epoch_seed, pair
 from pipeline.objectives.tsdae_decoder import decoder_class
+from pipeline.progress import tracked
 from pipeline.tokenizer.loading import encode_whole
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     split, join = MosesTokenizer(lang="en"), MosesDetokenizer(lang="en")
     words = [split.tokenize(t, escape=False) for t in texts]
     ratio = config["tsdae_deletion"]
-    for epoch in tqdm(range(config["epochs"]), desc="augment tsdae", unit="epoch"):
+    for epoch in tracked(range(config["epochs"]), "augment tsdae", "epochs"):
         seed = epoch_seed(config, epoch)
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(rows))

@@ -13,23 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-
-def eta_seconds(step: int, total: int, first: int, elapsed: float) -> float | None:
-    """Seconds left at `step` of `total`, at the rate of the steps since `first` (the step this process started
-    from: a resumed run's skipped steps took no time), `elapsed` seconds ago; None before a step is timed."""
-    done = step - first
-    if done <= 0 or elapsed <= 0:
-        return None
-    return (total - step) * elapsed / done
-
-
-def clock(seconds: float | None) -> str:
-    """ "1:02:03", "2:03" or "0:05"; "?" when unknown."""
-    if seconds is None:
-        return "?"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+from pipeline.progress import clock, eta_seconds
 
 
 def loss(value: float) -> str:

@@ -217,7 +217,13 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )
-    log.info("train: %s on %d worker(s), %s", steps_said(rows, per_step, cfg.max_steps), cfg.num_workers, cfg.precision)
+    # Ray Train's workers take up to minutes to start and load the pairs before the first step's line.
+    log.info(
+        "train: %s on %d worker(s), %s; starting them...",
+        steps_said(rows, per_step, cfg.max_steps),
+        cfg.num_workers,
+        cfg.precision,
+    )
     if resume.started_over(run_dir):
         log.warning(
             "train: %s/%s could not be read (a stop left it empty): the run starts over from step 0",

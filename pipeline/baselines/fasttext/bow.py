@@ -9,6 +9,7 @@ module at its top.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ import numpy as np
 from pipeline.baselines.fasttext.config import FASTTEXT_MIN_THREADS, FastTextBaseline
 from storage import local_copy
 
+log = logging.getLogger("cpipe")
 DEFAULTS = FastTextBaseline()
 MODEL_FILE = "fasttext.bin"  # in the baseline stage's dataset
 
@@ -68,6 +70,14 @@ def train_fasttext(
             raise ValueError("no text to train fastText on: every document is empty")
         if seed:
             _shuffle_lines(corpus, seed)
+        # Training says nothing for up to minutes: fastText's own progress (verbose) redraws a line with carriage returns.
+        log.info(
+            "fastText: training skipgram vectors on %s documents (%d dimensions, %d epochs, %d threads)...",
+            f"{n_docs:,}",
+            dim,
+            epoch,
+            threads,
+        )
         model = fasttext.train_unsupervised(
             corpus, model="skipgram", dim=dim, epoch=epoch, minCount=min_count, thread=threads, bucket=bucket, verbose=0
         )

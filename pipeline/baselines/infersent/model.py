@@ -40,6 +40,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from pipeline.baselines.vectors import read_vectors
 from pipeline.errors import InputError
+from pipeline.progress import tracked
 from pipeline.readers.nli import LABELS, NliPairs
 from storage import local_copy
 
@@ -293,7 +294,7 @@ class InferSentEncoder:
         out = np.zeros((len(sentences), self.dim), dtype=np.float32)
         known = [i for i, x in enumerate(ids) if x]
         known.sort(key=lambda i: -len(ids[i]))  # little padding per batch
-        for k in range(0, len(known), batch_size):
+        for k in tracked(range(0, len(known), batch_size), "embedding", "batches"):
             rows = known[k : k + batch_size]
             out[rows] = self.model(*batch([ids[i] for i in rows])).numpy()
         return out
