@@ -21,6 +21,7 @@ LEAVES = (
     "pipeline.corpus.segment",
     "pipeline.objectives.clear_names",
     "pipeline.train.splits",
+    "pipeline.train.losses",
     "pipeline.readers.names",
     "pipeline.readers.registry",
     "pipeline.repeats",
