@@ -192,3 +192,9 @@ def started_here() -> bool:
 
     node = ray._private.worker._global_node
     return node is not None and node.is_head()
+
+
+def private_directory() -> str | None:
+    """The local instance's own directory (its token's: this user's alone, 0700, removed when the instance stops)
+    if this process started the Ray it is connected to; None otherwise."""
+    return _token.get("directory") if started_here() else None

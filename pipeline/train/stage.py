@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
+import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fsspec
@@ -26,7 +29,7 @@ from pipeline.errors import InputError
 from pipeline.init.stage import init_label
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.objectives import objective
-from pipeline.ray_session import ray_init, started_here
+from pipeline.ray_session import private_directory, ray_init, started_here
 from pipeline.stage import Stage, declared_settings, runtime, runtime_defaults, section_from
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import devset, resume, selection
@@ -147,6 +150,44 @@ def _trainer_class():
     return Trainer
 
 
+def _torch_config(directory: str):
+    """The workers' process group (gloo) on a local instance we started, met through a FileStore in the instance's
+    private `directory`, which only this user reaches: Ray's own rendezvous, rank 0's TCPStore, listens on every
+    interface (torch takes no address to bind), and whoever reached it could join the group or set the keys the
+    workers read. Gloo's own sockets go on the loopback interface, not the one the hostname resolves to."""
+    import ray
+    from ray.train.torch import TorchConfig
+    from ray.train.torch.config import _set_torch_distributed_env_vars, _setup_torch_process_group, _TorchBackend
+
+    def join(rank: int, world_size: int, store: str, timeout_s: int) -> None:
+        os.environ["GLOO_SOCKET_IFNAME"] = socket.if_indextoname(1)  # the loopback's index on Linux
+        _setup_torch_process_group("gloo", rank, world_size, f"file://{store}", timeout_s)
+
+    class Backend(_TorchBackend):
+        def on_start(self, worker_group, backend_config) -> None:
+            """Ray's on_start for its worker groups, with the store a new file each time the workers start."""
+            self.store = f"{directory}/rendezvous-{uuid.uuid4().hex}"
+            worker_group.execute(_set_torch_distributed_env_vars)
+            n = len(worker_group)
+            joined = [
+                worker_group.execute_single_async(i, join, i, n, self.store, backend_config.timeout_s) for i in range(n)
+            ]
+            ray.get(joined)
+
+        def on_shutdown(self, worker_group, backend_config) -> None:
+            try:
+                super().on_shutdown(worker_group, backend_config)
+            finally:
+                Path(self.store).unlink(missing_ok=True)
+
+    class Config(TorchConfig):
+        @property
+        def backend_cls(self):
+            return Backend
+
+    return Config(backend="gloo")
+
+
 def worker_input_error(e: Exception) -> InputError | DatasetError | None:
     """A worker's InputError (a diverged loss: pipeline.train.loop.diverged) or DatasetError (a damaged dataset, a
     full disk met saving a checkpoint), or one Ray Train's controller met writing the run's state (a full disk),
@@ -189,6 +230,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     runs, name = f"{dataset_parts(out.path)[0]}/_ray", f"train-{out.fp}"
     run_dir = f"{runs}/{name}"
     storage_path = fsspec.core.url_to_fs(runs)[1]
+    local = None if cfg.use_gpu else private_directory()
     trainer = _trainer_class()(
         train_loop,
         # One object, pickled to the workers as it is (Ray Train wants a dict around it).
@@ -216,6 +258,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             # noise on the user's terminal; our steps are logged by the loop.
             logging_config=LoggingConfig(log_level="WARNING"),
         ),
+        torch_config=_torch_config(local) if local else None,
     )
     # Ray Train's workers take up to minutes to start and load the pairs before the first step's line.
     log.info(
