@@ -40,6 +40,8 @@ from storage.inspection import default_console
 from storage.lease import Lease, stale
 
 REUSED, REBUILT, BUILT, UNKNOWN = "reused", "rebuilt", "built", "unknown"
+# What the printed plan says of each action (the JSON keeps the words above): before the run, "built" read as done.
+SAID = {REUSED: "will reuse", REBUILT: "will rebuild", BUILT: "will build", UNKNOWN: "unknown"}
 SHORT = 40  # a changed value longer than this (a file listing, a digest list) is named by its key alone
 
 
@@ -243,12 +245,12 @@ COLUMNS = ("instance", "action", "fingerprint", "path", "why")
 
 
 def _cells(step: Step) -> tuple[str, ...]:
-    return step.label, step.action, step.fingerprint or "?", step.path or "", step.why
+    return step.label, SAID[step.action], step.fingerprint or "?", step.path or "", step.why
 
 
 def summary(steps: list[Step]) -> str:
     counts = {a: sum(s.action == a for s in steps) for a in (REUSED, REBUILT, BUILT, UNKNOWN)}
-    return "plan: " + ", ".join(f"{n} {a}" for a, n in counts.items() if n) if steps else "plan: nothing to run"
+    return "plan: " + ", ".join(f"{SAID[a]} {n}" for a, n in counts.items() if n) if steps else "plan: nothing to run"
 
 
 def show(steps: list[Step], console=None) -> None:
