@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from pipeline.evaluate import resampled
 from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.table import leaderboard
 
@@ -120,10 +121,10 @@ def spearman_ways(n: int = 4927, b: int = bootstrap.B) -> tuple[float, float]:
     x, y = rng.normal(size=n), rng.uniform(0, 5, n).round(1)
     idx = bootstrap.indices("SICKR", [n], b)[0]
     started = time.perf_counter()
-    rx, ry = bootstrap.Ranker(x), bootstrap.Ranker(y)
+    rx, ry = resampled.Ranker(x), resampled.Ranker(y)
     counted = np.concatenate(
         [
-            bootstrap.spearman(rx, ry, bootstrap.Resample(bootstrap.counts(idx[i : i + bootstrap.CHUNK], n)))
+            resampled.spearman(rx, ry, resampled.Resample(bootstrap.counts(idx[i : i + bootstrap.CHUNK], n)))
             for i in range(0, b, bootstrap.CHUNK)
         ]
     )

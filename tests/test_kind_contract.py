@@ -17,6 +17,7 @@ from pipeline.evaluate import items as test_items
 from pipeline.evaluate import kind, kinds, mteb_results
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
+from pipeline.leaderboard import bootstrap
 from pipeline.leaderboard.table import leaderboard
 from pipeline.readers import registry
 
@@ -43,13 +44,19 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
     return kind.rows(NAME, task.name, {MAIN: hits.mean()}, len(hits))
 
 
+def share_of_hits(hits: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The kind's own bootstrap statistic: on each resample (a column of the (n, b) draw counts), the hits drawn
+    over the items drawn."""
+    return hits @ counts / counts.sum(axis=0)
+
+
 KIND = kind.Kind(
     NAME,
     MAIN,
     find,
     score,
     texts=lambda rows: [s for row in rows for s in row],
-    statistic="mean",
+    statistic=lambda sample, strata, pooled: share_of_hits(sample.prediction, pooled.w),
     mteb=kind.Mteb("Retrieval", {MAIN: "hit_rate"}),
 )
 
@@ -122,6 +129,11 @@ def test_a_registered_kind_gets_its_columns_intervals_mteb_names_and_rank_by(toy
         assert (table[f"{column} lo"] <= table[column]).all() and (table[column] <= table[f"{column} hi"]).all()
         assert table[f"{column} hi"].iloc[0] > table[f"{column} lo"].iloc[0]
         assert table[f"{column} diff"].iloc[1] == pytest.approx(table[column].iloc[1] - table[column].iloc[0])
+    (draws,) = bootstrap.indices("greet", [6], bootstrap.B, bootstrap.SEED)  # the task's resamples, as drawn
+    for r, hits in enumerate(([1, 1, 1, 0, 1, 0], [0, 1, 0, 0, 0, 1])):
+        resampled = [100 * sum(hits[i] for i in draw) / 6 for draw in draws]
+        lo, hi = np.percentile(resampled, [2.5, 97.5])
+        assert (table["greet hits lo"].iloc[r], table["greet hits hi"].iloc[r]) == (round(lo, 2), round(hi, 2))
     (result,) = mteb_results.task_results([r for r in rows if r["model"] == "a"]).values()
     assert result["task_name"] == "greet"
     assert (
@@ -131,6 +143,11 @@ def test_a_registered_kind_gets_its_columns_intervals_mteb_names_and_rank_by(toy
     )
     assert EvaluateConfig(rank_by="greet hits").rank_by == "greet hits"
     assert EvaluateConfig(rank_by="avg toy").rank_by == "avg toy"
+
+
+def test_a_kind_whose_statistic_is_not_a_function_is_refused():
+    with pytest.raises(TypeError, match="task kind toy: statistic must be a function .* not 'roc_auc'"):
+        kind.Kind(NAME, MAIN, find, score, texts=None, statistic="roc_auc")
 
 
 def test_a_declaration_unlike_its_registry_line_is_refused(monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pipeline.decontaminate.evalsets import eval_texts
-from pipeline.evaluate import kinds, sts
+from pipeline.evaluate import kinds, resampled, sts
 from pipeline.leaderboard.intervals import Spec, spec, typed_from
 from pipeline.readers.sts import find_sts
 from tests.conftest import write_sts
@@ -26,8 +26,8 @@ def test_sts_is_a_declared_kind_apart_from_the_file_kinds(tmp_path):
 
 def test_its_columns_are_typed_per_protocol():
     assert [(c.name, c.kept_as or c.protocol, c.statistic) for c in sts.KIND.task_columns("STS12")] == [
-        ("STS12 senteval", "cosine", "mean_spearman"),
-        ("STS12 simcse", "cosine", "spearman"),
+        ("STS12 senteval", "cosine", resampled.mean_spearman),
+        ("STS12 simcse", "cosine", resampled.pooled_spearman),
     ]
     assert [c.name for c in sts.KIND.task_columns("SICKR")] == ["SICKR cosine", "SICKR senteval"]
     assert [c.name for c in sts.KIND.task_columns("mine")] == ["mine cosine"]
@@ -38,9 +38,9 @@ def test_its_columns_are_typed_per_protocol():
 def test_intervals_recompute_a_column_by_its_type_not_its_name():
     items = {"m": pd.DataFrame({"task": ["STS12", "STSB", "mine"], "protocol": ["cosine", "senteval", "cosine"]})}
     typed = typed_from(items)
-    assert spec("STS12 senteval", typed) == Spec("STS12", "cosine", "mean_spearman")
-    assert spec("STSB senteval", typed) == Spec("STSB", "senteval", "spearman")
-    assert spec("mine cosine", typed) == Spec("mine", "cosine", "spearman")
+    assert spec("STS12 senteval", typed) == Spec("STS12", "cosine", resampled.mean_spearman)
+    assert spec("STSB senteval", typed) == Spec("STSB", "senteval", resampled.pooled_spearman)
+    assert spec("mine cosine", typed) == Spec("mine", "cosine", resampled.pooled_spearman)
     assert spec("STS12 senteval") is None  # a bare name is not parsed
 
 

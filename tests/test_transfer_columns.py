@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pipeline.evaluate import transfer
+from pipeline.evaluate import resampled, transfer
 from pipeline.leaderboard.intervals import Spec, averages, spec, typed_from
 
 
@@ -17,10 +17,10 @@ def _items(*keys: tuple[str, str]) -> dict[str, pd.DataFrame]:
 
 def test_each_transfer_column_is_recomputed_as_declared():
     typed = typed_from(_items(("MR", "senteval"), ("MRPC", "sklearn")))
-    assert spec("MR senteval", typed) == Spec("MR", "senteval", "accuracy")
-    assert spec("MRPC sklearn", typed) == Spec("MRPC", "sklearn", "accuracy")
-    assert spec("MRPC F1 sklearn", typed) == Spec("MRPC", "sklearn", "f1")
-    assert spec("MRPC accuracy+F1 sklearn", typed) == Spec("MRPC", "sklearn", "accuracy_f1")
+    assert spec("MR senteval", typed) == Spec("MR", "senteval", resampled.mean_accuracy)
+    assert spec("MRPC sklearn", typed) == Spec("MRPC", "sklearn", resampled.mean_accuracy)
+    assert spec("MRPC F1 sklearn", typed) == Spec("MRPC", "sklearn", resampled.pooled_f1)
+    assert spec("MRPC accuracy+F1 sklearn", typed) == Spec("MRPC", "sklearn", resampled.accuracy_f1)
     assert spec("MR sklearn", typed) is None  # no items under that protocol: no column typed
     assert spec("MR senteval") is None  # a bare name is not parsed
 

@@ -25,7 +25,7 @@ import numpy as np
 from sklearn.cluster import MiniBatchKMeans
 from sklearn.metrics import v_measure_score
 
-from pipeline.evaluate import kind
+from pipeline.evaluate import kind, resampled
 from pipeline.evaluate.items import run_stratum
 from pipeline.readers.names import pair_format
 from pipeline.readers.sts import EvalDataError, records
@@ -150,6 +150,6 @@ KIND = kind.Kind(
     find,
     score,
     texts=lambda d: [s for sentences, _ in d for s in sentences],
-    statistic="v_measure",
+    statistic=resampled.mean_v_measure,
     mteb=kind.Mteb("Clustering", {MAIN: "v_measure"}),
 )

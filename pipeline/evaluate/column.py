@@ -4,6 +4,7 @@ leaf, importing nothing of this project's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -17,10 +18,10 @@ class Column:
     # How the kind spells its columns: a task kind's "<task> <metric>" ("scifact nDCG@10").
     form: str = "{task} {metric}"
     # How the leaderboard's bootstrap recomputes it (pipeline.leaderboard.intervals): from the test items kept under
-    # `kept_as` ("" for its own protocol) by `statistic` ("" for its kind's): STS12-16's "senteval" column is the
-    # mean of per-subset Spearman of the items kept as "cosine".
+    # `kept_as` ("" for its own protocol) by `statistic` (None for its kind's; pipeline.evaluate.resampled):
+    # STS12-16's "senteval" column is the mean of per-subset Spearman of the items kept as "cosine".
     kept_as: str = ""
-    statistic: str = ""
+    statistic: Callable | None = None
 
     @property
     def name(self) -> str:

@@ -11,9 +11,11 @@ says, and who reads it:
     texts(task.data) -> sentences   what decontamination indexes of a task (decontaminate.evalsets)
     main, column(task), average     its leaderboard columns: "<task> <main>" per task, "avg <kind>" over them
                                     (leaderboard.table); or `columns(task)`, typed, where a task has several
-    statistic                       how the leaderboard's bootstrap recomputes `main` from the kept items:
-                                    "mean" of per-query values, "average_precision" of scored pairs, "v_measure"
-                                    of clustered sentences (leaderboard.intervals)
+    statistic                       the function the leaderboard's bootstrap recomputes `main` with from the kept
+                                    items on each resample (pipeline.evaluate.resampled: `mean` of per-query
+                                    values, `pooled_average_precision` of scored pairs, ...; leaderboard.intervals);
+                                    None where its rows keep no items (no interval). Anything else (a name, say)
+                                    is refused when the kind is declared
     mteb                            MTEB's task type and metric names for its result files, and which protocol's
                                     rows they are where that differs by task (STS's) (evaluate.mteb_results)
 
@@ -44,6 +46,7 @@ import numpy as np
 
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
+from pipeline.evaluate.resampled import Statistic
 from pipeline.readers.names import MtebTask, mteb_task, pair_format
 from pipeline.readers.sts import EvalDataError, task_name
 
@@ -143,7 +146,7 @@ class Kind:
     find: Callable[[Path], list[Task]]
     score: Callable[[Task, Any, int], list[dict]]
     texts: Callable[[Any], Iterable[str]] | None
-    statistic: str
+    statistic: Statistic | None
     mteb: Mteb | None = None
     # A kind shown in several columns per task (STS's protocols) lists them; else one, `column`.
     columns: Callable[[str], list[Column]] | None = None
@@ -153,6 +156,13 @@ class Kind:
     fingerprint: Callable[[list[Task]], str | None] | None = None
     summary: Callable[[list[dict]], list[dict]] | None = None
     whole: bool = False
+
+    def __post_init__(self):
+        if self.statistic is not None and not callable(self.statistic):
+            raise TypeError(
+                f"task kind {self.name}: statistic must be a function (Sample, strata, pooled) -> values "
+                f"(pipeline.evaluate.resampled), not {self.statistic!r}"
+            )
 
     def on(self, settings: Mapping[str, Any]) -> bool:
         """Whether the evaluate settings score this kind (a switch they do not hold is off)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-from pipeline.evaluate import kind
+from pipeline.evaluate import kind, resampled
 from pipeline.readers.names import PAIR_SUFFIXES, pair_format
 from pipeline.readers.sts import EvalDataError, sentence_pairs
 
@@ -93,6 +93,6 @@ KIND = kind.Kind(
     find,
     score,
     texts=lambda d: [*d[0], *d[1]],
-    statistic="average_precision",
+    statistic=resampled.pooled_average_precision,
     mteb=kind.Mteb("PairClassification", {MAIN: "cosine_ap", "accuracy": "cosine_accuracy", "F1": "cosine_f1"}),
 )

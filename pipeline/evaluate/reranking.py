@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score
 
-from pipeline.evaluate import kind
+from pipeline.evaluate import kind, resampled
 from pipeline.evaluate.sts import unit_rows
 from pipeline.readers.sts import EvalDataError, records
 
@@ -102,6 +102,6 @@ KIND = kind.Kind(
     find,
     score,
     texts=lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],
-    statistic="mean",
+    statistic=resampled.mean,
     mteb=kind.Mteb("Reranking", {MAIN: "map_at_1000", MRR: "mrr_at_10"}),
 )

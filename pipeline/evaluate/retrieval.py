@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.evaluate import kind
+from pipeline.evaluate import kind, resampled
 from pipeline.readers import beir
 from pipeline.readers.beir import MAX_CHARS, SPLIT, Data  # noqa: F401 (MAX_CHARS: the cut's size, as tests read it)
 from pipeline.readers.sts import task_name
@@ -114,7 +114,7 @@ KIND = kind.Kind(
     find,
     score,
     texts=lambda d: [*d.passages, *d.queries],
-    statistic="mean",
+    statistic=resampled.mean,
     mteb=kind.Mteb(
         "Retrieval",
         {

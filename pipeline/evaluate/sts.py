@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from pipeline.evaluate import relatedness
+from pipeline.evaluate import relatedness, resampled
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.kind import Kind, Mteb, Task
@@ -192,7 +192,7 @@ NAME = "sts"
 UNSCORED = "train"  # SentEval fits the relatedness regressor on it and takes no score there
 COSINE = "cosine"  # the protocol the cosine similarities' test items are kept under, whichever column they serve
 # How each of an STS12-16 task's columns is recomputed from those items (pipeline.leaderboard.intervals).
-YEAR_STATISTICS = {"senteval": "mean_spearman", "simcse": "spearman"}
+YEAR_STATISTICS = {"senteval": resampled.mean_spearman, "simcse": resampled.pooled_spearman}
 YEAR_MTEB = "simcse"
 
 
@@ -242,7 +242,7 @@ def columns(task: str) -> list[Column]:
             protocol=protocol,
             form="{task} {protocol}",
             kept_as=COSINE if task in STS_YEARS else "",
-            statistic=YEAR_STATISTICS[protocol] if task in STS_YEARS else "spearman",
+            statistic=YEAR_STATISTICS[protocol] if task in STS_YEARS else resampled.pooled_spearman,
         )
         for protocol in SIMILARITY_PROTOCOLS.get(task, (PAIR_PROTOCOL,))
     ]
@@ -268,7 +268,7 @@ KIND = Kind(
     find=find,
     score=score,
     texts=texts,
-    statistic="spearman",
+    statistic=resampled.pooled_spearman,
     columns=columns,
     # STS12-16 keep their names in MTEB, with the same test pairs (3,108, 1,500, 3,750, 3,000 and 1,186); STS-B is
     # MTEB's STSBenchmark, and SICK-R its SICK-R only at MTEB's 9,927 pairs.

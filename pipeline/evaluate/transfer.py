@@ -44,6 +44,7 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
+from pipeline.evaluate import resampled
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items, fold
 from pipeline.evaluate.kind import Kind, Task
@@ -306,13 +307,13 @@ def columns(task: str, protocol: str) -> list[Column]:
     kept under that protocol (pipeline.leaderboard.intervals): its accuracy ("MR senteval"), and MRPC's F1 ("MRPC F1
     senteval") and the mean of the two, by which DeCLUTR's averages count MRPC ("MRPC accuracy+F1 senteval", a part
     of averages and no column of its own)."""
-    accuracy = Column(task, NAME, "accuracy", protocol, form="{task} {protocol}", statistic="accuracy")
+    accuracy = Column(task, NAME, "accuracy", protocol, form="{task} {protocol}", statistic=resampled.mean_accuracy)
     if task != "MRPC":
         return [accuracy]
     return [
         accuracy,
-        Column(task, NAME, "f1", protocol, form="{task} F1 {protocol}", statistic="f1"),
-        Column(task, NAME, "accuracy_f1", protocol, form=f"{MRPC_BOTH} {{protocol}}", statistic="accuracy_f1"),
+        Column(task, NAME, "f1", protocol, form="{task} F1 {protocol}", statistic=resampled.pooled_f1),
+        Column(task, NAME, "accuracy_f1", protocol, form=f"{MRPC_BOTH} {{protocol}}", statistic=resampled.accuracy_f1),
     ]
 
 
@@ -361,7 +362,7 @@ KIND = Kind(
     find=find,
     score=score,
     texts=texts,
-    statistic="accuracy",
+    statistic=resampled.mean_accuracy,
     columns=lambda task: [c for protocol in PROTOCOLS for c in columns(task, protocol)],
     switch="transfer",
     settings=("kfold", "transfer_protocol"),

@@ -61,7 +61,7 @@ from scipy import stats
 
 from pipeline.evaluate import kinds, sts, transfer
 from pipeline.evaluate.column import Column
-from pipeline.evaluate.items import run_group
+from pipeline.evaluate.resampled import Resample, Sample, Statistic
 from pipeline.leaderboard import bootstrap
 from pipeline.readers import registry
 from pipeline.readers.names import (
@@ -96,8 +96,8 @@ class Spec(NamedTuple):
 
     task: str
     protocol: str
-    # "spearman", "mean_spearman", "accuracy", "f1", "accuracy_f1", or a task kind's (pipeline.evaluate.kind.Kind)
-    statistic: str
+    # The column's own (Column.statistic) or its kind's (pipeline.evaluate.kind.Kind.statistic)
+    statistic: Statistic
 
 
 class Comparison(NamedTuple):
@@ -113,12 +113,11 @@ Typed = Mapping[str, Column]
 
 
 def spec(column: str, typed: Typed | None = None) -> Spec | None:
-    """How a typed column is recomputed from its items, as it (or its kind) declares; None for any other column:
-    a name is never parsed."""
+    """How a typed column is recomputed from its items, as it (or its kind) declares; None for any other column,
+    and for a kind's that keeps no items (statistic None): a name is never parsed."""
     c = (typed or {}).get(column)
-    if c is None:
-        return None
-    return Spec(c.task, c.kept_as or c.protocol, c.statistic or kinds.kind(c.kind).statistic)
+    statistic = None if c is None else c.statistic or kinds.kind(c.kind).statistic
+    return None if statistic is None else Spec(c.task, c.kept_as or c.protocol, statistic)
 
 
 def typed_from(items: dict[str, pd.DataFrame]) -> dict[str, Column]:
@@ -189,60 +188,6 @@ def _strata(items: Index, model: str, task: str, protocol: str) -> _Strata | Non
     return items.get(model, {}).get((task, protocol))
 
 
-class _Rankers:
-    """One Ranker per distinct array of values, so the rows that share a task's gold scores rank them once."""
-
-    def __init__(self):
-        self._made: dict[bytes, bootstrap.Ranker] = {}
-
-    def __call__(self, values: np.ndarray) -> bootstrap.Ranker:
-        key = values.tobytes()
-        if key not in self._made:
-            self._made[key] = bootstrap.Ranker(values)
-        return self._made[key]
-
-
-class _Scorer:
-    """One row's statistics of one task's items under one protocol, for a block of resamples: its draw counts per
-    stratum and pooled (bootstrap.Resample)."""
-
-    def __init__(self, strata: _Strata, rankers: _Rankers):
-        self.strata, self.rankers = strata, rankers
-        self.pooled_pred, self.pooled_gold = np.concatenate(strata.predictions), np.concatenate(strata.golds)
-        self.correct = [(p == g).astype(np.float64) for p, g in zip(strata.predictions, strata.golds)]
-
-    def __call__(self, statistic: str, strata: list[bootstrap.Resample], pooled: bootstrap.Resample) -> np.ndarray:
-        if statistic == "mean":
-            return bootstrap.accuracy(self.pooled_pred, pooled)
-        if statistic == "average_precision":
-            return bootstrap.average_precision(self.pooled_pred, self.pooled_gold, pooled)
-        if statistic == "v_measure":
-            return self._v_measure(strata)
-        if statistic == "spearman":
-            return bootstrap.spearman(self.rankers(self.pooled_pred), self.rankers(self.pooled_gold), pooled)
-        if statistic == "mean_spearman":
-            return np.mean(
-                [
-                    bootstrap.spearman(self.rankers(p), self.rankers(g), w)
-                    for p, g, w in zip(self.strata.predictions, self.strata.golds, strata)
-                ],
-                axis=0,
-            )
-        accuracy = np.mean([bootstrap.accuracy(c, w) for c, w in zip(self.correct, strata)], axis=0)
-        if statistic == "accuracy":
-            return accuracy
-        f1 = bootstrap.f1(self.pooled_pred, self.pooled_gold, pooled)
-        return f1 if statistic == "f1" else (accuracy + f1) / 2
-
-    def _v_measure(self, strata: list[bootstrap.Resample]) -> np.ndarray:
-        """The mean over sets of each set's mean over its runs, every run of a set on its first run's draws."""
-        draws, per_set = {}, {}
-        for name, p, g, w in zip(self.strata.names, self.strata.predictions, self.strata.golds, strata):
-            group = run_group(name)
-            per_set.setdefault(group, []).append(bootstrap.v_measure(p, g, draws.setdefault(group, w)))
-        return np.mean([np.mean(runs, axis=0) for runs in per_set.values()], axis=0)
-
-
 def replicates(
     specs: dict[str, Spec], models: Sequence[str], items: Index, b: int = bootstrap.B, draw: Draw = DRAW
 ) -> dict[str, np.ndarray]:
@@ -253,25 +198,25 @@ def replicates(
     for column, s in specs.items():
         by_task.setdefault(s.task, []).append(column)
     for task, columns in by_task.items():
-        rankers, scorers = _Rankers(), {}
+        rankers, samples = {}, {}
         for r, model in enumerate(models):
             for protocol in dict.fromkeys(specs[c].protocol for c in columns):
                 strata = _strata(items, model, task, protocol)
                 if strata is not None:
-                    scorers[r, protocol] = _Scorer(strata, rankers)
-        for layout in dict.fromkeys(s.strata.layout for s in scorers.values()):
-            mine = {key: s for key, s in scorers.items() if s.strata.layout == layout}
+                    samples[r, protocol] = (strata.layout, Sample(*strata, rankers))
+        for layout in dict.fromkeys(lay for lay, _ in samples.values()):
+            mine = {key: sample for key, (lay, sample) in samples.items() if lay == layout}
             sizes = [n for _, n in layout]
             start = 0
             for block in draw(task, sizes, b):
                 w = [bootstrap.counts(idx, n) for idx, n in zip(block, sizes)]
-                strata, pooled = [bootstrap.Resample(x) for x in w], bootstrap.Resample(np.hstack(w))
+                strata, pooled = [Resample(x) for x in w], Resample(np.hstack(w))
                 stop = start + len(block[0])
                 for column in columns:
                     s = specs[column]
-                    for (r, protocol), scorer in mine.items():
+                    for (r, protocol), sample in mine.items():
                         if protocol == s.protocol:
-                            out[column][r, start:stop] = 100 * scorer(s.statistic, strata, pooled)
+                            out[column][r, start:stop] = 100 * s.statistic(sample, strata, pooled)
                 start = stop
     return out
 
