@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,7 @@ from pipeline.model.transformer import SpanEncoder, load_mlm
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train.batching import collate, special_ids
 from storage import dataset_path, list_datasets, read_manifest, read_table
-from tests.conftest import CPIPE, cpipe, flow_env, signal_every_process
+from tests.conftest import CPIPE, cpipe, flow_env, http_server, signal_every_process
 from tests.test_select_by import nt_xent_loop
 
 pytestmark = pytest.mark.e2e
@@ -292,13 +293,37 @@ def test_after_the_run_cpipe_plan_with_its_arguments_says_every_stage_will_be_re
 
 
 def test_changing_min_tokens_rebuilds_filter_and_everything_after_only(full_run):
+    """With an MLflow server that answers the pre-flight and fails every report after it (503, as a server going
+    down does): each report is one warning, and the evaluation and leaderboard after training are built."""
     args, _, _ = full_run
-    # One run of the full run's six is enough to follow the change from the filter stage to the leaderboard.
-    result = cpipe(*args, "--set", "filter.min_tokens=150", "--set", "runs={declutr: {}}")
+    hits = []
+
+    class Failing(BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(503)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    with http_server(Failing) as srv:
+        tracking = f"tracking.mlflow.uri=http://127.0.0.1:{srv.server_port}"
+        # One run of the full run's six is enough to follow the change from the filter stage to the leaderboard.
+        result = cpipe(*args, "--set", "filter.min_tokens=150", "--set", "runs={declutr: {}}", "--set", tracking)
     assert result.returncode == 0, result.stderr[-3000:]
-    log = stage_log(result.stdout + result.stderr)
+    output = result.stdout + result.stderr
+    log = stage_log(output)
     assert log["corpus"] == log["tokenizer"] == log["init"] == log["evaluate-untrained"] == "reused"
     assert log["filter"] == log["augment-declutr"] == log["train-declutr"] == log["leaderboard"] == "built"
+    assert re.findall(r"MLflow: (.+) not reported: tracking\.mlflow\.uri http", output) == [
+        "the trained models",
+        "the leaderboard",
+    ], output[-3000:]
+    assert output.index("the trained models not reported") < output.index("evaluate-declutr: built")
+    assert hits and all(h.startswith("/api/") for h in hits[1:]) and "Traceback" not in output
 
 
 def test_reuse_stays_within_its_artifacts_directory(full_run, second_run, elsewhere):
