@@ -19,7 +19,7 @@ from pipeline.augment.config import AugmentConfig
 from pipeline.backtranslate.config import BacktranslateConfig
 from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.corpus.config import CorpusConfig
-from pipeline.corpus.credentials import concealed
+from pipeline.corpus.credentials import conceal, concealed
 from pipeline.decontaminate.config import DecontaminateConfig
 from pipeline.errors import ConfigError
 from pipeline.evaluate.config import EvaluateConfig
@@ -286,17 +286,37 @@ def _check_row_name(where: str, name: str) -> None:
 
 
 def _describe(e: ValidationError, prefix: str = "") -> str:
-    parts = []
+    return "; ".join(_said(err, prefix) for err in e.errors())
+
+
+def _said(err: dict, prefix: str = "") -> str:
+    key = prefix + ".".join(repr(x) if isinstance(x, str) and unusable_name(x) else str(x) for x in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if err["type"] == "value_error":
+        return f"{key}: {msg}" if key else msg
+    return f"{key}: {msg} (got {err['input']!r})"
+
+
+_FIRST_KEY = re.compile(r"(?:unknown key ')?([^\s:']+)")
+# The options that set a key of the config whole (cpipe's, and the flows' parameters of the same names).
+OPTIONS = {"artifacts": "--artifacts", "corpus.sources": "--corpus", "evaluate.data": "--eval-data"}
+
+
+def _sourced(e: ValidationError, profile: Path, overrides: list[str], replaced: list[str]) -> str:
+    """Each error after where its value came from: the last `--set` or option that set its key or a section holding
+    it, else the profile (an error of the config as a whole too)."""
+    given = [(_parse_override(item)[0], f"--set {conceal(item)}") for item in overrides]
+    given += [(key.split("."), OPTIONS.get(key, key)) for key in replaced]
+    by_source: dict[str, list[str]] = {}
     for err in e.errors():
-        key = prefix + ".".join(repr(x) if isinstance(x, str) and unusable_name(x) else str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key '{key}'")
-        elif err["type"] == "value_error":
-            parts.append(f"{key}: {msg}" if key else msg)
-        else:
-            parts.append(f"{key}: {msg} (got {err['input']!r})")
-    return "; ".join(parts)
+        said = _said(err)
+        # An error of the config as a whole (a run's settings, checked with the train section's) begins with its key.
+        loc = [str(part) for part in err["loc"]] or (m[1].split(".") if (m := _FIRST_KEY.match(said)) else [])
+        source = next((what for path, what in reversed(given) if loc[: len(path)] == path), str(profile))
+        by_source.setdefault(source, []).append(said)
+    return "; ".join(f"{source}: {'; '.join(parts)}" for source, parts in by_source.items())
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
@@ -383,4 +403,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return Config(**data)
     except ValidationError as e:
-        raise ConfigError(f"config error: {p}: {_describe(e)}") from None
+        replaced = [key for key, value in replace.items() if value is not None]
+        raise ConfigError(f"config error: {_sourced(e, p, list(overrides or []), replaced)}") from None

@@ -110,6 +110,30 @@ def test_batch_must_hold_whole_documents():
         load_config(None, ["train.batch_size=5"])
 
 
+def test_an_error_names_where_its_value_came_from_the_profile_a_set_or_an_option(tmp_path):
+    """A bad value given by --set was said to be the profile's: 'config error: configs/default.yaml: tracking...'."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text("filter: {min_tokens: many}\n")
+
+    def error(path, overrides, **replace) -> str:
+        with pytest.raises(ConfigError) as e:
+            load_config(path, overrides, **replace)
+        return str(e.value)
+
+    mixed = error(profile, ["train.lr=abc"])
+    assert mixed.startswith(f"config error: {profile}: filter.min_tokens: Input should be a valid integer, ")
+    assert "; --set train.lr=abc: train.lr: Input should be a valid number, " in mixed
+    # the last --set that gave the key (here, its section) a value; a run's settings are checked with the config whole
+    assert error(None, ["filter.min_tokens=3", "filter={min_tokens: x}"]).startswith(
+        "config error: --set filter={min_tokens: x}: filter.min_tokens: "
+    )
+    assert error(None, ["runs.declutr.lr=x"]).startswith("config error: --set runs.declutr.lr=x: runs.declutr.lr: ")
+    assert error(None, [], **{"corpus.sources": [5]}).startswith("config error: --corpus: corpus.sources.0: ")
+    credentials = error(None, ["tracking.mlflow.uri=https://user:secret@mlflow.example"])
+    assert credentials.startswith("config error: --set tracking.mlflow.uri=https://***@mlflow.example: ")
+    assert "secret" not in credentials
+
+
 def test_missing_file_and_malformed_set(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")

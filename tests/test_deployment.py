@@ -225,7 +225,9 @@ def test_a_bad_override_fails_the_run_with_the_one_line_error_as_its_state_messa
     )
     run = read_run(process_pool.env, name, "full-pipeline/local")
     assert run["state"] == "Failed"
-    assert run["message"] == f"ConfigError: config error: {tiny_config}: unknown key 'filter.bogus'", run["message"]
+    assert run["message"] == "ConfigError: config error: --set filter.bogus=1: unknown key 'filter.bogus'", run[
+        "message"
+    ]
     # Its log says it in that one line: not again in Prefect's engine's record, with the error's traceback.
     logged = "\n".join(run["logs"])
     assert run["message"] in run["logs"] and "Traceback" not in logged and "Engine" not in logged, logged[-3000:]

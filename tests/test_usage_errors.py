@@ -41,7 +41,7 @@ PROBE = (
         ),
         (
             ["run", "--corpus", "{tmp}/c.txt", "--artifacts", "{tmp}/a", "--set", "train.lr=.inf"],
-            f"cpipe: error: config error: {ROOT / 'configs' / 'default.yaml'}: train.lr: Input should be a finite number",
+            "cpipe: error: config error: --set train.lr=.inf: train.lr: Input should be a finite number",
         ),
         (
             ["serve", "--corpus", "{tmp}/c.txt", "--eval-data", "{tmp}/no-eval"],
