@@ -122,15 +122,14 @@ class Numbers:
         out.write(rows(config["n"]))
 
 
-Numbers.STAGE = Stage(
-    name="numbers",
-    version="1",
-    flow="data",
-    section="corpus",
-    config=lambda cfg, key: {},
-    run=Numbers.run,
-    schema=SCHEMA,
-)
+def toy_stage(name: str, run) -> Stage:
+    """A data stage of the numbers' schema that `run` writes, for run_stage."""
+    return Stage(
+        name=name, version="1", flow="data", section="corpus", config=lambda cfg, key: {}, run=run, schema=SCHEMA
+    )
+
+
+Numbers.STAGE = toy_stage("numbers", Numbers.run)
 CONFIG = {"n": 8, "rows_per_shard": 3}
 
 
@@ -361,15 +360,7 @@ class WithSideFiles:
         out.rewritten.add("model/README.md")
 
 
-WithSideFiles.STAGE = Stage(
-    name="sides",
-    version="1",
-    flow="data",
-    section="corpus",
-    config=lambda cfg, key: {},
-    run=WithSideFiles.run,
-    schema=SCHEMA,
-)
+WithSideFiles.STAGE = toy_stage("sides", WithSideFiles.run)
 
 
 def test_the_manifest_records_every_other_file_but_the_rewritten(tmp_path):
