@@ -77,6 +77,10 @@ def ray_init(address: str | None, num_cpus: int | None) -> None:
         # warnings Ray's own internals raise. The workers inherit these; the user's own settings win.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
         os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+        # The workers' lines this driver prints come with their prefix in color codes, which off a terminal (a log
+        # file, Prefect's worker) are bytes of noise.
+        if not (sys.stdout.isatty() and sys.stderr.isatty()):
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")
         # RAY_ADDRESS (set inside Ray jobs) means a cluster too. Without either, "local" starts our own
         # instance: a bare ray.init() would join whatever `ray start` left on this machine.
         cluster = address or os.environ.get("RAY_ADDRESS")

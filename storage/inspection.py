@@ -3,11 +3,12 @@ under an artifacts directory, in the run's order of stages.
 
 Either way each dataset's shards are checked against its manifest (`storage.verify`): a damaged one is
 reported in one line naming the file, and inspect fails. Off a terminal (a pipe, a file) lines are not cut at 80
-columns, so a path or a detail reaches grep whole."""
+columns, so a path or a detail reaches grep whole, and a table is tab-separated lines, a row a line."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from storage.dataset import MANIFEST, DamagedDataset, DatasetError, list_dataset
 from storage.dropped import read_dropped
 
 WIDE = 100_000  # columns off a terminal: a line as long as its content
+_ONE_LINE = re.compile(r"[\t\r\n]")  # what would split a piped row's cell, or the row: a space there
 
 
 def _age(created: float | None) -> str:
@@ -60,19 +62,15 @@ def show(
             head = pq.ParquetFile(f).read_row_group(0).slice(0, rows) if pq.ParquetFile(f).num_row_groups else None
         console.print(f"rows: {manifest['rows']}  shards: {len(parts)}")
         if head is not None:
-            table = Table(*head.column_names, title=f"first {head.num_rows} rows")
-            for record in head.to_pylist():
-                table.add_row(*(_short(v) for v in record.values()))
-            console.print(table)
+            rows = [[_short(v) for v in record.values()] for record in head.to_pylist()]
+            _table(console, f"first {head.num_rows} rows", head.column_names, rows)
         return
     datasets = list_datasets(path)
     if not datasets:
         raise DatasetError(f"{path}: no finished stage datasets here")
     rank = {name: i for i, name in enumerate(order)}
     datasets.sort(key=lambda d: (rank.get(d["stage"], len(rank)), d["stage"], d["created"] or 0))
-    table = Table("stage", "fingerprint", "rows", "age", "state", title=f"datasets under {path}")
-    table.add_column("path", overflow="fold")  # folded on a narrow terminal, never cut
-    damaged = []
+    rows, damaged = [], []
     for d in datasets:
         try:
             verify(d["url"])
@@ -80,15 +78,9 @@ def show(
         except DamagedDataset as e:
             damaged.append(e)
             state = "damaged"
-        table.add_row(
-            d["stage"],
-            d["fingerprint"],
-            "" if d["rows"] is None else str(d["rows"]),
-            _age(d["created"]),
-            state,
-            d["path"],
-        )
-    console.print(table)
+        rows.append([d["stage"], d["fingerprint"], d["rows"], _age(d["created"]), state, d["path"]])
+    header = ["stage", "fingerprint", "rows", "age", "state", "path"]
+    _table(console, f"datasets under {path}", header, rows, fold=("path",))
     if damaged:
         more = f" (and {len(damaged) - 1} more marked damaged above)" if len(damaged) > 1 else ""
         raise DamagedDataset(damaged[0].path, f"{damaged[0].what}{more}")
@@ -108,16 +100,24 @@ def _show_dropped(path: str, console: Console, is_dataset: bool) -> None:
         )
     reasons = Counter(dropped.column("reason").to_pylist())
     console.print(f"dropped: {dropped.num_rows}" + "".join(f"  {r}: {n}" for r, n in sorted(reasons.items())))
-    if dropped.num_rows and not console.is_terminal:  # piped: tab-separated lines that cut, awk and grep read
-        for record in [dropped.column_names, *(r.values() for r in dropped.to_pylist())]:
-            print("\t".join("" if v is None else str(v) for v in record))
-    elif dropped.num_rows:
-        table = Table(title=f"dropped rows of {path}")
-        for name in dropped.column_names:
-            table.add_column(name, overflow="fold")
-        for record in dropped.to_pylist():
-            table.add_row(*record.values())
+    if dropped.num_rows:
+        rows = [list(record.values()) for record in dropped.to_pylist()]
+        _table(console, f"dropped rows of {path}", dropped.column_names, rows, fold=dropped.column_names)
+
+
+def _table(console: Console, title: str, header: Sequence[str], rows: list[list], fold: Sequence[str] = ()) -> None:
+    """On a terminal, rich's table, the `fold` columns folded on a narrow one (never cut). Piped (a file, grep, awk,
+    cut), the header and then a row a line, tab-separated, without a title or box drawing."""
+    if console.is_terminal:
+        table = Table(title=title)
+        for name in header:
+            table.add_column(name, overflow="fold" if name in fold else "ellipsis")
+        for row in rows:
+            table.add_row(*("" if v is None else str(v) for v in row))
         console.print(table)
+        return
+    for row in [header, *rows]:  # past rich, which would expand the tabs
+        print("\t".join("" if v is None else _ONE_LINE.sub(" ", str(v)) for v in row), file=console.file)
 
 
 def _short(value, width: int = 60) -> str:

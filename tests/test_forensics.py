@@ -125,18 +125,26 @@ def test_inspect_dropped_prints_every_dropped_document_and_says_when_none_were_r
     assert err.count("\n") == 1 and "no record of dropped rows (this filter dataset" in err, err
 
 
-def test_inspect_lists_stages_in_the_runs_order_and_prints_whole_paths_off_a_terminal(stages, capsys):
+def test_inspect_piped_lists_stages_in_the_runs_order_and_rows_in_tab_separated_lines_whole_paths_no_boxes(
+    stages, capsys
+):
     path = stages()
     art = path.rsplit("/", 2)[0]
     assert main(["inspect", art]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    listed = [line.split("│")[1].strip() for line in lines if line.count("│") > 5 and "fingerprint" not in line]
+    header, *rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]  # piped: no boxes
+    assert header == ["stage", "fingerprint", "rows", "age", "state", "path"]
+    listed = [row[0] for row in rows]  # the other tests' filter datasets too
     assert listed == sorted(listed, key=["corpus", "tokenizer", "filter"].index) and set(listed) == {
         "corpus",
         "tokenizer",
         "filter",
     }
-    assert sum(path in line for line in lines) == 1  # whole, on one line
+    assert sum(path == row[5] for row in rows) == 1  # whole, in its column
+    assert main(["inspect", path, "--rows", "2"]) == 0
+    shown = capsys.readouterr().out
+    header, *rows = [line.split("\t") for line in shown.split("\nrows: ", 1)[1].splitlines()[1:]]
+    assert header[:3] == ["doc_id", "source", "title_or_url"] and [len(row) for row in rows] == [len(header)] * 2
+    assert not set("│┃━") & set(shown), shown
 
 
 def test_evaluate_model_names_a_runs_train_dataset_by_its_run_and_says_its_objective(evaluate_setup, tmp_path):
