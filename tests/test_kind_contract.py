@@ -1,5 +1,5 @@
-"""A task kind is one module and one registry line: a toy kind, declared in this module and registered for the test,
-is found in an evaluation directory, scored by the evaluate stage's units, indexed by decontamination, written to
+"""A task kind is one module and one registry line, which alone names its main metric: a toy kind, declared in this
+module and registered for the test, is found in an evaluation directory, scored by the evaluate stage's units, indexed by decontamination, written to
 MTEB's result files, accepted as evaluate.rank_by, and gets its column, its average and their bootstrap intervals in
 a leaderboard built from hand-made score rows. No Ray: the pieces are called directly."""
 
@@ -52,7 +52,6 @@ def share_of_hits(hits: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 KIND = kind.Kind(
     NAME,
-    MAIN,
     find,
     score,
     texts=lambda rows: [s for row in rows for s in row],
@@ -147,10 +146,20 @@ def test_a_registered_kind_gets_its_columns_intervals_mteb_names_and_rank_by(toy
 
 def test_a_kind_whose_statistic_is_not_a_function_is_refused():
     with pytest.raises(TypeError, match="task kind toy: statistic must be a function .* not 'roc_auc'"):
-        kind.Kind(NAME, MAIN, find, score, texts=None, statistic="roc_auc")
+        kind.Kind(NAME, find, score, texts=None, statistic="roc_auc")
 
 
-def test_a_declaration_unlike_its_registry_line_is_refused(monkeypatch):
-    monkeypatch.setitem(registry.MODULES, NAME, (__name__, "misses"))
-    with pytest.raises(ValueError, match="declares the kind 'toy' showing 'hits'; its registry line says"):
-        kinds.kind(NAME)
+def test_a_declaration_of_another_kind_than_its_registry_line_names_is_refused(monkeypatch):
+    monkeypatch.setitem(registry.MODULES, "other", (__name__, MAIN))
+    with pytest.raises(ValueError, match=f"{__name__} declares the kind 'toy'; its registry line names 'other'"):
+        kinds.kind("other")
+
+
+def test_a_kinds_main_metric_is_its_registry_lines(toy, monkeypatch):
+    """The declaration writes no metric: the registry line's is its columns' and its rank_by's."""
+    monkeypatch.setitem(registry.MODULES, NAME, (__name__, "share"))
+    declared = kinds.kind(NAME)
+    assert (declared.main, declared.column("greet").metric) == ("share", "share")
+    assert EvaluateConfig(rank_by="greet share").rank_by == "greet share"
+    with pytest.raises(ValueError, match="'greet hits' is not a leaderboard column"):
+        EvaluateConfig(rank_by="greet hits")

@@ -145,7 +145,6 @@ def score(task: Task, embed, seed: int) -> list[dict]:
 
 KIND = Kind(
     name=NAME,
-    main="alignment",
     find=find,
     score=score,
     texts=None,

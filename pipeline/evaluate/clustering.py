@@ -27,11 +27,12 @@ from sklearn.metrics import v_measure_score
 
 from pipeline.evaluate import kind, resampled
 from pipeline.evaluate.items import run_stratum
+from pipeline.readers import registry
 from pipeline.readers.names import pair_format
 from pipeline.readers.sts import EvalDataError, records
 
 NAME = "clustering"
-MAIN = "v_measure"
+MAIN = registry.main_metric(NAME)
 RUNS = 10
 # MTEB's AbsTaskClustering.k_mean_batch_size, and n_init=1 with k-means++ (sklearn's "auto" for it).
 BATCH_SIZE = 512
@@ -146,7 +147,6 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 # Decontamination indexes its clustered sentences.
 KIND = kind.Kind(
     NAME,
-    MAIN,
     find,
     score,
     texts=lambda d: [s for sentences, _ in d for s in sentences],

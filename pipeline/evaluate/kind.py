@@ -1,7 +1,7 @@
 """A task kind's declaration (Kind) and what its module builds its tasks and rows with. A kind is one module ending
-in `KIND = Kind(...)` plus its line in pipeline.readers.registry; it imports this module, never the registry or
-pipeline.evaluate.kinds, so that no import cycle runs through the registry's lazy imports. What the declaration
-says, and who reads it:
+in `KIND = Kind(...)` plus its line in pipeline.readers.registry, which names its module and its main metric; it
+imports this module and the registry (a leaf), never pipeline.evaluate.kinds, so that no import cycle runs through
+the registry's lazy imports. What the declaration says, and who reads it:
 
     find(data_dir) -> [Task]        its tasks in an --eval-data directory, [] when none; a bad file or row is an
                                     InputError "FILE:LINE: what" (pipeline.readers.sts.EvalDataError) (kinds.find_all)
@@ -10,7 +10,8 @@ says, and who reads it:
                                     Embed; its test items go to `keep_items`, for the bootstrap (evaluate.stage)
     texts(task.data) -> sentences   what decontamination indexes of a task (decontaminate.evalsets)
     main, column(task), average     its leaderboard columns: "<task> <main>" per task, "avg <kind>" over them
-                                    (leaderboard.table); or `columns(task)`, typed, where a task has several
+                                    (leaderboard.table); or `columns(task)`, typed, where a task has several.
+                                    `main` is its registry line's, not declared (the config reads it there)
     statistic                       the function the leaderboard's bootstrap recomputes `main` with from the kept
                                     items on each resample (pipeline.evaluate.resampled: `mean` of per-query
                                     values, `pooled_average_precision` of scored pairs, ...; leaderboard.intervals);
@@ -47,6 +48,7 @@ import numpy as np
 from pipeline.evaluate.column import Column
 from pipeline.evaluate.items import WHOLE, Items
 from pipeline.evaluate.resampled import Statistic
+from pipeline.readers import registry
 from pipeline.readers.names import MtebTask, mteb_task, pair_format
 from pipeline.readers.sts import EvalDataError, task_name
 
@@ -142,7 +144,6 @@ class Mteb:
 @dataclass(frozen=True)
 class Kind:
     name: str
-    main: str
     find: Callable[[Path], list[Task]]
     score: Callable[[Task, Any, int], list[dict]]
     texts: Callable[[Any], Iterable[str]] | None
@@ -174,6 +175,10 @@ class Kind:
     def unit(self, task: Task) -> str:
         """The name of the evaluate unit scoring `task` ("sts/STS12"; the manifest's units, the progress lines)."""
         return self.name if self.whole else f"{self.name}/{task.name}"
+
+    @property
+    def main(self) -> str:
+        return registry.main_metric(self.name)
 
     def column(self, task: str) -> Column:
         return Column(task=task, kind=self.name, metric=self.main, protocol=self.name)

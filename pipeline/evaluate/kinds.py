@@ -37,13 +37,11 @@ def module(name: str) -> ModuleType:
 
 
 def kind(name: str) -> Kind:
-    """The kind's declaration; one that is not what its registry line says is refused."""
+    """The kind's declaration; one of another kind than its registry line names is refused."""
     declared = module(name).KIND
-    path, main = registry.line(name)
-    if (declared.name, declared.main) != (name, main):
+    if declared.name != name:
         raise ValueError(
-            f"{path} declares the kind {declared.name!r} showing {declared.main!r}; its registry line "
-            f"says {name!r} showing {main!r}"
+            f"{registry.line(name)[0]} declares the kind {declared.name!r}; its registry line names {name!r}"
         )
     return declared
 

@@ -17,11 +17,12 @@ import numpy as np
 from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kind, resampled
+from pipeline.readers import registry
 from pipeline.readers.names import PAIR_SUFFIXES, pair_format
 from pipeline.readers.sts import EvalDataError, sentence_pairs
 
 NAME = "pairclass"
-MAIN = "AP"
+MAIN = registry.main_metric(NAME)
 COLUMNS = ("sentence1", "sentence2", "label")
 
 
@@ -89,7 +90,6 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 # functions; only cosine is scored here, so its main score is cosine_ap.
 KIND = kind.Kind(
     NAME,
-    MAIN,
     find,
     score,
     texts=lambda d: [*d[0], *d[1]],

@@ -21,11 +21,12 @@ from sklearn.metrics import average_precision_score
 
 from pipeline.evaluate import kind, resampled
 from pipeline.evaluate.sts import unit_rows
+from pipeline.readers import registry
 from pipeline.readers.sts import EvalDataError, records
 
 NAME = "reranking"
 AT_K = 10
-MAIN, MRR = "map", f"mrr_at_{AT_K}"
+MAIN, MRR = registry.main_metric(NAME), f"mrr_at_{AT_K}"
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,6 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 # Decontamination indexes its queries and their candidates.
 KIND = kind.Kind(
     NAME,
-    MAIN,
     find,
     score,
     texts=lambda d: [t for s in d for t in (s.query, *s.positive, *s.negative)],

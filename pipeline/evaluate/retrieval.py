@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.evaluate import kind, resampled
-from pipeline.readers import beir
+from pipeline.readers import beir, registry
 from pipeline.readers.beir import MAX_CHARS, SPLIT, Data  # noqa: F401 (MAX_CHARS: the cut's size, as tests read it)
 from pipeline.readers.sts import task_name
 
 NAME = "retrieval"
-MAIN = "nDCG@10"
+MAIN = registry.main_metric(NAME)
 CHUNK, QUERIES = 50_000, 256
 NDCG_K, MRR_K, RECALL_K, MAP_K = 10, 10, 100, 100
 TOP = max(NDCG_K, MRR_K, RECALL_K, MAP_K)
@@ -110,7 +110,6 @@ def score(task: kind.Task, embed, seed: int) -> list[dict]:
 # Decontamination indexes its passages and queries.
 KIND = kind.Kind(
     NAME,
-    MAIN,
     find,
     score,
     texts=lambda d: [*d.passages, *d.queries],

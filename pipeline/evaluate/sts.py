@@ -264,7 +264,6 @@ def kept_columns(task: str, protocol: str) -> list[Column]:
 
 KIND = Kind(
     name=NAME,
-    main="spearman",
     find=find,
     score=score,
     texts=texts,

@@ -358,7 +358,6 @@ def fingerprint(found: list[Task]) -> str:
 
 KIND = Kind(
     name=NAME,
-    main="accuracy",
     find=find,
     score=score,
     texts=texts,

@@ -1,11 +1,16 @@
 """Every kind of the evaluation: SentEval's (STS, the transfer tasks), the file kinds (retrieval, clustering, pair
-classification, reranking) and the analysis, the one list of them, in the order they are scored. A kind is one module ending in its declaration, `KIND = Kind(...)` (pipeline.evaluate.kind),
-named here on one line with the metric its leaderboard columns show, and imported only when first needed, by
-pipeline.evaluate.kinds (as pipeline.registry does for stages). A leaf, importing nothing, so that the config checks
-`evaluate.rank_by` against the kinds' columns without importing their scorers, and so that no import cycle closes
-through the lazy import (a kind's module reaches this list, through pipeline.readers.sts, but never the module
-importing it). It sits with the readers because the STS pair files' reader tells a kind's `<task>.<kind>.<format>`
-file from a pair file by these names."""
+classification, reranking) and the analysis, the one list of them, in the order they are scored. A kind is one
+module ending in its declaration, `KIND = Kind(...)` (pipeline.evaluate.kind), named here on one line with the
+metric its leaderboard columns show, and imported only when first needed, by pipeline.evaluate.kinds (as
+pipeline.registry does for stages). The metric is written here alone (the declaration reads it: Kind.main), since
+the config checks `evaluate.rank_by` against the kinds' columns before, and without, importing any kind's module.
+A leaf, importing nothing, so that the config may import it, and so that no import cycle closes through the lazy
+import (a kind's module reaches this list, through pipeline.evaluate.kind, but never the module importing it).
+
+It sits with the readers, not beside the kinds in pipeline/evaluate/, because the STS pair files' reader tells a
+kind's `<task>.<kind>.<format>` file from a pair file by these names, and the readers (pipeline.readers.sts, which
+pipeline.baselines reaches through pipeline.readers.nli) sit left of evaluate in the package order: none of them
+may import a module of pipeline/evaluate/, a leaf included."""
 
 from __future__ import annotations
 
@@ -43,7 +48,8 @@ def line(name: str) -> tuple[str, str]:
 
 
 def main_metric(name: str) -> str:
-    return MODULES[name][1]
+    """The metric a kind's columns show, written here alone: its declaration reads it (Kind.main)."""
+    return line(name)[1]
 
 
 def average(name: str) -> str:
