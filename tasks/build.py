@@ -13,6 +13,7 @@ import socket
 import time
 import urllib.error
 
+import pandas as pd
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
@@ -24,7 +25,7 @@ from pipeline.config import RayConfig
 from pipeline.errors import InputError
 from pipeline.evaluate.data import local_eval_data
 from pipeline.leaderboard.stage import publish
-from pipeline.leaderboard.table import json_records
+from pipeline.leaderboard.table import json_records, rank_column
 from pipeline.ray_session import ray_init
 from pipeline.registry import stage as registered
 from pipeline.stage import run_stage
@@ -162,8 +163,24 @@ def start_ray(address: str | None, num_cpus: int | None) -> None:
 def publish_leaderboard(path: str, artifacts: str) -> str:
     table, markdown = publish(path, artifacts)
     create_table_artifact(key="leaderboard", table=json_records(table), description=markdown)
-    get_run_logger().info("leaderboard:\n%s", markdown)
+    get_run_logger().info("%s", ranking(table, read_manifest(path).get("rank_by")))
     return f"{artifacts.rstrip('/')}/leaderboard.md"
+
+
+def ranking(table: pd.DataFrame, rank_by: str | None) -> str:
+    """The leaderboard as the run's log says it: a line per row, its score in the column it is ranked by and that
+    score's interval. Its every column is in leaderboard.md and the table artifact: a row of the whole table was a
+    line of a thousand characters and more in a log."""
+    column = rank_column(table, rank_by)
+    if column is None:
+        return f"leaderboard: {', '.join(table['model'])} (no scores)"
+    lines = [f"leaderboard, by {column}:"]
+    for row in table.to_dict("records"):
+        interval = (
+            f" [{row[f'{column} lo']:.2f}, {row[f'{column} hi']:.2f}]" if pd.notna(row.get(f"{column} lo")) else ""
+        )
+        lines.append(f"  {row['model']} {'—' if pd.isna(row[column]) else f'{row[column]:.2f}'}{interval}")
+    return "\n".join(lines)
 
 
 @task(cache_policy=NO_CACHE)

@@ -481,7 +481,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     log.info(
         "evaluate: %s on %s in %d units (%s, %d workers; absent: %s)",
         config["model"],
-        ", ".join(f"{len(f.tasks)} {f.kind.name}" for f in found),
+        ", ".join(f"{len(f.tasks)} {f.kind.name}" for f in found if f.tasks),  # a kind the data lacks is no news
         len(todo),
         config["runtime"]["backend"],
         config["runtime"]["workers"],
