@@ -119,6 +119,14 @@ def test_full_pipeline_writes_a_leaderboard_with_every_row(full_run):
     markdown = (artifacts / "leaderboard.md").read_text()
     assert "| declutr |" in markdown and "Absent from the evaluation data: STS13" in markdown
     assert set(stage_log(output).values()) == {"built"}
+    # Its output as a log file keeps it (issue 48 item 6): no tqdm bar redrawn with carriage returns, no line of the
+    # whole leaderboard's width (a line a row, ranked, instead), no blank line, no complaint from Prefect's log
+    # shipping after the run's temporary server stopped.
+    lines = output.replace(str(artifacts.parent), "<run>").splitlines()  # the length of the log's own words
+    assert "\r" not in output and "Error logging to API" not in output
+    assert max(map(len, lines)) <= 300, max(lines, key=len)
+    assert all(line.strip() for line in lines), [i for i, line in enumerate(lines) if not line.strip()]
+    assert "leaderboard, by " in output
 
 
 def test_stage_datasets_follow_the_contract(full_run):
