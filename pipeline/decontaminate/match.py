@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.decontaminate.ngrams import Index, concatenated, known_run, window_hashes, word_ids, word_lists
+from pipeline.decontaminate.ngrams import Index, Pieces, Windows, holes, split_whitespace, word_lists
 
 Hit = tuple[int, int, int]  # (length in words, first word, hash) of a matching window
 MASK = " "  # what a cut-out run of matched words becomes: the text on either side stays apart
@@ -21,29 +21,47 @@ def member(h: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 class Matcher:
-    """Looks windows up in the index's n-grams: a bitmap of their top bits first (a gather), so that only the
-    few windows it lets through are searched for in the sorted hashes."""
+    """Looks windows up in the index's n-grams. Only where a document's next `shortest` words begin an n-gram
+    (their hash in a bitmap of the index's prefixes' top bits, then in one of their low bits: gathers) are the
+    windows of each length hashed and searched for in the sorted hashes; hashing every length at every position
+    took a pass of the batch per length. A window whose hash is an n-gram's but whose first words hash to no
+    n-gram's holds other words (two texts' hashes agree only by a 64-bit chance), and is not found."""
 
     def __init__(self, index: Index):
-        self.tasks, self.keys, self.lookup = index.tasks, index.union(), index.lookup()
-        total = sum(map(len, self.keys.values()))
-        self.shift = np.uint64(64 - min(max(int(total * 16).bit_length(), 16), 26))  # 1/16 of it set, up to 64 MB
-        self.bitmap = np.zeros(1 << (64 - int(self.shift)), dtype=bool)
-        for keys in self.keys.values():
-            self.bitmap[keys >> self.shift] = True
+        self.index, self.tasks, self.keys = index, index.tasks, index.union()
+        self.pieces, self.shortest = Pieces(index.lookup()), index.shortest()
+        bits = min(max(int(len(index.prefixes) * 16).bit_length(), 16), 26)  # 1/16 of each set, up to 64 MB each
+        self.shift, self.mask = np.uint64(64 - bits), np.uint64((1 << bits) - 1)
+        self.top, self.low = np.zeros(1 << bits, dtype=bool), np.zeros(1 << bits, dtype=bool)
+        self.top[self._top(index.prefixes)] = self.low[self._low(index.prefixes)] = True
+
+    # As int64 (the values fit): numpy casts a uint64 index array before a gather, a pass as long as the gather.
+    def _top(self, h: np.ndarray) -> np.ndarray:
+        return (h >> self.shift).view(np.int64)
+
+    def _low(self, h: np.ndarray) -> np.ndarray:
+        return (h & self.mask).view(np.int64)
+
+    def __reduce__(self):
+        # A worker gets the index and builds the bitmap itself; the pieces seen here stay here.
+        return Matcher, (self.index,)
 
     def find(self, texts: pa.Array) -> list[list[Hit]]:
         """Each text's matching windows, the texts' windows hashed together."""
-        lists = word_lists(texts)
-        ids, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
+        ids, starts = self.pieces.ids(texts)
         hits: list[list[Hit]] = [[] for _ in range(len(texts))]
-        run = known_run(ids)
-        for length, h in window_hashes(ids, self.keys).items():
-            maybe = np.flatnonzero(self.bitmap[h >> self.shift])
-            maybe = maybe[run[maybe] >= length]
-            at = maybe[member(h[maybe], self.keys[length])]
-            for doc, pos in zip((np.searchsorted(starts, at, side="right") - 1).tolist(), at.tolist()):
-                hits[doc].append((length, pos - int(starts[doc]), int(h[pos])))
+        windows, zeros = Windows(ids), holes(ids)
+        prefix = windows.every(self.shortest)
+        maybe = np.flatnonzero(self.top[self._top(prefix)])
+        maybe = maybe[self.low[self._low(prefix[maybe])]]
+        for length, keys in self.keys.items():
+            at = maybe[maybe <= len(ids) - length]
+            at = at[zeros[at + length] == zeros[at]]
+            h = windows.at(at, length)
+            found = member(h, keys)
+            at, h = at[found], h[found]
+            for doc, pos, key in zip((np.searchsorted(starts, at, side="right") - 1).tolist(), at.tolist(), h.tolist()):
+                hits[doc].append((length, pos - int(starts[doc]), key))
         return hits
 
     def tasks_of(self, hits: list[Hit]) -> list[str]:
@@ -83,7 +101,7 @@ def word_spans(text: str) -> list[tuple[int, int]]:
     Simplification splits a piece or empties it, and joins pieces only for a spaced contraction (SentEval's
     "don ' t", three pieces, is "do n t"): pieces whose words together differ in number from theirs apart are one
     group, spanning them all."""
-    pieces = pc.utf8_split_whitespace(pa.array([text]))[0].values.to_pylist()
+    pieces = split_whitespace(pa.array([text]))[0].values.to_pylist()
     spans, at = [], 0
     for group, count in _groups(pieces):
         start = text.index(group[0], at)

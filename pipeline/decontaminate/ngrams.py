@@ -12,13 +12,19 @@ is an 8-byte blake2b, so the index, and the fingerprint made from it, are the sa
 hash is salted per process). A window's hash is sum_j word[i + j] * P^j mod 2^64, for every window of a batch at
 once with numpy. A word that no evaluation sentence has is 0, as is the separator after each text, and a window
 holding a 0 is never looked up.
+
+Documents are simplified a white-space piece at a time (`Pieces`): the same words, each distinct piece simplified
+once per process.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -35,18 +41,41 @@ BRACKETS = (r"-[lr][rsc]b-", " ")
 # White space is every character Arrow's utf8_split_whitespace splits at.
 PUNCTUATION = r"[^\pL\pN\pZ\s\x0b\x1c-\x1f\x{85}]+"
 DIGITS = r"\p{Nd}+"
-P = 0x9E3779B97F4A7C15  # odd: multiplying by it loses no bits mod 2^64
-POWERS = np.array([pow(P, j, 2**64) for j in range(64)], dtype=np.uint64)  # those of n up to 128
+# Where NOT could join two white-space pieces, as `unified` leaves them: one ends in "n" (ENDS, matched on the
+# piece backwards: anchored patterns cost less), with the apostrophe or not, and the next starts with the rest
+# (STARTS). No piece is only white space once unified (no character becomes only white space), so none lies inside.
+ENDS = (r"^\s*n", r"^\s*'\s*n")
+STARTS = (r"^\s*'\s*(t\b|$)", r"^\s*t\b")
+P = 0x9E3779B97F4A7C15  # odd: multiplying by it loses no bits mod 2^64, and it has an inverse
 EMPTY = np.empty(0, dtype=np.uint64)
+SEPARATOR = "\x1f"  # white space to Python and Arrow, and to none of simplified()'s patterns: pieces stay apart
 
 
-def power(j: int) -> np.uint64:
-    """P^j mod 2^64, for any j: decontaminate.n has no upper bound."""
-    return POWERS[j] if j < len(POWERS) else np.uint64(pow(P, j, 2**64))
+def _powers(base: int, n: int) -> np.ndarray:
+    """base^j mod 2^64 for j < n (numpy's unsigned products wrap)."""
+    factors = np.full(n, base, dtype=np.uint64)
+    factors[0] = 1
+    return np.cumprod(factors, dtype=np.uint64)
 
 
-def simplified(texts: pa.Array) -> pa.Array:
-    texts = pc.utf8_lower(pc.utf8_normalize(pc.replace_substring_regex(texts, APOSTROPHES, "'"), "NFKC"))
+POWERS, INVERSES = _powers(P, 64), _powers(pow(P, -1, 2**64), 64)
+
+
+def powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P^j and P^-j mod 2^64 for j < n: decontaminate.n has no upper bound, and a batch's words none either."""
+    global POWERS, INVERSES
+    if len(POWERS) < n:
+        POWERS, INVERSES = _powers(P, 2 * n), _powers(pow(P, -1, 2**64), 2 * n)
+    return POWERS[:n], INVERSES[:n]
+
+
+def unified(texts: pa.Array) -> pa.Array:
+    """The texts with one apostrophe, NFKC, lower case: what `simplified` does within each character."""
+    return pc.utf8_lower(pc.utf8_normalize(pc.replace_substring_regex(texts, APOSTROPHES, "'"), "NFKC"))
+
+
+def simplified(texts: pa.Array, unify: bool = True) -> pa.Array:
+    texts = unified(texts) if unify else texts
     texts = pc.replace_substring_regex(pc.replace_substring_regex(texts, *NOT), *CLITIC)
     texts = pc.replace_substring_regex(texts, *BRACKETS)
     return pc.replace_substring_regex(pc.replace_substring_regex(texts, PUNCTUATION, " "), DIGITS, "0")
@@ -54,7 +83,18 @@ def simplified(texts: pa.Array) -> pa.Array:
 
 def word_lists(texts: pa.Array) -> pa.ListArray:
     """Each text's words once simplified; a text with none has an empty list (Arrow's split gives [""])."""
-    lists = pc.utf8_split_whitespace(simplified(texts))
+    return _split(simplified(texts))
+
+
+def split_whitespace(texts: pa.Array) -> pa.ListArray:
+    """Arrow's utf8_split_whitespace, with one more text after the texts: the kernel reads past a text's end, and
+    where that is the end of the array's data it may take the text's last white space for part of its last piece
+    (pyarrow 26 splits ["σ" + 61 * "a" + " "] either way, run after run)."""
+    return pc.utf8_split_whitespace(pa.concat_arrays([texts, pa.array(["."], texts.type)]))[:-1]
+
+
+def _split(texts: pa.Array) -> pa.ListArray:
+    lists = split_whitespace(texts)
     words = lists.flatten()
     keep = pc.greater(pc.binary_length(words), 0)
     counts = np.bincount(
@@ -77,45 +117,61 @@ def concatenated(lists: pa.ListArray, ids: np.ndarray) -> tuple[np.ndarray, np.n
     """The texts' word ids (`ids`: the flattened lists') end to end, a 0 after each, and where each text starts."""
     offsets = lists.offsets.to_numpy().astype(np.int64)
     starts = offsets[:-1] + np.arange(len(lists))
-    out = np.zeros(offsets[-1] + len(lists), dtype=np.uint64)
+    out = np.zeros(offsets[-1] + len(lists), dtype=ids.dtype)
     out[np.arange(offsets[-1]) + np.repeat(np.arange(len(lists)), np.diff(offsets))] = ids
     return out, starts
 
 
+class Windows:
+    """The hash of any L words of `ids`, from one prefix sum: c[k] = sum_(j<k) ids[j] * P^j, so the L words from
+    i hash to (c[i + L] - c[i]) * P^-i. A window holding a 0 has a hash that means nothing: `holes` says which."""
+
+    def __init__(self, ids: np.ndarray):
+        self.n = len(ids)
+        up, self.down = powers(self.n + 1)
+        self.c = np.zeros(self.n + 1, dtype=np.uint64)
+        np.cumsum(ids * up[: self.n], out=self.c[1:])
+
+    def every(self, length: int) -> np.ndarray:
+        """The hashes of the windows from each position i <= len(ids) - length (two passes)."""
+        h = self.c[length:] - self.c[: max(self.n + 1 - length, 0)]
+        return np.multiply(h, self.down[: len(h)], out=h)
+
+    def at(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """The hashes of the windows from `starts` (each at most len(ids) - length)."""
+        return (self.c[starts + length] - self.c[starts]) * self.down[starts]
+
+
 def window_hashes(ids: np.ndarray, lengths: Iterable[int]) -> dict[int, np.ndarray]:
-    """{L: the hash of the L words from each position}, each length from two shorter ones (h_L(i) = h_a(i) +
-    P^a * h_(L-a)(i + a)), so 13 words take 6 passes, not 13. A window holding a 0 or running past the end has
-    a hash that means nothing: `known_run` says which those are."""
-    n, memo = len(ids), {1: ids}
-
-    def h(length: int) -> np.ndarray:
-        if length not in memo:
-            a = 1 << (length - 1).bit_length() - 1  # the largest power of two below length
-            out = h(a).copy()
-            out[: max(n - a, 0)] += h(length - a)[a:] * power(a)
-            memo[length] = out
-        return memo[length]
-
-    return {length: h(length) for length in sorted(set(lengths))}
+    """{L: the hash of the L words from each position i <= len(ids) - L}."""
+    windows = Windows(ids)
+    return {length: windows.every(length) for length in sorted(set(lengths))}
 
 
-def known_run(ids: np.ndarray) -> np.ndarray:
-    """How many words from each position are known (not 0): a window of L words from i is one iff run[i] >= L."""
-    n = len(ids)
-    next_zero = np.minimum.accumulate(np.where(ids == 0, np.arange(n), n)[::-1])[::-1]
-    return next_zero - np.arange(n)
+def holes(ids: np.ndarray) -> np.ndarray:
+    """How many 0s come before each position (and after the last): the L words from i are all known (not 0) iff
+    holes[i + L] == holes[i]."""
+    out = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(ids == 0, out=out[1:])
+    return out
 
 
 @dataclass
 class Index:
     """Each task's n-grams by length: the n-word windows of every sentence of at least n words, and each sentence
-    of min_words to n - 1 words whole, as sorted unique hashes; `vocab` is every word's hash."""
+    of min_words to n - 1 words whole, as sorted unique hashes; `vocab` is every word's hash; `prefixes` the hashes
+    of every n-gram's first `shortest()` words (a document's windows are looked up from those: `match.Matcher`)."""
 
     n: int
     min_words: int
     vocab: dict[str, int] = field(default_factory=dict)
     tasks: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    prefixes: np.ndarray = field(default_factory=lambda: EMPTY)
+
+    def shortest(self) -> int:
+        """The fewest words an n-gram has."""
+        return min(self.n, self.min_words)
 
     def lookup(self) -> tuple[pa.Array, np.ndarray]:
         """The vocabulary as Arrow strings, and their hashes with a 0 after them (for words not in it)."""
@@ -130,6 +186,7 @@ class Index:
                 known[length] = np.unique(np.concatenate([known.get(length, EMPTY), keys[keys != 0]]))
 
     def _hashes(self, lists: pa.ListArray, stats: dict) -> dict[int, np.ndarray]:
+        """The sentences' n-grams by length (and their prefixes added to `prefixes`)."""
         sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
         whole = (sizes >= self.min_words) & (sizes < self.n)
         stats["sentences"] += len(sizes)
@@ -138,9 +195,12 @@ class Index:
         flat = lists.flatten()
         self.vocab.update((w, word_hash(w)) for w in pc.unique(flat).to_pylist() if w not in self.vocab)
         ids, starts = concatenated(lists, word_ids(flat, *self.lookup()))
-        windows = window_hashes(ids, {self.n, *sizes[whole].tolist()})
-        short = {int(s): windows[s][starts[whole & (sizes == s)]] for s in set(sizes[whole].tolist())}
-        return {self.n: windows[self.n][known_run(ids) >= self.n], **short}
+        windows, zeros = Windows(ids), holes(ids)
+        at = {self.n: np.flatnonzero(zeros[self.n :] == zeros[: len(zeros) - self.n])}
+        at.update({int(s): starts[whole & (sizes == s)] for s in set(sizes[whole].tolist())})
+        prefixes = windows.at(np.concatenate(list(at.values())), self.shortest())
+        self.prefixes = np.unique(np.concatenate([self.prefixes, prefixes]))
+        return {length: windows.at(starts, length) for length, starts in at.items()}
 
     def union(self) -> dict[int, np.ndarray]:
         lengths = sorted({length for by_length in self.tasks.values() for length in by_length})
@@ -154,3 +214,117 @@ class Index:
         for length, keys in self.union().items():
             h.update(f"\n{length}:".encode() + keys.astype("<u8").tobytes())
         return h.hexdigest()[:16]
+
+
+class Pieces:
+    """Texts' word hashes (`Index.lookup`'s, 0 for a word not in it) with a 0 after each text, simplified a
+    white-space piece at a time.
+
+    A piece's words are the words it gives alone: NFKC and lower case make white space of white space (the 29
+    characters Arrow's split splits at) and work within the pieces between (no character composes with white
+    space), and of simplified()'s patterns only NOT and CLITIC span white space, CLITIC changing no word (the
+    apostrophe it moves is a word break either way). So each distinct piece is simplified once, its words' hashes
+    remembered (up to LIMIT pieces, then all forgotten), and a text's words are its pieces'. Where NOT could join
+    two neighbouring pieces (ENDS then STARTS: "don ' t", "goin' to"), they are simplified together (`_joined`)."""
+
+    LIMIT = 500_000
+
+    def __init__(self, lookup: tuple[pa.Array, np.ndarray]):
+        self.lookup = lookup
+        self._forget()
+
+    def _forget(self) -> None:
+        self.codes: dict[str, int] = {}
+        # By code: where its words' hashes start in `hashes` (a 0 after each piece's), how many, and whether it
+        # may end a join (bit 0: before the apostrophe, bit 1: after it) or start one (bits 2 and 3).
+        self.at, self.count = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self.flags, self.hashes = np.zeros(0, np.uint8), EMPTY
+
+    def ids(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The texts' word hashes end to end, a 0 after each, and where each text starts."""
+        if len(self.codes) > self.LIMIT:
+            self._forget()
+        lists = split_whitespace(texts.fill_null(""))  # a piece in every text: "" gives [""]
+        pieces = lists.flatten().dictionary_encode()
+        distinct = pieces.dictionary.to_pylist()
+        codes = np.fromiter(map(self.codes.get, distinct, repeat(-1)), np.int64, len(distinct))
+        if len(new := np.flatnonzero(codes < 0)):
+            codes[new] = np.arange(len(self.codes), len(self.codes) + len(new))
+            unseen = pieces.dictionary.take(new)
+            self.codes.update(zip(unseen.to_pylist(), codes[new].tolist()))
+            self._add(unseen)
+        # The batch's distinct pieces' words, each piece's followed by a 0: the gathers by position below read this
+        # small table, not every piece remembered. A text's last piece brings its 0 along: the one after the text.
+        count, flags = self.count[codes], self.flags[codes]
+        table = self.hashes[_ranges(self.at[codes], count + 1)]
+        at = np.cumsum(count + 1) - (count + 1)
+        offsets = lists.offsets.to_numpy()
+        p, last = pieces.indices.to_numpy(), offsets[1:] - 1
+        at, count = at[p], count[p]
+        count[last] += 1
+        if (flags >> 2).any():
+            joins = flags[p[:-1]] & 3 & (flags[p[1:]] >> 2)
+            joins[last[:-1]] = 0  # not across texts
+            if len(joins := np.flatnonzero(joins)):
+                table = self._joined(texts, joins, offsets, at, count, table)
+        before = np.cumsum(count) - count
+        return table[_ranges(at, count)], before[offsets[:-1]]
+
+    def _joined(self, texts: pa.Array, joins: np.ndarray, offsets: np.ndarray, at, count, table) -> np.ndarray:
+        """The pieces from each of `joins` to two after it (what NOT can span: "don ' t") simplified together, with
+        the white space between them as the text has it (a "\\v" joins nothing); overlapping runs as one. The run's
+        first piece is made its words (at, count changed in place), its other pieces nothing; `table` is returned
+        with the words after it."""
+        docs = np.searchsorted(offsets, joins, side="right") - 1
+        last = offsets[docs + 1] - 1
+        runs: list[list[int]] = []
+        for j, end, d in zip(joins.tolist(), np.minimum(joins + 2, last).tolist(), docs.tolist()):
+            if runs and j <= runs[-1][1]:
+                runs[-1][1] = end
+            else:
+                runs.append([j, end, d])
+        split = functools.cache(lambda d: re.split(r"(\s+)", texts[d].as_py()))  # Arrow's pieces, and what parts them
+        lists = word_lists(
+            pa.array(
+                ["".join(split(d)[2 * (j - offsets[d]) : 2 * (end - offsets[d]) + 1]) for j, end, d in runs],
+                pa.string(),
+            )
+        )
+        words, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
+        sizes = np.diff(lists.offsets.to_numpy())
+        for (j, end, d), start, size in zip(runs, starts.tolist(), sizes.tolist()):
+            ends_text = end == offsets[d + 1] - 1
+            count[j : end + 1] = 0
+            at[j], count[j] = len(table) + start, size + ends_text
+        return np.concatenate([table, words])
+
+    def _add(self, pieces: pa.Array) -> None:
+        """The pieces not seen before: whether each may end or start a join, and its words' hashes (simplified in
+        one string, SEPARATOR keeping them apart: Arrow's regular expressions cost per string)."""
+        if not len(pieces):
+            return
+        alone = unified(pieces)
+        backwards = pc.utf8_reverse(alone)
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(alone)], pa.int32()), alone), SEPARATOR)
+        lists = _split(pc.split_pattern(simplified(joined, unify=False), SEPARATOR).flatten())
+        hashes, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
+        flags = [
+            _flags(backwards, ENDS[0]),
+            _flags(backwards, ENDS[1]),
+            _flags(alone, STARTS[0]),
+            _flags(alone, STARTS[1]),
+        ]
+        self.at = np.concatenate([self.at, len(self.hashes) + starts])
+        self.count = np.concatenate([self.count, np.diff(lists.offsets.to_numpy()).astype(np.int64)])
+        self.flags = np.concatenate([self.flags, sum(f << bit for bit, f in enumerate(flags))])
+        self.hashes = np.concatenate([self.hashes, hashes])
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """starts[i], starts[i] + 1, ... for counts[i] numbers each, end to end."""
+    before = np.cumsum(counts) - counts
+    return np.repeat(starts - before, counts) + np.arange(int(before[-1] + counts[-1]) if len(counts) else 0)
+
+
+def _flags(texts: pa.Array, pattern: str) -> np.ndarray:
+    return pc.match_substring_regex(texts, pattern).to_numpy(zero_copy_only=False).astype(np.uint8)
