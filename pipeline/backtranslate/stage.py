@@ -166,7 +166,11 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         n_chunks,
         config["chunk_size"],
         len(pending),
-        ", ".join(" -> ".join(model_names(config, p)) for p in config["pivots"]),
+        # a local model by its folder's name: four whole paths made a line too long for a log file
+        ", ".join(
+            " -> ".join(os.path.basename(m) if os.path.isabs(m) else m for m in model_names(config, p))
+            for p in config["pivots"]
+        ),
     )
     workers = runtime(config, RUNTIME)["workers"]
     with Progress("backtranslate", len(pending), "chunks") as bar:
