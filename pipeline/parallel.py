@@ -3,6 +3,7 @@
 Results come back in input order whatever the backend, so a stage that merges
 them sequentially writes the same dataset as a serial run. At most
 `2 * workers` units are in flight, so memory stays flat on long inputs.
+What every unit needs (an index, a model) is `shared`: sent to each worker once.
 """
 
 from __future__ import annotations
@@ -12,26 +13,50 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 T, R = TypeVar("T"), TypeVar("R")
 Backend = Literal["serial", "processes", "ray"]
+_SHARED: list = []  # in a worker: [the Ray object's id (None from a pool's initializer), the object shared]
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], backend: Backend = "serial", workers: int = 1) -> Iterator[R]:
+def ordered_map(
+    fn: Callable[..., R], items: Iterable[T], backend: Backend = "serial", workers: int = 1, shared: Any = None
+) -> Iterator[R]:
+    """fn(item) for each item, or fn(shared, item) when `shared` is given: pickled once for each worker process
+    (a pool's initializer), or put once in Ray's object store and fetched once by each worker that runs a unit,
+    rather than sent with every unit."""
     if backend == "serial" or workers <= 1 and backend != "ray":
-        yield from map(fn, items)
+        yield from map(fn if shared is None else partial(fn, shared), items)
     elif backend == "processes":
         # spawn, not fork: the parent may hold tokenizer thread pools and Ray connections.
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            yield from _bounded(pool.submit, lambda future: future.result(), fn, items, workers)
+        given = {} if shared is None else {"initializer": _keep, "initargs": (None, shared)}
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), **given) as pool:
+            unit = fn if shared is None else partial(_with_shared, fn, None)
+            yield from _bounded(pool.submit, lambda future: future.result(), unit, items, workers)
     elif backend == "ray":
         import ray
 
         remote = ray.remote(_call)
-        yield from _bounded(remote.remote, _ray_get, fn, items, workers)
+        unit = fn if shared is None else partial(_with_shared, fn, ray.put(shared))
+        yield from _bounded(remote.remote, _ray_get, unit, items, workers)
     else:
         raise ValueError(f"unknown parallel backend {backend!r} (serial, processes, ray)")
+
+
+def _keep(key: str | None, obj: Any) -> None:
+    _SHARED[:] = [key, obj]
+
+
+def _with_shared(fn: Callable[..., R], ref: Any, item: T) -> R:
+    """fn(the shared object, item) in a worker; a Ray worker fetches the object the first time, and keeps it (one
+    at a time) for the next unit."""
+    if ref is not None and (not _SHARED or _SHARED[0] != ref.hex()):
+        import ray
+
+        _keep(ref.hex(), ray.get(ref))
+    return fn(_SHARED[1], item)
 
 
 def share(obj: T, backend: Backend) -> Any:

@@ -26,6 +26,38 @@ def test_ray_backend_matches_serial(local_ray):
     ]
 
 
+UNPICKLED: dict[int, int] = {}  # process id -> how many Shared objects were unpickled in it
+
+
+class Shared:
+    def __init__(self, factor: int):
+        self.factor = factor
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        UNPICKLED[os.getpid()] = UNPICKLED.get(os.getpid(), 0) + 1
+
+
+def scaled(shared: Shared, x: int) -> tuple[int, int]:
+    return shared.factor * x, UNPICKLED.get(os.getpid(), 0)
+
+
+def test_serial_units_get_the_shared_object_itself():
+    shared = Shared(2)
+    assert list(ordered_map(lambda s, x: (s is shared, s.factor * x), range(3), shared=shared)) == [
+        (True, 0),
+        (True, 2),
+        (True, 4),
+    ]
+
+
+@pytest.mark.slow
+def test_a_shared_object_reaches_each_worker_process_once():
+    results = list(ordered_map(scaled, range(40), backend="processes", workers=2, shared=Shared(3)))
+    assert [r for r, _ in results] == [3 * x for x in range(40)]
+    assert {unpickled for _, unpickled in results} == {1}  # not once per unit
+
+
 def test_unknown_backend():
     with pytest.raises(ValueError, match="unknown parallel backend"):
         list(ordered_map(square_with_pid, [1], backend="threads", workers=2))

@@ -1,6 +1,7 @@
-"""The corpus and filter stages spread over processes and over a two-node Ray cluster on 127.0.0.1
-write the same documents (same ids, same text, same order) as the single-process run; and what the cluster's
-workers print reaches this driver's terminal without Ray's known noise."""
+"""The corpus, filter and decontaminate stages spread over processes and over a two-node Ray cluster on 127.0.0.1
+write the same documents (same ids, same text, same order, the same dropped with the same reasons) as the
+single-process run, under the same fingerprints; and what the cluster's workers print reaches this driver's terminal
+without Ray's known noise."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.wikipedia import WikipediaDumpSource
+from pipeline.decontaminate import stage as decontaminate
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
 from pipeline.parallel import ordered_map
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
-from storage import read_manifest, read_table
+from storage import dataset_parts, read_manifest, read_table
+from storage.dropped import read_dropped
 from tests.conftest import SHARED, ray_cluster, write_corpus
+from tests.test_decontaminate import write_stsb
 from tests.test_wikipedia import write_dump
 
 pytestmark = pytest.mark.ray
@@ -82,12 +86,18 @@ def test_rays_known_noise_stays_off_the_terminal_and_the_workers_own_output_reac
     assert "PreemptionWatcher" not in err and "core_worker.cc" not in err
 
 
-def test_corpus_and_filter_write_the_same_documents_on_every_backend(
+def quoted(texts: list[str]) -> dict[int, str]:
+    """{i: 20 words from texts[i]} for every third text of 30 words or more: evaluation sentences those hold."""
+    return {i: " ".join(t.split()[10:30]) for i, t in enumerate(texts) if i % 3 == 0 and len(t.split()) >= 30}
+
+
+def test_corpus_filter_and_decontaminate_write_the_same_documents_on_every_backend(
     cluster, release, paras, tmp_path, monkeypatch, lid_model
 ):
     owt, _ = release
     dump = write_dump(tmp_path / "enwiki-20240501-pages-articles-multistream.xml.bz2", paras, streams=2)
     monkeypatch.setattr(WikipediaDumpSource, "PAGES_PER_PART", 1)  # several parts even from a tiny dump
+    monkeypatch.setattr(decontaminate, "BATCH", 16)  # several units, each worker matching more than one
     local = f"{SHARED}/corpus/sotu" if SHARED else str(write_corpus(tmp_path / "local", n_docs=30))
     sources = CorpusConfig(sources=[str(owt), str(dump), local])
     filter_config = FilterConfig(min_tokens=50, language="en", near_dedup=True, langid_model=lid_model).model_dump()
@@ -108,19 +118,30 @@ def test_corpus_and_filter_write_the_same_documents_on_every_backend(
         )
         results.setdefault("tok", tok)
         kept = run_stage(filter.STAGE, {**filter_config, "runtime": runtime}, {"corpus": docs, "tokenizer": tok}, art)
-        results[name] = (
-            read_table(docs),
-            read_manifest(docs)["counts"],
-            read_table(kept),
-            read_manifest(kept)["counts"],
-        )
+        if name == "serial":  # evaluation sentences that a third of the kept documents quote
+            sentences = quoted(read_table(kept).column("text").to_pylist())
+            rows = [(s, "A short one.", k % 5) for k, s in enumerate(sentences.values())]  # scores that differ
+            evaluation = write_stsb(tmp_path / "eval", rows)
+        cfg = Config(evaluate={"data": evaluation}, parallel=runtime)
+        clean = run_stage(decontaminate.STAGE, decontaminate.config(cfg), {"documents": kept}, art)
+        results[name] = [
+            *(f(path) for path in (docs, kept, clean) for f in (read_table, lambda p: read_manifest(p)["counts"])),
+            read_dropped(kept),
+            read_dropped(clean),
+            [dataset_parts(path)[2] for path in (docs, kept, clean)],
+        ]
 
-    serial_docs, serial_counts, serial_kept, serial_drops = results["serial"]
+    serial_docs, _, serial_kept, _, serial_clean, _, _, contaminated, _ = results["serial"]
     assert serial_docs.num_rows > 30 and len(set(serial_docs.column("source").to_pylist())) > 3
     assert 0 < serial_kept.num_rows < serial_docs.num_rows
+    ids = serial_kept.column("doc_id").to_pylist()
+    assert set(contaminated.column("doc_id").to_pylist()) >= {ids[i] for i in sentences}
+    assert serial_clean.num_rows == serial_kept.num_rows - contaminated.num_rows > 0
     for name in ("processes", "ray"):
-        docs, counts, kept, drops = results[name]
-        assert docs.equals(serial_docs), name
-        assert counts == serial_counts, name
-        assert kept.equals(serial_kept), name
-        assert drops == serial_drops, name
+        for what, got, expected in zip(
+            ["corpus", "corpus counts", "filter", "filter counts", "decontaminate", "decontaminate counts"]
+            + ["filter drops", "decontaminate drops", "fingerprints"],
+            results[name],
+            results["serial"],
+        ):
+            assert got == expected, (name, what)

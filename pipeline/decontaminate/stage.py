@@ -5,10 +5,12 @@ Every sentence the run will score (pipeline.decontaminate.evalsets) is indexed b
 (pipeline.decontaminate.ngrams); a document holding any of them is dropped, masked or only counted
 (`decontaminate.mode`), and the manifest counts the documents per evaluation task (`contaminated_by_task`);
 in "drop" mode `_dropped.parquet` (storage.dropped) names each dropped document and the tasks it held text of.
-The fingerprint holds the hash of the sorted n-gram set, not the files': evaluation data rewritten, reordered or
-moved keeps the documents; a sentence added or edited rebuilds them. The tokenizer stays trained on the whole
-corpus (it comes before the filter, which counts tokens with it): evaluation words in its vocabulary teach the
-encoder nothing about the evaluation's sentences.
+The matching runs batch by batch through `ordered_map`, serially or on worker processes or Ray (`parallel`), each
+worker given the index once; the documents are kept, dropped or masked in corpus order in this process, so every
+backend writes the same dataset. The fingerprint holds the hash of the sorted n-gram set, not the files':
+evaluation data rewritten, reordered or moved keeps the documents; a sentence added or edited rebuilds them. The
+tokenizer stays trained on the whole corpus (it comes before the filter, which counts tokens with it): evaluation
+words in its vocabulary teach the encoder nothing about the evaluation's sentences.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 import json
 import logging
 import os
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -30,6 +32,7 @@ from pipeline.evaluate.data import local_eval_data
 from pipeline.file_snapshot import snapshot
 from pipeline.filter.docstats import count_tokens, tokenizer
 from pipeline.filter.stage import SCHEMA
+from pipeline.parallel import ordered_map
 from pipeline.stage import Stage, runtime, split_runtime
 from storage import DatasetWriter, iter_batches
 from storage.dropped import DroppedLog
@@ -37,9 +40,10 @@ from storage.dropped import DroppedLog
 if TYPE_CHECKING:
     from pipeline.config import Config
 
-# Where the evaluation text is read from: its n-grams' hash, not these paths, is what the fingerprint holds.
-RUNTIME = {"data": None, "transfer": True, "dev_sets": []}
-BATCH = 64
+# Where the evaluation text is read from (its n-grams' hash, not these paths, is what the fingerprint holds), and
+# how the matching is spread.
+RUNTIME = {"data": None, "transfer": True, "dev_sets": [], "backend": "serial", "workers": 1}
+BATCH = 256  # documents a unit: a batch's fixed costs (Arrow compiling the normalisation's patterns) stay small
 log = logging.getLogger("cpipe")
 
 
@@ -56,7 +60,7 @@ def sources(cfg: Config) -> dict:
 def config(cfg: Config, key: None = None) -> dict:
     settings, where = cfg.decontaminate.model_dump(), sources(cfg)
     index = indexed(json.dumps(where, sort_keys=True), listing(where), settings["n"], settings["min_words"])
-    return split_runtime(RUNTIME, {**settings, "ngrams": index.digest(), **where})
+    return split_runtime(RUNTIME, {**settings, "ngrams": index.digest(), **where, **cfg.parallel.model_dump()})
 
 
 def listing(where: dict) -> str:
@@ -84,8 +88,13 @@ def check(cfg: Config) -> None:
     config(cfg)
 
 
+def needs_ray(config: dict) -> bool:
+    return runtime(config, RUNTIME)["backend"] == "ray"
+
+
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    where = runtime(config, RUNTIME)
+    settings = runtime(config, RUNTIME)
+    where = {k: settings[k] for k in ("data", "transfer", "dev_sets")}  # as sources() gives them
     index = indexed(json.dumps(where, sort_keys=True), listing(where), config["n"], config["min_words"])
     if index.digest() != config["ngrams"]:
         raise InputError(
@@ -94,11 +103,19 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     if not index.tasks:
         log.warning("decontaminate: no evaluation sentence to keep out of training (evaluate.data: %s)", where["data"])
     matcher, by_task, mode, total = Matcher(index), Counter(), config["mode"], 0
-    with DroppedLog(out) as dropped:
+    batches: deque[pa.RecordBatch] = deque()
+
+    def texts():
         for batch in iter_batches(inputs["documents"], batch_size=BATCH):
+            batches.append(batch)
+            yield batch.column("text")
+
+    found = ordered_map(Matcher.find, texts(), settings["backend"], settings["workers"], shared=matcher)
+    with DroppedLog(out) as dropped:
+        for hits in found:
+            batch = batches.popleft()
             total += batch.num_rows
             table = pa.Table.from_batches([batch])
-            hits = matcher.find(batch.column("text"))
             dirty = [i for i, h in enumerate(hits) if h]
             doc_ids, titles = batch.column("doc_id").to_pylist(), batch.column("title_or_url").to_pylist()
             for i in dirty:
@@ -153,4 +170,5 @@ STAGE = Stage(
     schema=SCHEMA,
     runtime=RUNTIME,
     check=check,
+    needs_ray=needs_ray,
 )
