@@ -13,7 +13,15 @@ import pyarrow.compute as pc
 import pytest
 
 from pipeline.decontaminate.match import masked, word_spans
-from pipeline.decontaminate.ngrams import Pieces, concatenated, unified, word_hash, word_ids, word_lists
+from pipeline.decontaminate.ngrams import (
+    SEPARATOR,
+    Pieces,
+    concatenated,
+    unified,
+    word_hash,
+    word_ids,
+    word_lists,
+)
 from tests.test_decontaminate import FILLER, build, filtered
 
 # SentEval's STS files: tokenized, a space before the final full stop and inside contractions.
@@ -128,32 +136,29 @@ def test_mask_cuts_a_spaced_contraction_whole():
 
 # Pieces that simplification changes, joins across white space or splits: contractions however spaced, typographic
 # and stand-in apostrophes, NFKC's compatibility forms (one makes white space, one makes four words), case, brackets,
-# digits, combining marks, and characters no pattern knows.
+# digits, combining marks, and characters no pattern knows; and what may lie between them.
 TOKENS = [
     *("don", "n", "t", "T", "N", "'", "\u2019", "\u2018", "`", "\u00b4", "\u02bc", "\u2032", "'t", "n't", "N'T"),
     *("in", "than", "\u2019t", "goin'", "n'", "'s", "'\u00a0t", "don't", "Don\u2019t", "can", "it", "re", "ll"),
     *("-lrb-", "-rrb-", "@-@", "--", "1,234", "\u0663\u0664", "\ufb01", "\uff2e", "\uff54", "\u03a3", "\u0130"),
-    *("x\u0301", "\u0301", "\u00a8", "\ufdfa", "a", "the", "\x00", "\u200b", "\ufeff", "\u00e9"),
+    *("x\u0301", "\u0301", "\u00a8", "\ufdfa", "a", "the", "\x00", "\u200b", "\ufeff", "\u00e9", "\x1e", "\x1f"),
+]
+SPACES = ["", " ", " ", " ", "  ", " \n ", "\n", " \x1f ", " \u00a0 "] + [
+    chr(c) for c in range(0x3001) if chr(c).isspace()
 ]
 
 
-def test_documents_split_into_pieces_give_the_words_of_the_whole_text():
-    """Pieces.ids, which simplifies each distinct white-space piece once, gives exactly the words (and their
-    hashes) that simplifying each whole document gives, with every white-space character between the pieces."""
-    spaces = [chr(c) for c in range(0x3001) if chr(c).isspace()]  # Python's and Arrow's 29 (verified below)
+@pytest.mark.parametrize("limit", [Pieces.LIMIT, 200])  # every piece remembered; or forgotten now and then
+def test_documents_split_into_pieces_give_the_words_of_the_whole_text(limit):
+    """Pieces.ids, which simplifies each distinct piece between spaces once, gives exactly the words (and their
+    hashes) that simplifying each whole document gives, whatever white space lies between the pieces."""
     rng = random.Random(0)
-    texts = [
-        "".join(
-            rng.choice(TOKENS) + rng.choice(["", " ", " ", rng.choice(spaces), rng.choice(spaces) * 2])
-            for _ in range(rng.randint(0, 20))
-        )
-        for _ in range(3000)
-    ]
+    texts = ["".join(rng.choice(TOKENS) + rng.choice(SPACES) for _ in range(rng.randint(0, 20))) for _ in range(3000)]
     words = word_lists(pa.array(texts)).flatten().unique().to_pylist()
     vocab = {w: word_hash(w) for w in words[::2]}  # half the words are evaluation words: the others are 0
     lookup = (pa.array(list(vocab), pa.string()), np.array([*vocab.values(), 0], np.uint64))
     pieces = Pieces(lookup)
-    pieces.LIMIT = 200  # forgotten now and then
+    pieces.LIMIT = limit
     for i in range(0, len(texts), 100):
         batch = pa.array(texts[i : i + 100])
         lists = word_lists(batch)
@@ -162,20 +167,21 @@ def test_documents_split_into_pieces_give_the_words_of_the_whole_text():
         assert got.tolist() == expected.tolist() and got_starts.tolist() == starts.tolist(), texts[i : i + 100]
 
 
-def test_the_white_space_the_pieces_are_split_at_stays_white_space_and_nothing_else_becomes_only_that():
-    """What Pieces rests on, for every character: Arrow splits where Python's str.split does, NFKC and lower case
-    leave those characters white space, and make no other character nothing or only white space (a regular
-    expression's, which NOT's contractions may span)."""
-    chars = pa.array([chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000])
-    spaces = np.array([c.isspace() for c in chars.to_pylist()])
-    pieces = pc.utf8_split_whitespace(pc.binary_join_element_wise("a", chars, "b", ""))
-    assert (pc.list_value_length(pieces).to_numpy() == np.where(spaces, 2, 1)).all()
-    forms = unified(chars)
-    around = pc.utf8_split_whitespace(pc.binary_join_element_wise("a", forms.filter(spaces), "b", ""))
-    assert set(map(tuple, around.to_pylist())) == {("a", "b")}
-    others = forms.filter(~spaces)
-    assert pc.min(pc.binary_length(others)).as_py() > 0
-    assert not pc.any(pc.match_substring_regex(others, r"^\s+$")).as_py()
+def test_no_character_composes_with_a_space_or_the_separator_and_none_becomes_the_separator():
+    """What Pieces rests on, for every character: unified within the pieces between spaces (or SEPARATORs), a text is
+    unified as it is whole; and SEPARATOR parts the simplified pieces again (only SEPARATOR becomes one)."""
+    codes = np.concatenate([np.arange(0xD800), np.arange(0xE000, 0x110000)])
+    utf8 = codes.astype("<u4").tobytes().decode("utf-32-le").encode()
+    offsets = np.concatenate([[0], np.cumsum(1 + (codes >= 0x80) + (codes >= 0x800) + (codes >= 0x10000))])
+    chars = pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(utf8))
+    alone = unified(chars)
+    spaced = pc.binary_join_element_wise(chars, chars, " ")  # each character before a space, and after one
+    assert unified(spaced).equals(pc.binary_join_element_wise(alone, alone, " "))
+    assert unified(pc.binary_join_element_wise(chars, SEPARATOR, chars, "")).equals(
+        pc.binary_join_element_wise(alone, SEPARATOR, alone, "")
+    )
+    # simplified()'s patterns put only spaces, 0 and letters in: NFKC is what could make a SEPARATOR
+    assert pc.sum(pc.count_substring(alone, SEPARATOR)).as_py() == 1
 
 
 def test_a_text_ending_in_white_space_at_the_end_of_arrows_data_splits_the_same_every_time():

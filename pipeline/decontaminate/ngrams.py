@@ -13,15 +13,13 @@ hash is salted per process). A window's hash is sum_j word[i + j] * P^j mod 2^64
 once with numpy. A word that no evaluation sentence has is 0, as is the separator after each text, and a window
 holding a 0 is never looked up.
 
-Documents are simplified a white-space piece at a time (`Pieces`): the same words, each distinct piece simplified
-once per process.
+Documents are simplified a piece (what lies between two spaces) at a time (`Pieces`): the same words, each distinct
+piece simplified once per process.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -41,14 +39,17 @@ BRACKETS = (r"-[lr][rsc]b-", " ")
 # White space is every character Arrow's utf8_split_whitespace splits at.
 PUNCTUATION = r"[^\pL\pN\pZ\s\x0b\x1c-\x1f\x{85}]+"
 DIGITS = r"\p{Nd}+"
-# Where NOT could join two white-space pieces, as `unified` leaves them: one ends in "n" (ENDS, matched on the
-# piece backwards: anchored patterns cost less), with the apostrophe or not, and the next starts with the rest
-# (STARTS). No piece is only white space once unified (no character becomes only white space), so none lies inside.
+# Where NOT could join two pieces of a text split at its spaces, as `unified` leaves them: one ends in "n" (ENDS,
+# matched on the piece backwards: anchored patterns cost less), with the apostrophe or not, and the next starts with
+# the rest (STARTS); a piece of white space alone ("" between two spaces, a newline) may be any part (BLANK).
 ENDS = (r"^\s*n", r"^\s*'\s*n")
 STARTS = (r"^\s*'\s*(t\b|$)", r"^\s*t\b")
+BLANK = r"^\s*$"
 P = 0x9E3779B97F4A7C15  # odd: multiplying by it loses no bits mod 2^64, and it has an inverse
 EMPTY = np.empty(0, dtype=np.uint64)
-SEPARATOR = "\x1f"  # white space to Python and Arrow, and to none of simplified()'s patterns: pieces stay apart
+# White space to Arrow's split and to no pattern of simplified(): the pieces joined by it stay apart. A piece's own
+# is made the next one down, which is all that too.
+SEPARATOR, STAND_IN = "\x1f", "\x1e"
 
 
 def _powers(base: int, n: int) -> np.ndarray:
@@ -217,15 +218,15 @@ class Index:
 
 
 class Pieces:
-    """Texts' word hashes (`Index.lookup`'s, 0 for a word not in it) with a 0 after each text, simplified a
-    white-space piece at a time.
+    """Texts' word hashes (`Index.lookup`'s, 0 for a word not in it) with a 0 after each text, simplified a piece
+    (what lies between two spaces) at a time.
 
-    A piece's words are the words it gives alone: NFKC and lower case make white space of white space (the 29
-    characters Arrow's split splits at) and work within the pieces between (no character composes with white
-    space), and of simplified()'s patterns only NOT and CLITIC span white space, CLITIC changing no word (the
-    apostrophe it moves is a word break either way). So each distinct piece is simplified once, its words' hashes
-    remembered (up to LIMIT pieces, then all forgotten), and a text's words are its pieces'. Where NOT could join
-    two neighbouring pieces (ENDS then STARTS: "don ' t", "goin' to"), they are simplified together (`_joined`)."""
+    A piece's words are the words it gives alone: NFKC and lower case keep a space a space and work within the
+    pieces (no character composes with a space), and of simplified()'s patterns only NOT and CLITIC span white
+    space, CLITIC changing no word (the apostrophe it moves is a word break either way). So each distinct piece is
+    simplified once, its words' hashes remembered (up to LIMIT pieces, then all forgotten), and a text's words are
+    its pieces'. Where NOT could join neighbouring pieces (ENDS, BLANKs, STARTS: "don ' t", "goin' to"), they are
+    simplified together (`_joined`)."""
 
     LIMIT = 500_000
 
@@ -236,7 +237,7 @@ class Pieces:
     def _forget(self) -> None:
         self.codes: dict[str, int] = {}
         # By code: where its words' hashes start in `hashes` (a 0 after each piece's), how many, and whether it
-        # may end a join (bit 0: before the apostrophe, bit 1: after it) or start one (bits 2 and 3).
+        # may end a join (bit 0: before the apostrophe, bit 1: after it) or go on with one (bits 2 and 3).
         self.at, self.count = np.zeros(0, np.int64), np.zeros(0, np.int64)
         self.flags, self.hashes = np.zeros(0, np.uint8), EMPTY
 
@@ -244,37 +245,42 @@ class Pieces:
         """The texts' word hashes end to end, a 0 after each, and where each text starts."""
         if len(self.codes) > self.LIMIT:
             self._forget()
-        lists = split_whitespace(texts.fill_null(""))  # a piece in every text: "" gives [""]
-        pieces = lists.flatten().dictionary_encode()
-        distinct = pieces.dictionary.to_pylist()
-        codes = np.fromiter(map(self.codes.get, distinct, repeat(-1)), np.int64, len(distinct))
-        if len(new := np.flatnonzero(codes < 0)):
-            codes[new] = np.arange(len(self.codes), len(self.codes) + len(new))
-            unseen = pieces.dictionary.take(new)
-            self.codes.update(zip(unseen.to_pylist(), codes[new].tolist()))
-            self._add(unseen)
+        lists = pc.split_pattern(texts.fill_null(""), " ")  # a piece in every text: "" gives [""]
+        flat = lists.flatten()
+        pieces = flat.dictionary_encode()
+        codes = self._codes(pieces.dictionary)
         # The batch's distinct pieces' words, each piece's followed by a 0: the gathers by position below read this
         # small table, not every piece remembered. A text's last piece brings its 0 along: the one after the text.
         count, flags = self.count[codes], self.flags[codes]
-        table = self.hashes[_ranges(self.at[codes], count + 1)]
-        at = np.cumsum(count + 1) - (count + 1)
+        words, at = _ranges(self.at[codes], count + 1)
+        table = self.hashes[words]
         offsets = lists.offsets.to_numpy()
-        p, last = pieces.indices.to_numpy(), offsets[1:] - 1
+        p, last = pieces.indices.to_numpy().astype(np.intp), offsets[1:] - 1
         at, count = at[p], count[p]
         count[last] += 1
-        if (flags >> 2).any():
-            joins = flags[p[:-1]] & 3 & (flags[p[1:]] >> 2)
-            joins[last[:-1]] = 0  # not across texts
-            if len(joins := np.flatnonzero(joins)):
-                table = self._joined(texts, joins, offsets, at, count, table)
-        before = np.cumsum(count) - count
-        return table[_ranges(at, count)], before[offsets[:-1]]
+        if (flags >> 2).any():  # a piece of this batch may go on with a join: where, after one that may end it?
+            then = np.flatnonzero((flags >> 2)[p[1:]]) + 1
+            joins = then[(flags[p[then - 1]] & (flags[p[then]] >> 2) & 3) != 0] - 1
+            if len(joins := np.setdiff1d(joins, last)):  # not across texts
+                table = self._joined(flat, joins, offsets, at, count, table)
+        words, before = _ranges(at, count)
+        return table[words], before[offsets[:-1]]
 
-    def _joined(self, texts: pa.Array, joins: np.ndarray, offsets: np.ndarray, at, count, table) -> np.ndarray:
-        """The pieces from each of `joins` to two after it (what NOT can span: "don ' t") simplified together, with
-        the white space between them as the text has it (a "\\v" joins nothing); overlapping runs as one. The run's
-        first piece is made its words (at, count changed in place), its other pieces nothing; `table` is returned
-        with the words after it."""
+    def _codes(self, distinct: pa.Array) -> np.ndarray:
+        """The pieces' codes, those not seen before numbered (where their words will be) and simplified."""
+        codes = np.fromiter(map(self.codes.get, distinct.to_pylist(), repeat(-1)), np.int64, len(distinct))
+        if len(new := np.flatnonzero(codes < 0)):
+            codes[new] = np.arange(len(self.count), len(self.count) + len(new))  # a piece twice here: two codes
+            unseen = distinct.take(new)
+            self.codes.update(zip(unseen.to_pylist(), codes[new].tolist()))
+            self._add(unseen)
+        return codes
+
+    def _joined(self, flat: pa.Array, joins: np.ndarray, offsets: np.ndarray, at, count, table) -> np.ndarray:
+        """The pieces from each of `joins` to two after it (what NOT can span, "don ' t", but for white space
+        alone) simplified together, as one piece with spaces in it, overlapping runs as one. The run's first piece
+        is made its words (at, count changed in place), its other pieces nothing; `table` is returned with the
+        words after it."""
         docs = np.searchsorted(offsets, joins, side="right") - 1
         last = offsets[docs + 1] - 1
         runs: list[list[int]] = []
@@ -283,47 +289,40 @@ class Pieces:
                 runs[-1][1] = end
             else:
                 runs.append([j, end, d])
-        split = functools.cache(lambda d: re.split(r"(\s+)", texts[d].as_py()))  # Arrow's pieces, and what parts them
-        lists = word_lists(
-            pa.array(
-                ["".join(split(d)[2 * (j - offsets[d]) : 2 * (end - offsets[d]) + 1]) for j, end, d in runs],
-                pa.string(),
-            )
-        )
-        words, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
-        sizes = np.diff(lists.offsets.to_numpy())
-        for (j, end, d), start, size in zip(runs, starts.tolist(), sizes.tolist()):
-            ends_text = end == offsets[d + 1] - 1
+        codes = self._codes(pa.array([" ".join(flat[j : end + 1].to_pylist()) for j, end, _ in runs], pa.string()))
+        words, starts = _ranges(self.at[codes], self.count[codes] + 1)
+        for (j, end, d), start, size in zip(runs, (len(table) + starts).tolist(), self.count[codes].tolist()):
             count[j : end + 1] = 0
-            at[j], count[j] = len(table) + start, size + ends_text
-        return np.concatenate([table, words])
+            at[j], count[j] = start, size + (end == offsets[d + 1] - 1)
+        return np.concatenate([table, self.hashes[words]])
 
     def _add(self, pieces: pa.Array) -> None:
-        """The pieces not seen before: whether each may end or start a join, and its words' hashes (simplified in
-        one string, SEPARATOR keeping them apart: Arrow's regular expressions cost per string)."""
-        if not len(pieces):
-            return
+        """The pieces not seen before: whether each may end or go on with a join, and its words' hashes (simplified
+        in one string, SEPARATOR keeping them apart: Arrow's regular expressions cost per string)."""
         alone = unified(pieces)
-        backwards = pc.utf8_reverse(alone)
-        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(alone)], pa.int32()), alone), SEPARATOR)
+        backwards, blank = pc.utf8_reverse(alone), _flags(alone, BLANK) * 3
+        joined = pc.binary_join(
+            pa.ListArray.from_arrays(
+                pa.array([0, len(alone)], pa.int32()), pc.replace_substring(alone, SEPARATOR, STAND_IN)
+            ),
+            SEPARATOR,
+        )
         lists = _split(pc.split_pattern(simplified(joined, unify=False), SEPARATOR).flatten())
         hashes, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
-        flags = [
-            _flags(backwards, ENDS[0]),
-            _flags(backwards, ENDS[1]),
-            _flags(alone, STARTS[0]),
-            _flags(alone, STARTS[1]),
-        ]
+        ends = _flags(backwards, ENDS[0]) | _flags(backwards, ENDS[1]) << 1 | blank
+        goes_on = _flags(alone, STARTS[0]) | _flags(alone, STARTS[1]) << 1 | blank
         self.at = np.concatenate([self.at, len(self.hashes) + starts])
         self.count = np.concatenate([self.count, np.diff(lists.offsets.to_numpy()).astype(np.int64)])
-        self.flags = np.concatenate([self.flags, sum(f << bit for bit, f in enumerate(flags))])
+        self.flags = np.concatenate([self.flags, ends | goes_on << 2])
         self.hashes = np.concatenate([self.hashes, hashes])
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """starts[i], starts[i] + 1, ... for counts[i] numbers each, end to end."""
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """starts[i], starts[i] + 1, ... for counts[i] numbers each, end to end; and where each i's numbers begin."""
     before = np.cumsum(counts) - counts
-    return np.repeat(starts - before, counts) + np.arange(int(before[-1] + counts[-1]) if len(counts) else 0)
+    out = np.repeat(starts - before, counts)
+    out += np.arange(len(out))
+    return out, before
 
 
 def _flags(texts: pa.Array, pattern: str) -> np.ndarray:
