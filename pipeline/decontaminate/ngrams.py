@@ -248,73 +248,72 @@ class Pieces:
         lists = pc.split_pattern(texts.fill_null(""), " ")  # a piece in every text: "" gives [""]
         flat = lists.flatten()
         pieces = flat.dictionary_encode()
-        codes = self._codes(pieces.dictionary)
-        # The batch's distinct pieces' words, each piece's followed by a 0: the gathers by position below read this
-        # small table, not every piece remembered. A text's last piece brings its 0 along: the one after the text.
-        count, flags = self.count[codes], self.flags[codes]
-        words, at = _ranges(self.at[codes], count + 1)
-        table = self.hashes[words]
         offsets = lists.offsets.to_numpy()
         p, last = pieces.indices.to_numpy().astype(np.intp), offsets[1:] - 1
-        at, count = at[p], count[p]
-        count[last] += 1
-        if (flags >> 2).any():  # a piece of this batch may go on with a join: where, after one that may end it?
+        codes, unseen = self._number(pieces.dictionary)  # unseen: unified
+        runs, run_codes = [], np.zeros(0, np.int64)
+        if ((flags := self.flags[codes]) >> 2).any():  # a piece here may go on with a join: where, after an end?
             then = np.flatnonzero((flags >> 2)[p[1:]]) + 1
             joins = then[(flags[p[then - 1]] & (flags[p[then]] >> 2) & 3) != 0] - 1
-            if len(joins := np.setdiff1d(joins, last)):  # not across texts
-                table = self._joined(flat, joins, offsets, at, count, table)
+            if runs := _runs(np.setdiff1d(joins, last), offsets):  # not across texts
+                joined = pa.array([" ".join(flat[j : end + 1].to_pylist()) for j, end in runs], pa.string())
+                run_codes, more = self._number(joined)
+                unseen = pa.concat_arrays([unseen, more])
+        self._words(unseen)
+        # The batch's distinct pieces' words, each piece's followed by a 0, then the runs': the gathers by position
+        # below read this small table, not every piece remembered. A text's last piece brings its 0 along.
+        count = self.count[np.concatenate([codes, run_codes])]
+        words, at = _ranges(self.at[np.concatenate([codes, run_codes])], count + 1)
+        table = self.hashes[words]
+        count, at, run_count, run_at = count[p], at[p], count[len(codes) :], at[len(codes) :]
+        count[last] += 1
+        ends_text = set(last.tolist()) if runs else set()
+        for (j, end), size, start in zip(runs, run_count.tolist(), run_at.tolist()):
+            count[j : end + 1] = 0
+            at[j], count[j] = start, size + (end in ends_text)
         words, before = _ranges(at, count)
         return table[words], before[offsets[:-1]]
 
-    def _codes(self, distinct: pa.Array) -> np.ndarray:
-        """The pieces' codes, those not seen before numbered (where their words will be) and simplified."""
+    def _number(self, distinct: pa.Array) -> tuple[np.ndarray, pa.Array]:
+        """The pieces' codes; and those not seen before, numbered (where their words will be) and flagged, unified."""
         codes = np.fromiter(map(self.codes.get, distinct.to_pylist(), repeat(-1)), np.int64, len(distinct))
-        if len(new := np.flatnonzero(codes < 0)):
-            codes[new] = np.arange(len(self.count), len(self.count) + len(new))  # a piece twice here: two codes
-            unseen = distinct.take(new)
-            self.codes.update(zip(unseen.to_pylist(), codes[new].tolist()))
-            self._add(unseen)
-        return codes
-
-    def _joined(self, flat: pa.Array, joins: np.ndarray, offsets: np.ndarray, at, count, table) -> np.ndarray:
-        """The pieces from each of `joins` to two after it (what NOT can span, "don ' t", but for white space
-        alone) simplified together, as one piece with spaces in it, overlapping runs as one. The run's first piece
-        is made its words (at, count changed in place), its other pieces nothing; `table` is returned with the
-        words after it."""
-        docs = np.searchsorted(offsets, joins, side="right") - 1
-        last = offsets[docs + 1] - 1
-        runs: list[list[int]] = []
-        for j, end, d in zip(joins.tolist(), np.minimum(joins + 2, last).tolist(), docs.tolist()):
-            if runs and j <= runs[-1][1]:
-                runs[-1][1] = end
-            else:
-                runs.append([j, end, d])
-        codes = self._codes(pa.array([" ".join(flat[j : end + 1].to_pylist()) for j, end, _ in runs], pa.string()))
-        words, starts = _ranges(self.at[codes], self.count[codes] + 1)
-        for (j, end, d), start, size in zip(runs, (len(table) + starts).tolist(), self.count[codes].tolist()):
-            count[j : end + 1] = 0
-            at[j], count[j] = start, size + (end == offsets[d + 1] - 1)
-        return np.concatenate([table, self.hashes[words]])
-
-    def _add(self, pieces: pa.Array) -> None:
-        """The pieces not seen before: whether each may end or go on with a join, and its words' hashes (simplified
-        in one string, SEPARATOR keeping them apart: Arrow's regular expressions cost per string)."""
-        alone = unified(pieces)
+        unseen = distinct.take(new := np.flatnonzero(codes < 0))
+        if not len(new):
+            return codes, unseen
+        codes[new] = np.arange(len(self.flags), len(self.flags) + len(new))  # a piece twice here: two codes
+        self.codes.update(zip(unseen.to_pylist(), codes[new].tolist()))
+        alone = unified(unseen)
         backwards, blank = pc.utf8_reverse(alone), _flags(alone, BLANK) * 3
-        joined = pc.binary_join(
-            pa.ListArray.from_arrays(
-                pa.array([0, len(alone)], pa.int32()), pc.replace_substring(alone, SEPARATOR, STAND_IN)
-            ),
-            SEPARATOR,
-        )
-        lists = _split(pc.split_pattern(simplified(joined, unify=False), SEPARATOR).flatten())
-        hashes, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
         ends = _flags(backwards, ENDS[0]) | _flags(backwards, ENDS[1]) << 1 | blank
         goes_on = _flags(alone, STARTS[0]) | _flags(alone, STARTS[1]) << 1 | blank
+        self.flags = np.concatenate([self.flags, ends | goes_on << 2])
+        return codes, alone
+
+    def _words(self, unified_pieces: pa.Array) -> None:
+        """The words' hashes of the pieces numbered last, simplified in one string (SEPARATOR keeping them apart:
+        Arrow's regular expressions cost per string, and more to compile)."""
+        if not len(unified_pieces):
+            return
+        alone = pc.replace_substring(unified_pieces, SEPARATOR, STAND_IN)
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(alone)], pa.int32()), alone), SEPARATOR)
+        lists = _split(pc.split_pattern(simplified(joined, unify=False), SEPARATOR).flatten())
+        hashes, starts = concatenated(lists, word_ids(lists.flatten(), *self.lookup))
         self.at = np.concatenate([self.at, len(self.hashes) + starts])
         self.count = np.concatenate([self.count, np.diff(lists.offsets.to_numpy()).astype(np.int64)])
-        self.flags = np.concatenate([self.flags, ends | goes_on << 2])
         self.hashes = np.concatenate([self.hashes, hashes])
+
+
+def _runs(joins: np.ndarray, offsets: np.ndarray) -> list[tuple[int, int]]:
+    """The pieces from each of `joins` to two after it (what NOT can span, "don ' t", but for white space alone),
+    within its text, overlapping runs as one: what is simplified together, as one piece with spaces in it."""
+    ends = np.minimum(joins + 2, offsets[np.searchsorted(offsets, joins, side="right")] - 1)
+    runs: list[list[int]] = []
+    for j, end in zip(joins.tolist(), ends.tolist()):
+        if runs and j <= runs[-1][1]:
+            runs[-1][1] = end
+        else:
+            runs.append([j, end])
+    return [(j, end) for j, end in runs]
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
