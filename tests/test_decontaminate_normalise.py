@@ -142,6 +142,7 @@ TOKENS = [
     *("in", "than", "\u2019t", "goin'", "n'", "'s", "'\u00a0t", "don't", "Don\u2019t", "can", "it", "re", "ll"),
     *("-lrb-", "-rrb-", "@-@", "--", "1,234", "\u0663\u0664", "\ufb01", "\uff2e", "\uff54", "\u03a3", "\u0130"),
     *("x\u0301", "\u0301", "\u00a8", "\ufdfa", "a", "the", "\x00", "\u200b", "\ufeff", "\u00e9", "\x1e", "\x1f"),
+    "the-" * 30 + "don",  # longer than a piece remembered
 ]
 SPACES = ["", " ", " ", " ", "  ", " \n ", "\n", " \x1f ", " \u00a0 "] + [
     chr(c) for c in range(0x3001) if chr(c).isspace()

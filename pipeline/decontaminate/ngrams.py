@@ -226,9 +226,10 @@ class Pieces:
     space, CLITIC changing no word (the apostrophe it moves is a word break either way). So each distinct piece is
     simplified once, its words' hashes remembered (up to LIMIT pieces, then all forgotten), and a text's words are
     its pieces'. Where NOT could join neighbouring pieces (ENDS, BLANKs, STARTS: "don ' t", "goin' to"), they are
-    simplified together (`_joined`)."""
+    simplified together, as one piece with spaces in it (`_runs`)."""
 
-    LIMIT = 500_000
+    LIMIT = 500_000  # pieces remembered, then all forgotten (about 130 MB); their words, up to 8 times as many
+    LONGEST = 100  # characters of a piece remembered: a longer one (a text with no space) is seldom seen again
 
     def __init__(self, lookup: tuple[pa.Array, np.ndarray]):
         self.lookup = lookup
@@ -243,7 +244,7 @@ class Pieces:
 
     def ids(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """The texts' word hashes end to end, a 0 after each, and where each text starts."""
-        if len(self.codes) > self.LIMIT:
+        if len(self.codes) > self.LIMIT or len(self.hashes) > 8 * self.LIMIT:
             self._forget()
         lists = pc.split_pattern(texts.fill_null(""), " ")  # a piece in every text: "" gives [""]
         flat = lists.flatten()
@@ -281,7 +282,9 @@ class Pieces:
         if not len(new):
             return codes, unseen
         codes[new] = np.arange(len(self.flags), len(self.flags) + len(new))  # a piece twice here: two codes
-        self.codes.update(zip(unseen.to_pylist(), codes[new].tolist()))
+        short = pc.less_equal(pc.utf8_length(unseen), self.LONGEST)
+        remembered = codes[new][short.to_numpy(zero_copy_only=False)]
+        self.codes.update(zip(unseen.filter(short).to_pylist(), remembered.tolist()))
         alone = unified(unseen)
         backwards, blank = pc.utf8_reverse(alone), _flags(alone, BLANK) * 3
         ends = _flags(backwards, ENDS[0]) | _flags(backwards, ENDS[1]) << 1 | blank
