@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SIGNIFICANT
 from pipeline.leaderboard.figure import figure, plot
+from pipeline.leaderboard.intervals import DIFF_LO, HI, LO, SIGNIFICANT
 
 MODELS = ["simcse-sup (seed 1)", "declutr-small-from-roberta", "untrained", "untrained [cls]"]
 TITLE = "Leaderboard: several objectives trained on the user's own corpus, scored on their pair files"
