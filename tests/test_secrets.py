@@ -168,7 +168,8 @@ def test_planted_secrets_reach_the_server_and_nothing_else(tmp_path, tiny_config
     for stage in ("corpus", "tokenizer", "filter"):
         assert f"{stage}: reused" in again.stdout + again.stderr, "a changed password must not change a fingerprint"
     output = result.stdout + result.stderr + again.stdout + again.stderr
-    assert "***@127.0.0.1" in output
+    corpus_manifest = next((artifacts / "corpus").glob("*/_manifest.json")).read_text()
+    assert "***@127.0.0.1" in corpus_manifest  # the masked URL, where the run records its sources
     secrets = ["PLANTED", "ROTATED"]  # every password planted (SECRET too) and its change
     assert not [s for s in secrets if s in output]
     stored = [p for root in (artifacts, downloads, Path(isolated_prefect)) for p in root.rglob("*") if p.is_file()]

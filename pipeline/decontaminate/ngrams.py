@@ -197,7 +197,7 @@ class Index:
         self.vocab.update((w, word_hash(w)) for w in pc.unique(flat).to_pylist() if w not in self.vocab)
         ids, starts = concatenated(lists, word_ids(flat, *self.lookup()))
         windows, zeros = Windows(ids), holes(ids)
-        at = {self.n: np.flatnonzero(zeros[self.n :] == zeros[: len(zeros) - self.n])}
+        at = {self.n: np.flatnonzero(zeros[self.n :] == zeros[: max(len(zeros) - self.n, 0)])}  # none when shorter
         at.update({int(s): starts[whole & (sizes == s)] for s in set(sizes[whole].tolist())})
         prefixes = windows.at(np.concatenate(list(at.values())), self.shortest())
         self.prefixes = np.unique(np.concatenate([self.prefixes, prefixes]))
