@@ -36,7 +36,7 @@ from pipeline.train.config import TrainConfig
 from pipeline.train.memory_bank import run_bank
 from pipeline.train.moco import MomentumEncoder
 from pipeline.train.optim import make_optimizer
-from pipeline.train.progress import Progress, bar_kind
+from pipeline.train.progress import Progress, bar_kind, loss
 from pipeline.train.scorers import make_scorer
 from pipeline.train.selection import columns, improves, score_key
 from pipeline.train.shard import rank_batches
@@ -199,7 +199,7 @@ def run_loop(
 def diverged(step: int, total_steps: int, metrics: dict) -> str:
     """Why a run stops at a step whose loss is not finite: every step after it would train on NaN weights, and a
     model so trained must not be published (it was, with final_loss NaN), nor checkpointed."""
-    losses = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k.endswith("_loss"))
+    losses = ", ".join(f"{k} {loss(v)}" for k, v in metrics.items() if k.endswith("_loss"))
     return (
         f"train: the loss is {metrics['loss']} at step {step} of {total_steps} ({losses}; lr {metrics['lr']:.3g}, "
         f"grad_norm {metrics['grad_norm']:.3g}): training diverged and stopped, nothing published; a lower train.lr "
