@@ -3,20 +3,26 @@
 A stage module ends in one declaration, `STAGE = Stage(...)`, naming its parts:
 - `name`, `version` (bump it when the output would change), `schema` (None for stages that write files, such
   as models), the `flow` that builds it (data, train or evaluate), and its config `section` (a `Config` field);
+- `settings`: the typed model of its stage config, a pydantic model whose fields are the stage config's keys
+  (often its section's subclass, with what the stage adds from other sections); `run` and `needs_ray` receive
+  the stage config as one (`Stage.settings_of`), never as a dict;
 - `runtime`: the settings that change how the dataset is built, not what it holds, with their defaults; a
   stage config keeps them under "runtime", which the fingerprint leaves out (`runtime()` reads them); a typed
-  section declares them on its fields, and `declared_settings` splits it (`section_from` joins it back);
+  model declares them on its fields (`Field(..., json_schema_extra=AT_RUNTIME)`; by default they are the
+  stage's `runtime`, as `runtime_defaults` lists them), and `declared_settings` splits it (`section_from` joins
+  it back);
 - `config(cfg, key) -> dict`: the stage config, the part of the whole `Config` (mostly its section) that the
-  fingerprint hashes;
+  fingerprint hashes, the manifest records and Prefect and Ray carry: the boundary where a stage config is a
+  dict (`stage_config` makes it of a typed one);
 - `inputs(cfg, done, key) -> {name: dataset path}`: its input datasets, from the paths of the stages done so far;
 - `instances(cfg, done) -> {label: key}`: what to build, in order (by default one instance, labelled by the
   stage's name, whose key is None); a per-run stage has one per run, objective or scored model, and its key
   says which;
 - `check(cfg)`: the pre-flight check, run on every stage a run will reach before any work starts;
-- `needs_ray(config)`: whether building this config needs Ray, which is then started first;
+- `needs_ray(settings)`: whether building with these settings needs Ray, which is then started first;
 - `side_by_side(cfg)`: whether its instances are built at once (each waiting on Ray for its own work);
-- `run(config, inputs, out)`: writes the dataset through `out`, a `DatasetWriter` (rows, `out.count(...)` for the
-  manifest's stats, `out.extra`, `out.local_dir` for files).
+- `run(settings, inputs, out)`: writes the dataset through `out`, a `DatasetWriter` (rows, `out.count(...)` for
+  the manifest's stats, `out.extra`, `out.local_dir` for files); `run_stage` is its only caller.
 A config may set `rows_per_shard` and `shard_mb` (default 256) to size the shards. The stages, in order, are
 `pipeline.registry`'s, and no other list exists.
 """
@@ -45,19 +51,22 @@ from storage import (
 )
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from pipeline.config import Config
 
 log = logging.getLogger("cpipe")
 Key = TypeVar("Key")
 Done = dict[str, str]  # instance label -> the path of its finished dataset
 FLOWS = ("data", "train", "evaluate")
+AT_RUNTIME = {"runtime": True}  # a typed model's field so declared is a runtime setting
 
 
 def _no_check(cfg: Config) -> None:
     return None
 
 
-def _never(config: dict[str, Any]) -> bool:
+def _never(settings: Any) -> bool:
     return False
 
 
@@ -80,13 +89,15 @@ class Stage(Generic[Key]):
     flow: Literal["data", "train", "evaluate"]
     section: str
     config: Callable[[Config, Key], dict[str, Any]]
-    run: Callable[[dict[str, Any], dict[str, str], DatasetWriter], None]
+    run: Callable[[Any, dict[str, str], DatasetWriter], None]
+    # None while a stage's `run` still takes the dict: `settings_of` hands it the dict itself.
+    settings: type[BaseModel] | None = None
     inputs: Callable[[Config, Done, Key], dict[str, str]] = _no_inputs
     instances: Callable[[Config, Done], dict[str, Key]] | None = None  # None: one, labelled by the name
     schema: pa.Schema | None = None
     runtime: Mapping[str, Any] = field(default_factory=dict)
     check: Callable[[Config], None] = _no_check
-    needs_ray: Callable[[dict[str, Any]], bool] = _never
+    needs_ray: Callable[[Any], bool] = _never
     side_by_side: Callable[[Config], bool] = _one_at_a_time
     # What a built dataset of this stage, by its manifest, adds to the recipe of a leaderboard row scored from it
     # (the train stage: the step a dev-selected run exported): how a later stage learns it without importing this one.
@@ -95,10 +106,20 @@ class Stage(Generic[Key]):
     def __post_init__(self) -> None:
         if self.flow not in FLOWS:
             raise ValueError(f"stage {self.name}: flow {self.flow!r} is not one of {FLOWS}")
+        if self.settings is not None and not self.runtime:  # what its typed model declares
+            object.__setattr__(self, "runtime", runtime_defaults(self.settings))
 
     def keys(self, cfg: Config, done: Done) -> dict[str, Key]:
         """label -> key of every instance to build."""
         return self.instances(cfg, done) if self.instances is not None else {self.name: None}
+
+    def settings_of(self, config: dict[str, Any]) -> Any:
+        """The stage config as `run` and `needs_ray` receive it: its typed model, the runtime settings over their
+        declared defaults (an unknown one refused, as `runtime` does); the dict itself where it declares none."""
+        if self.settings is None:
+            return config
+        content = {k: v for k, v in config.items() if k != "runtime"}
+        return section_from(self.settings, content, runtime(config, self.runtime))
 
     def fingerprint(self, config: dict[str, Any], inputs: dict[str, str]) -> str:
         # "runtime" settings (how many workers, which backend) change how a dataset is built, not what it holds.
@@ -150,6 +171,13 @@ def declared_settings(section: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         if k not in runtime_names and k not in inert and not (k in omits and v == omits[k])
     }
     return content, {k: settings[k] for k in runtime_names}
+
+
+def stage_config(settings: BaseModel) -> dict[str, Any]:
+    """A typed stage config as the dict a stage's `config` returns: what `declared_settings` keeps, the runtime
+    settings under "runtime" (where there are any); `Stage.settings_of` reads it back."""
+    content, runtime_settings = declared_settings(settings)
+    return {**content, **({"runtime": runtime_settings} if runtime_settings else {})}
 
 
 def runtime_defaults(section: type) -> dict[str, Any]:
@@ -220,7 +248,7 @@ def run_stage(
             shard_bytes=config.get("shard_mb", 256) * 2**20,
         ) as out:
             out.built_from(*inputs.values())
-            stage.run(config, inputs, out)
+            stage.run(stage.settings_of(config), inputs, out)
     log.info("%s: wrote %s", stage.name, path)
     return path
 

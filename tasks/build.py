@@ -105,7 +105,7 @@ def _prepared(name: str, config: dict, inputs: dict[str, str], artifacts: str, r
     built yet and its config runs on Ray (the stage decides), so a rerun that reuses everything needs no Ray."""
     stage = registered(name)
     fp = stage.fingerprint(config, inputs)
-    if stage.needs_ray(config) and not intact(dataset_path(artifacts, stage.name, fp)):
+    if stage.needs_ray(stage.settings_of(config)) and not intact(dataset_path(artifacts, stage.name, fp)):
         start_ray(ray.address if ray else None, ray.num_cpus if ray else None)
     return fp
 

@@ -9,14 +9,16 @@ import types
 
 import pyarrow as pa
 import pytest
+from pydantic import Field
 
 import flows.cli
 import flows.pipeline_flows as flow
 from pipeline import registry
 from pipeline.config import Config
+from pipeline.config_base import Strict
 from pipeline.corpus.config import CorpusConfig
 from pipeline.init import stage as init
-from pipeline.stage import Stage, run_stage, runtime
+from pipeline.stage import AT_RUNTIME, Stage, run_stage, runtime, stage_config
 from pipeline.train import stage as train
 from storage import read_manifest, read_table
 from tests.conftest import write_corpus, write_sts
@@ -32,7 +34,8 @@ def test_every_registered_stage_declares_the_contract():
         assert stage.section in Config.model_fields, f"{name}: no config section {stage.section!r}"
         assert list(inspect.signature(stage.config).parameters)[0] == "cfg", name
         assert list(inspect.signature(stage.inputs).parameters)[:2] == ["cfg", "done"], name
-        assert list(inspect.signature(stage.run).parameters) == ["config", "inputs", "out"], name
+        given = "settings" if stage.settings is not None else "config"
+        assert list(inspect.signature(stage.run).parameters) == [given, "inputs", "out"], name
         if stage.instances is not None:
             assert list(inspect.signature(stage.instances).parameters) == ["cfg", "done"], name
 
@@ -84,6 +87,42 @@ def test_a_stage_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
     assert list(done) == ["corpus", "tokenizer", "filter", "words"]
     words = read_table(done["words"]).to_pylist()
     assert len(words) == read_manifest(done["filter"])["rows"] and all(w["words"] > 0 for w in words)
+
+
+class _Counting(Strict):
+    upto: int
+    step: int = 1
+    workers: int = Field(1, json_schema_extra=AT_RUNTIME)
+
+
+def _count(settings: _Counting, inputs: dict[str, str], out) -> None:
+    out.write([{"n": n} for n in range(0, settings.upto, settings.step)])
+    out.extra["workers"] = settings.workers
+
+
+def test_run_receives_its_typed_settings_and_the_manifest_the_dict(tmp_path):
+    """`run` reads attributes of its stage's typed model; the fingerprint, the manifest (and Prefect, Ray) keep the
+    dict, runtime settings under "runtime", outside the fingerprint."""
+    stage = Stage(
+        name="count",
+        version="1",
+        flow="data",
+        section="filter",
+        config=lambda cfg, key=None: {},
+        run=_count,
+        settings=_Counting,
+        schema=pa.schema([("n", pa.int64())]),
+    )
+    assert stage.runtime == {"workers": 1}
+    config = stage_config(_Counting(upto=7, step=3, workers=4))
+    assert config == {"upto": 7, "step": 3, "runtime": {"workers": 4}}
+    assert stage.fingerprint(config, {}) == stage.fingerprint(stage_config(_Counting(upto=7, step=3)), {})
+    path = run_stage(stage, config, {}, str(tmp_path))
+    assert read_table(path).column("n").to_pylist() == [0, 3, 6]
+    assert read_manifest(path)["config"] == config and read_manifest(path)["workers"] == 4
+    assert stage.settings_of({"upto": 2}) == _Counting(upto=2)  # a hand-written config: the defaults
+    with pytest.raises(Exception, match="workrs"):
+        stage.settings_of({"upto": 2, "runtime": {"workrs": 2}})
 
 
 def _train_fingerprint(*overrides: str, eval_data: str | None = None) -> str:
