@@ -58,7 +58,7 @@ def child(mode: str, device: str, scale: int, steps: int, threads: int | None) -
     torch.set_num_threads(threads or run.torch_threads or os.cpu_count())
     torch.manual_seed(run.seed)
     vocab = cfg.tokenizer.vocab_size
-    mlm_model = AutoModelForMaskedLM.from_config(scratch_config(cfg.model.model_dump(), _Vocab(vocab)))
+    mlm_model = AutoModelForMaskedLM.from_config(scratch_config(cfg.model, _Vocab(vocab)))
     model = SpanEncoder(mlm_model, run.pooling, run.projection)
     model.to(device).train()
     optimizer, scheduler = make_optimizer(model, run, steps)

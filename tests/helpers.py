@@ -115,20 +115,21 @@ def tiny_tokenizer(model_max_length: int = MAX_LENGTH):
 
 def tiny_model(out_dir: Path, pooling: str = "mean") -> Path:
     """An init-stage export (hf/ and sentence-transformers/) of a tiny RoBERTa built from scratch."""
+    from pipeline.init.config import ModelConfig
     from pipeline.model.transformer import build_model, export
 
     tokenizer = tiny_tokenizer()
     model = build_model(
-        {
-            "base": None,
-            "hidden_size": 32,
-            "num_layers": 1,
-            "num_heads": 2,
-            "intermediate_size": 64,
-            "dropout": 0.0,
-            "max_position_embeddings": MAX_LENGTH + 2,
-            "seed": 0,
-        },
+        ModelConfig(
+            base=None,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            intermediate_size=64,
+            dropout=0.0,
+            max_position_embeddings=MAX_LENGTH + 2,
+            seed=0,
+        ),
         tokenizer,
     )
     export(model, tokenizer, str(out_dir), pooling=pooling)

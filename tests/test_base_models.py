@@ -250,7 +250,7 @@ def train_and_export(built: dict, base: Path, tmp_path, max_length: int) -> tupl
     )
     config = WorkerConfig(train=cfg, init=hf, total_steps=2, special=special_ids(tok, max_length))
     reports = run_train_loop(config, read_table(built["augment"]))
-    encoder = SpanEncoder(build_model({"base": hf, "seed": 0}, tok), cfg.pooling, cfg.projection)
+    encoder = SpanEncoder(build_model(ModelConfig(base=hf), tok), cfg.pooling, cfg.projection)
     encoder.load_state_dict(reports[-1]["model"])
     export(encoder.mlm_model, tok, str(tmp_path), cfg.pooling)
     return tmp_path, reports[-1]["metrics"]
@@ -291,7 +291,7 @@ def test_bert_spans_are_cls_sep_wrapped_segment_zero_and_cut_to_the_position_tab
     ids, mask = batch["anchors"]
     assert ids.shape == (1, 64) and ids[0, 0] == special["bos"] and ids[0, -1] == special["eos"]
     assert ids[0, 1:-1].tolist() == list(range(5, 67))
-    model = build_model({"base": f"{init_dir}/{HF_DIR}", "seed": 0}, tok).eval()
+    model = build_model(ModelConfig(base=f"{init_dir}/{HF_DIR}"), tok).eval()
     assert model.config.type_vocab_size == 2
     with torch.no_grad():  # no token_type_ids means segment A everywhere, as for a single sentence
         implicit = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -306,7 +306,7 @@ def test_roberta_position_limit_leaves_the_padding_offset(bases, corpus_path):
 
     base, _ = bases["roberta"]
     init_dir, tok = init_stage(base, corpus_path)
-    model = build_model({"base": f"{init_dir}/{HF_DIR}", "seed": 0}, tok).eval()
+    model = build_model(ModelConfig(base=f"{init_dir}/{HF_DIR}"), tok).eval()
     assert position_limit(model) == 64 == tok.model_max_length  # 66 positions, two before the first token
     special = special_ids(tok, 512)
     assert (special["bos"], special["eos"]) == (tok.convert_tokens_to_ids("<s>"), tok.convert_tokens_to_ids("</s>"))
@@ -426,7 +426,7 @@ def test_tsdae_from_a_sentence_transformers_base_exports_an_encoder_sentence_tra
     )
     assert [m["step"] for m in reports[-1]["metrics"]] == [1, 2]
     assert all(np.isfinite(m["reconstruction_loss"]) and m["reconstruction_loss"] > 0 for m in reports[-1]["metrics"])
-    encoder = make_encoder(build_model({"base": hf, "seed": 0}, tok), train)  # as the train stage exports
+    encoder = make_encoder(build_model(ModelConfig(base=hf), tok), train)  # as the train stage exports
     encoder.load_state_dict(reports[-1]["model"])
     export(encoder.mlm_model, tok, str(tmp_path), train.pooling)
     with safe_open(str(tmp_path / HF_DIR / "model.safetensors"), "pt") as f:

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError
+from pipeline.init.config import ModelConfig
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import HF_DIR, build_model
 from pipeline.stage import run_stage
@@ -62,7 +63,7 @@ def setup(tmp_path_factory):
         "seed": 0,
     }
     with DatasetWriter(str(root / "art"), "init", "init0", config=model_config, inputs={}, schema=None) as out:
-        build_model(model_config, tokenizer).save_pretrained(f"{out.local_dir}/{HF_DIR}")
+        build_model(ModelConfig(**model_config), tokenizer).save_pretrained(f"{out.local_dir}/{HF_DIR}")
         tokenizer.save_pretrained(f"{out.local_dir}/{HF_DIR}")
     init = out.path
 

@@ -14,6 +14,7 @@ import torch
 
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
+from pipeline.init.config import ModelConfig
 from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.train.batching import collate, special_ids, step_inputs
 from pipeline.train.config import TrainConfig
@@ -105,16 +106,16 @@ def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(token
         torch.manual_seed(0)
         model = SpanEncoder(
             build_model(
-                {
-                    "base": None,
-                    "hidden_size": 32,
-                    "num_layers": 2,
-                    "num_heads": 2,
-                    "intermediate_size": 64,
-                    "dropout": dropout,
-                    "max_position_embeddings": 66,
-                    "seed": 0,
-                },
+                ModelConfig(
+                    base=None,
+                    hidden_size=32,
+                    num_layers=2,
+                    num_heads=2,
+                    intermediate_size=64,
+                    dropout=dropout,
+                    max_position_embeddings=66,
+                    seed=0,
+                ),
                 tokenizer,
             ),
             cfg.pooling,

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, BertConfig, RobertaConfig
 
 from pipeline.errors import InputError
+from pipeline.init.config import ModelConfig
 from pipeline.model import transformer as model_module
 from pipeline.model.packing import packed_hidden
 from pipeline.model.transformer import SpanEncoder, build_model
@@ -24,16 +25,16 @@ from pipeline.train.step import accumulate, make_encoder, train_step
 from tests.conftest import make_document
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-MODEL = {
-    "base": None,
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "dropout": 0.0,
-    "max_position_embeddings": 80,
-    "seed": 0,
-}
+MODEL = ModelConfig(
+    base=None,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=64,
+    dropout=0.0,
+    max_position_embeddings=80,
+    seed=0,
+)
 
 
 def uneven_pairs(tok, n=8) -> pa.Table:

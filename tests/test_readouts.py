@@ -19,6 +19,7 @@ from pipeline.config import Config
 from pipeline.evaluate import encoders
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
+from pipeline.init.config import ModelConfig
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.readouts import READOUT
 from pipeline.leaderboard.table import leaderboard
@@ -39,16 +40,16 @@ def _model(out: Path, seed: int, pooling: str) -> str:
     """A tiny RoBERTa in the init stage's export layout, its weights drawn from `seed`, declaring `pooling`."""
     tokenizer = tiny_tokenizer()
     model = build_model(
-        {
-            "base": None,
-            "hidden_size": 32,
-            "num_layers": 1,
-            "num_heads": 2,
-            "intermediate_size": 64,
-            "dropout": 0.0,
-            "max_position_embeddings": MAX_LENGTH + 2,
-            "seed": seed,
-        },
+        ModelConfig(
+            base=None,
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            intermediate_size=64,
+            dropout=0.0,
+            max_position_embeddings=MAX_LENGTH + 2,
+            seed=seed,
+        ),
         tokenizer,
     )
     export(model, tokenizer, str(out), pooling=pooling)

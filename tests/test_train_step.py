@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from pipeline.init.config import ModelConfig
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import SpanEncoder, build_model, export
 from pipeline.train.batching import collate, special_ids
@@ -27,16 +28,16 @@ def pairs(tokenizer, n=8, positives=2):
 def tiny_encoder(tokenizer, **kwargs) -> SpanEncoder:
     return SpanEncoder(
         build_model(
-            {
-                "base": None,
-                "hidden_size": 32,
-                "num_layers": 1,
-                "num_heads": 2,
-                "intermediate_size": 64,
-                "dropout": 0.0,
-                "max_position_embeddings": 66,
-                "seed": 0,
-            },
+            ModelConfig(
+                base=None,
+                hidden_size=32,
+                num_layers=1,
+                num_heads=2,
+                intermediate_size=64,
+                dropout=0.0,
+                max_position_embeddings=66,
+                seed=0,
+            ),
             tokenizer,
         ),
         **kwargs,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from pipeline.init.config import ModelConfig
 from pipeline.locate import check_base
 from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.repeats import label
-from pipeline.stage import Stage
+from pipeline.stage import Stage, section_from
 from pipeline.tokenizer.loading import load_tokenizer
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[st
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     tokenizer = load_tokenizer(inputs["tokenizer"])
-    model = build_model(config, tokenizer)
+    model = build_model(section_from(ModelConfig, config, {}), tokenizer)
     tokenizer.model_max_length = position_limit(model)
     n_params = sum(p.numel() for p in model.parameters())
     log.info(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -16,6 +17,9 @@ from pipeline.model.packing import PACKED, first_position, packable, packed_hidd
 from pipeline.model.pooling import pool
 from pipeline.tokenizer.loading import base_path
 from storage import local_copy
+
+if TYPE_CHECKING:  # init sits right of model in the package order
+    from pipeline.init.config import ModelConfig
 
 log = logging.getLogger("cpipe")
 
@@ -41,16 +45,16 @@ def projection_head(kind: str | None, dim: int, out: int | None = None) -> nn.Mo
     raise ValueError(f"unknown projection head {kind!r}: none, linear, tanh or mlp")
 
 
-def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
+def scratch_config(cfg: ModelConfig, tokenizer) -> RobertaConfig:
     return RobertaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=cfg["hidden_size"],
-        num_hidden_layers=cfg["num_layers"],
-        num_attention_heads=cfg["num_heads"],
-        intermediate_size=cfg["intermediate_size"],
-        hidden_dropout_prob=cfg["dropout"],
-        attention_probs_dropout_prob=cfg["dropout"],
-        max_position_embeddings=cfg["max_position_embeddings"],
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.dropout,
+        max_position_embeddings=cfg.max_position_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -58,15 +62,15 @@ def scratch_config(cfg: dict, tokenizer) -> RobertaConfig:
     )
 
 
-def build_model(cfg: dict, tokenizer) -> nn.Module:
+def build_model(cfg: ModelConfig, tokenizer) -> nn.Module:
     """From scratch (seeded) when model.base is null, else the base model's weights, with new embedding
     rows (seeded) when the tokenizer stage added tokens (CLEAR's deletion token) to the base's vocabulary."""
-    torch.manual_seed(cfg["seed"])
-    if not cfg["base"]:
+    torch.manual_seed(cfg.seed)
+    if not cfg.base:
         return AutoModelForMaskedLM.from_config(scratch_config(cfg, tokenizer))
-    model = load_base(cfg["base"])
+    model = load_base(cfg.base)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-        torch.manual_seed(cfg["seed"])
+        torch.manual_seed(cfg.seed)
         model.resize_token_embeddings(len(tokenizer))
     return model
 
