@@ -119,7 +119,7 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
     )
     model = {"base": None, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
     init = dataset("init", "i" * 16, model, {}, extra={"parameters": 999})
-    cfg = TrainConfig(batch_size=4, max_steps=6).model_dump()
+    cfg = TrainConfig(batch_size=4, max_steps=6)
 
     def train(out):
         tiny_model(Path(out.local_dir))
@@ -133,7 +133,9 @@ def artifacts(tmp_path_factory) -> tuple[Path, str]:
         )
         write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
-    return art, dataset("train", "m" * 16, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
+    return art, dataset(
+        "train", "m" * 16, {"train": cfg.model_dump()}, {"pairs": "a" * 16, "init": "i" * 16}, build=train
+    )
 
 
 def test_the_trained_model_card_traces_its_inputs_and_loads(artifacts):
@@ -186,7 +188,7 @@ def _scores(model: str, kind: str, stsb: float) -> list[dict]:
 def test_a_continued_runs_card_names_the_run_it_continues_and_keeps_its_base(artifacts):
     art, parent = artifacts
     pairs = dataset_path(str(art), "augment", "a" * 16)
-    cfg = TrainConfig(objective="simcse", batch_size=4, max_steps=3).model_dump()
+    cfg = TrainConfig(objective="simcse", batch_size=4, max_steps=3)
     info = train_info(
         cfg,
         {"pairs": pairs, "init": parent},
@@ -204,7 +206,7 @@ def test_the_architecture_is_the_trained_models_own_whatever_the_init_config_say
     art, parent = artifacts
     with DatasetWriter(str(tmp_path), "init", "bare", config={}, inputs={}) as out:
         pass
-    cfg = TrainConfig(batch_size=4, max_steps=3).model_dump()
+    cfg = TrainConfig(batch_size=4, max_steps=3)
     info = train_info(
         cfg,
         {"pairs": dataset_path(str(art), "augment", "a" * 16), "init": out.path},

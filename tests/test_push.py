@@ -291,7 +291,7 @@ def run(tmp_path_factory, tiny_sts):
     dataset("corpus", "c" * 16, {"sources": sources}, {})
     pairs = dataset("augment", "a" * 16, {}, {"documents": "c" * 16}, extra={"rows": 48})
     init = dataset("init", "i" * 16, {"base": None}, {}, extra={"parameters": 999})
-    cfg = TrainConfig(batch_size=4, max_steps=6).model_dump()
+    cfg = TrainConfig(batch_size=4, max_steps=6)
 
     def train(out):
         tiny_model(Path(out.local_dir))
@@ -302,7 +302,7 @@ def run(tmp_path_factory, tiny_sts):
         )
         write_card(st, out.extra["card"])
 
-    model = dataset("train", "t" * 16, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
+    model = dataset("train", "t" * 16, {"train": cfg.model_dump()}, {"pairs": "a" * 16, "init": "i" * 16}, build=train)
     config = Config(evaluate=EvaluateConfig(data=str(tiny_sts), batch_size=16))
     inputs = {}
     for row in (

@@ -101,7 +101,7 @@ def built(tmp_path_factory) -> tuple[Path, dict[str, str], str]:
         if objective == "declutr":  # its card says max_steps, as every card written before it said what ran
             extra["card"] = {
                 **train_info(
-                    run.model_dump(),
+                    run,
                     {"pairs": dataset_path(str(art), "augment", pairs_fp), "init": init},
                     extra,
                     RobertaConfig(),
@@ -194,7 +194,7 @@ def test_a_new_card_states_what_ran(built, tmp_path):
     art, _, _ = built
     pairs = dataset_path(str(art), "augment", "0" * 16)
     info = train_info(
-        _run("simcse").model_dump(),
+        _run("simcse"),
         {"pairs": pairs, "init": dataset_path(str(art), "init", "i" * 16)},
         {"steps": STEPS},
         RobertaConfig(),

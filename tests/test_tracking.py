@@ -92,7 +92,7 @@ def artifacts(tmp_path_factory) -> dict:
     init = _dataset(art, "init", "i" * 16, {"base": None}, {}, extra={"parameters": 999})
     trained, scores = {}, {}
     for name, (tag, seed, stsb) in MODELS.items():
-        cfg = TrainConfig(batch_size=4, max_steps=STEPS, seed=seed).model_dump()
+        cfg = TrainConfig(batch_size=4, max_steps=STEPS, seed=seed)
 
         def build(out, cfg=cfg):
             tiny_model(Path(out.local_dir))
@@ -109,7 +109,9 @@ def artifacts(tmp_path_factory) -> dict:
             write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
 
         fp = tag * 8
-        trained[name] = _dataset(art, "train", fp, {"train": cfg}, {"pairs": "a" * 16, "init": "i" * 16}, build=build)
+        trained[name] = _dataset(
+            art, "train", fp, {"train": cfg.model_dump()}, {"pairs": "a" * 16, "init": "i" * 16}, build=build
+        )
         scores[name] = (fp, "trained", stsb)
     scores["random"] = (None, "random", 0.2)
     inputs = {}

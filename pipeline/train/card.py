@@ -23,10 +23,10 @@ from storage import complete, dataset_parts, dataset_path, put_file, read_manife
 CARD = "README.md"
 
 
-def train_info(cfg: dict, inputs: dict, extra: dict, model_config, exported: str) -> dict:
-    """What the card says of a train run: its config (`train`'s), the manifests of its inputs (the init and
-    pairs datasets), its results (`extra`: steps, final loss, best dev score where evaluated) and the parameters of
-    its export (`exported`: the sentence-transformers directory). JSON-able, so the run's manifest keeps it for the
+def train_info(run: TrainConfig, inputs: dict, extra: dict, model_config, exported: str) -> dict:
+    """What the card says of a train run: its settings, the manifests of its inputs (the init and pairs datasets),
+    its results (`extra`: steps, final loss, best dev score where evaluated) and the parameters of its export
+    (`exported`: the sentence-transformers directory). JSON-able, so the run's manifest keeps it for the
     leaderboard's rewrite."""
     init = read_manifest(inputs["init"])
     pairs = read_manifest(inputs["pairs"])
@@ -35,19 +35,18 @@ def train_info(cfg: dict, inputs: dict, extra: dict, model_config, exported: str
     model = init["config"]
     # The datasets the pairs were made from (the filter stage's documents; CERT's back-translations), which a
     # manifest names by fingerprint, beside the pairs in the same artifacts.
-    root, stages = dataset_parts(inputs["pairs"])[0], objective(cfg["objective"]).inputs
+    root, stages = dataset_parts(inputs["pairs"])[0], objective(run.objective).inputs
     sources = {name: _dataset(root, stages[name], fp) for name, fp in sorted(pairs["inputs"].items()) if name in stages}
-    run = TrainConfig(**cfg)
     return {
-        "objective": cfg["objective"],
+        "objective": run.objective,
         "augmentation": run.views,
-        "contrastive": cfg["contrastive"],
-        "loss": cfg["loss"],
-        "temperature": cfg["temperature"],
-        "mlm": cfg["mlm"],
-        "mlm_probability": cfg["mlm_probability"],
-        "pooling": cfg["pooling"],
-        "recipe": ran_recipe(run.recipe(), cfg, extra.get("steps"), pairs),
+        "contrastive": run.contrastive,
+        "loss": run.loss,
+        "temperature": run.temperature,
+        "mlm": run.mlm,
+        "mlm_probability": run.mlm_probability,
+        "pooling": run.pooling,
+        "recipe": ran_recipe(run.recipe(), run.model_dump(), extra.get("steps"), pairs),
         "base_model": parent["base_model"] if parent else model.get("base"),
         "architecture": parent["architecture"] if parent else _architecture(model.get("base"), model_config),
         **parameters(exported),

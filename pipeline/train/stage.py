@@ -315,7 +315,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     out.extra.update({"steps": saved["step"], "final_loss": last["loss"], "train_seconds": last["seconds"]})
     log.info("train: %d steps in %.0fs, final loss %s", saved["step"], last["seconds"], loss(last["loss"]))
     out.extra["card"] = train_info(
-        cfg.model_dump(), inputs, out.extra, encoder.mlm_model.config, f"{out.local_dir}/{ST_DIR}"
+        cfg, inputs, out.extra, encoder.mlm_model.config, f"{out.local_dir}/{ST_DIR}"
     )  # kept in the manifest for the leaderboard's rewrite
     write_card(f"{out.local_dir}/{ST_DIR}", out.extra["card"])
     out.rewritten.add(f"{ST_DIR}/{CARD}")  # the leaderboard writes the model's scores into it
