@@ -48,9 +48,10 @@ def main() -> None:
             # a fresh fingerprint each time, so the stage really runs
             run_stage(
                 filter.STAGE,
-                {**filter.config(Config()), "run": next(runs)},  # min_tokens 2048, dedup
+                filter.config(Config()),  # min_tokens 2048, dedup
                 {"corpus": docs, "tokenizer": tok},
                 work,
+                fp=f"{next(runs):016x}",
             )
 
         def bare() -> None:

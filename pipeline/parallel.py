@@ -3,7 +3,8 @@
 Results come back in input order whatever the backend, so a stage that merges
 them sequentially writes the same dataset as a serial run. At most
 `2 * workers` units are in flight, so memory stays flat on long inputs.
-What every unit needs (an index, a model) is `shared`: sent to each worker once.
+What every unit needs (an index, a model) is `shared`: sent to each worker once. A stage's typed settings that
+spread its work so extend `Spread`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,22 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any, Literal, TypeVar
 
+from pydantic import Field
+
+from pipeline.config_base import Strict
+from pipeline.stage import AT_RUNTIME
+
 T, R = TypeVar("T"), TypeVar("R")
 Backend = Literal["serial", "processes", "ray"]
 _SHARED: list = []  # in a worker: [the Ray object's id (None from a pool's initializer), the object shared]
+
+
+class Spread(Strict):
+    """How a stage spreads its units over `ordered_map` (the config's `parallel` section): runtime settings of its
+    stage config, since every backend writes the same dataset."""
+
+    backend: Backend = Field("serial", json_schema_extra=AT_RUNTIME)
+    workers: int = Field(1, ge=1, json_schema_extra=AT_RUNTIME)
 
 
 def ordered_map(

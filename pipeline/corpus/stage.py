@@ -15,22 +15,23 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pydantic import Field
 
+from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.download import LOCAL_COPIES, fetch
 from pipeline.corpus.openwebtext import OpenWebTextSource, is_openwebtext
 from pipeline.corpus.sources import LocalSource, Source, SourceError, read_part
 from pipeline.corpus.wikipedia import WikipediaDumpSource, WikipediaParquetSource, is_wikipedia_dump
 from pipeline.corpus.wikitext import WikiTextParquetSource, is_wikitext_parquet
 from pipeline.file_snapshot import rglob
-from pipeline.parallel import ordered_map
+from pipeline.parallel import Spread, ordered_map
 from pipeline.progress import tracked
-from pipeline.stage import Stage, runtime, split_runtime
+from pipeline.stage import AT_RUNTIME, Stage, stage_config
 
 if TYPE_CHECKING:
     from pipeline.config import Config
     from storage import DatasetWriter
 
-RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 SCHEMA = pa.schema(
     [
         ("doc_id", pa.string()),
@@ -73,30 +74,36 @@ def check(cfg: Config) -> None:
     _sources(cfg)
 
 
+class CorpusSettings(CorpusConfig, Spread):
+    """The corpus stage's config: its section plus a snapshot of each source (a URL stands for itself), so edited
+    files invalidate the cache; where the downloads go and how the work is spread (`parallel`) are runtime."""
+
+    snapshots: list[str] = []
+    download_dir: str = Field("downloads", json_schema_extra=AT_RUNTIME)
+
+
 def config(cfg: Config, key: None = None) -> dict:
-    """The corpus config plus a snapshot of each source, so edited files invalidate the cache; where the
-    downloads go and how the work is spread (cfg.parallel) are runtime."""
     snapshots = [spec if source is None else source.snapshot() for spec, source in _sources(cfg).items()]
-    return {**split_runtime(RUNTIME, {**cfg.corpus.model_dump(), **cfg.parallel.model_dump()}), "snapshots": snapshots}
+    return stage_config(CorpusSettings(**cfg.corpus.model_dump(), **cfg.parallel.model_dump(), snapshots=snapshots))
 
 
-def needs_ray(config: dict) -> bool:
-    return runtime(config, RUNTIME)["backend"] == "ray"
+def needs_ray(settings: CorpusSettings) -> bool:
+    return settings.backend == "ray"
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    settings, opened = runtime(config, RUNTIME), []
+def run(settings: CorpusSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
+    opened = []
 
     def documents():
-        for spec in config["sources"]:
+        for spec in settings.sources:
             # Opened one at a time, so a URL is not downloaded when max_docs was reached before it.
-            source = open_source(spec, settings["download_dir"], config["subsets"])
+            source = open_source(spec, settings.download_dir, settings.subsets)
             opened.append(source)
             if not _remote(spec):
                 out.built_from(
                     spec.removeprefix("file://"), *(map(str, source.files()) if isinstance(source, LocalSource) else ())
                 )
-            reads = ordered_map(read_part, source.parts(), settings["backend"], settings["workers"])
+            reads = ordered_map(read_part, source.parts(), settings.backend, settings.workers)
             for read in tracked(reads, f"corpus {spec}", "parts"):
                 for doc in source.take(read):
                     if doc.text.strip():
@@ -106,7 +113,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
 
     seen = 0
     with closing(documents()) as docs:  # closing stops the workers when max_docs cuts reading short
-        for doc in islice(docs, config["max_docs"] or None):
+        for doc in islice(docs, settings.max_docs or None):
             out.write([doc.__dict__])
             seen += 1
     for source in opened:
@@ -122,7 +129,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             if skipped
             else ""
         )
-        raise SourceError(f"no documents with text in {', '.join(config['sources'])}{why}")
+        raise SourceError(f"no documents with text in {', '.join(settings.sources)}{why}")
     out.count("documents", seen)
     log.info("corpus: %d documents from %d source(s)", seen, len(opened))
 
@@ -135,8 +142,8 @@ STAGE = Stage(
     section="corpus",
     config=config,
     run=run,
+    settings=CorpusSettings,
     schema=SCHEMA,
-    runtime=RUNTIME,
     check=check,
     needs_ray=needs_ray,
 )

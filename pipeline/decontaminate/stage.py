@@ -23,7 +23,9 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pydantic import Field
 
+from pipeline.decontaminate.config import DecontaminateConfig
 from pipeline.decontaminate.evalsets import eval_texts
 from pipeline.decontaminate.match import Matcher, masked
 from pipeline.decontaminate.ngrams import Index
@@ -32,17 +34,14 @@ from pipeline.evaluate.data import local_eval_data
 from pipeline.file_snapshot import snapshot
 from pipeline.filter.docstats import count_tokens, tokenizer
 from pipeline.filter.stage import SCHEMA
-from pipeline.parallel import ordered_map
-from pipeline.stage import Stage, runtime, split_runtime
+from pipeline.parallel import Spread, ordered_map
+from pipeline.stage import AT_RUNTIME, Stage, stage_config
 from storage import DatasetWriter, iter_batches
 from storage.dropped import DroppedLog
 
 if TYPE_CHECKING:
     from pipeline.config import Config
 
-# Where the evaluation text is read from (its n-grams' hash, not these paths, is what the fingerprint holds), and
-# how the matching is spread.
-RUNTIME = {"data": None, "transfer": True, "dev_sets": [], "backend": "serial", "workers": 1}
 BATCH = 256  # documents a unit: a batch's fixed costs (Arrow compiling the normalisation's patterns) stay small
 log = logging.getLogger("cpipe")
 
@@ -57,10 +56,23 @@ def sources(cfg: Config) -> dict:
     }
 
 
+class DecontaminateSettings(DecontaminateConfig, Spread):
+    """The decontaminate stage's config: its section and the hash of the evaluation's n-gram set; where the
+    evaluation text is read from (`sources`: its n-grams' hash, not these paths, is what the fingerprint holds) and
+    how the matching is spread are runtime."""
+
+    ngrams: str
+    data: str | None = Field(None, json_schema_extra=AT_RUNTIME)
+    transfer: bool = Field(True, json_schema_extra=AT_RUNTIME)
+    dev_sets: list[str] = Field([], json_schema_extra=AT_RUNTIME)
+
+
 def config(cfg: Config, key: None = None) -> dict:
-    settings, where = cfg.decontaminate.model_dump(), sources(cfg)
-    index = indexed(json.dumps(where, sort_keys=True), listing(where), settings["n"], settings["min_words"])
-    return split_runtime(RUNTIME, {**settings, "ngrams": index.digest(), **where, **cfg.parallel.model_dump()})
+    section, where = cfg.decontaminate, sources(cfg)
+    index = indexed(json.dumps(where, sort_keys=True), listing(where), section.n, section.min_words)
+    return stage_config(
+        DecontaminateSettings(**section.model_dump(), **where, **cfg.parallel.model_dump(), ngrams=index.digest())
+    )
 
 
 def listing(where: dict) -> str:
@@ -88,21 +100,20 @@ def check(cfg: Config) -> None:
     config(cfg)
 
 
-def needs_ray(config: dict) -> bool:
-    return runtime(config, RUNTIME)["backend"] == "ray"
+def needs_ray(settings: DecontaminateSettings) -> bool:
+    return settings.backend == "ray"
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    settings = runtime(config, RUNTIME)
-    where = {k: settings[k] for k in ("data", "transfer", "dev_sets")}  # as sources() gives them
-    index = indexed(json.dumps(where, sort_keys=True), listing(where), config["n"], config["min_words"])
-    if index.digest() != config["ngrams"]:
+def run(settings: DecontaminateSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
+    where = {"data": settings.data, "transfer": settings.transfer, "dev_sets": settings.dev_sets}  # as sources()'s
+    index = indexed(json.dumps(where, sort_keys=True), listing(where), settings.n, settings.min_words)
+    if index.digest() != settings.ngrams:
         raise InputError(
             f"decontaminate: the evaluation data ({where['data']}) changed after this run was planned; run it again"
         )
     if not index.tasks:
         log.warning("decontaminate: no evaluation sentence to keep out of training (evaluate.data: %s)", where["data"])
-    matcher, by_task, mode, total = Matcher(index), Counter(), config["mode"], 0
+    matcher, by_task, mode, total = Matcher(index), Counter(), settings.mode, 0
     batches: deque[pa.RecordBatch] = deque()
 
     def texts():
@@ -110,7 +121,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             batches.append(batch)
             yield batch.column("text")
 
-    found = ordered_map(Matcher.find, texts(), settings["backend"], settings["workers"], shared=matcher)
+    found = ordered_map(Matcher.find, texts(), settings.backend, settings.workers, shared=matcher)
     with DroppedLog(out) as dropped:
         for hits in found:
             batch = batches.popleft()
@@ -167,8 +178,8 @@ STAGE = Stage(
     config=config,
     inputs=inputs,
     run=run,
+    settings=DecontaminateSettings,
     schema=SCHEMA,
-    runtime=RUNTIME,
     check=check,
     needs_ray=needs_ray,
 )

@@ -15,15 +15,17 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pydantic import Field
 
 from pipeline.corpus.download import fetch
 from pipeline.corpus.stage import SCHEMA as CORPUS_SCHEMA
 from pipeline.errors import InputError
+from pipeline.filter.config import FilterConfig
 from pipeline.filter.docstats import analyse
 from pipeline.filter.neardup import NearDuplicates
-from pipeline.parallel import ordered_map
+from pipeline.parallel import Spread, ordered_map
 from pipeline.progress import Progress
-from pipeline.stage import Stage, runtime, split_runtime
+from pipeline.stage import AT_RUNTIME, Stage, stage_config
 from storage import DatasetWriter, iter_batches, read_manifest
 from storage.dropped import DroppedLog
 
@@ -35,7 +37,6 @@ SCHEMA = (
     .append(pa.field("lang", pa.string()))
     .append(pa.field("lang_score", pa.float32()))
 )
-RUNTIME = {"download_dir": "downloads", "backend": "serial", "workers": 1}
 BATCH = 256
 log = logging.getLogger("cpipe")
 
@@ -44,10 +45,16 @@ class FilterError(InputError):
     pass
 
 
+class FilterSettings(FilterConfig, Spread):
+    """The filter's stage config: its section; where the language model is downloaded (corpus.download_dir) and how
+    the work is spread are runtime."""
+
+    download_dir: str = Field("downloads", json_schema_extra=AT_RUNTIME)
+
+
 def config(cfg: Config, key: None = None) -> dict:
-    """The filter's settings; where the language model is downloaded and how the work is spread are runtime."""
-    return split_runtime(
-        RUNTIME, {**cfg.filter.model_dump(), **cfg.parallel.model_dump(), "download_dir": cfg.corpus.download_dir}
+    return stage_config(
+        FilterSettings(**cfg.filter.model_dump(), **cfg.parallel.model_dump(), download_dir=cfg.corpus.download_dir)
     )
 
 
@@ -55,14 +62,13 @@ def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str
     return {"corpus": done["corpus"], "tokenizer": done["tokenizer"]}
 
 
-def needs_ray(config: dict) -> bool:
-    return runtime(config, RUNTIME)["backend"] == "ray"
+def needs_ray(settings: FilterSettings) -> bool:
+    return settings.backend == "ray"
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    settings = runtime(config, RUNTIME)
-    langid_model = str(fetch(config["langid_model"], settings["download_dir"])) if config["language"] else None
-    near_threshold = config["near_dedup_threshold"] if config["near_dedup"] else None
+def run(settings: FilterSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
+    langid_model = str(fetch(settings.langid_model, settings.download_dir)) if settings.language else None
+    near_threshold = settings.near_dedup_threshold if settings.near_dedup else None
     near = NearDuplicates(threshold=near_threshold) if near_threshold else None
     seen = _Seen(near)
     total, longest, kept = read_manifest(inputs["corpus"])["rows"], 0, 0
@@ -73,13 +79,13 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             batches.append(batch)
             yield batch.column("text").to_pylist(), inputs["tokenizer"], langid_model, near_threshold
 
-    results = ordered_map(analyse, jobs(), settings["backend"], settings["workers"])
+    results = ordered_map(analyse, jobs(), settings.backend, settings.workers)
     with Progress("filter", total, "docs") as bar, DroppedLog(out) as dropped:
         for result in results:
             batch = batches.popleft()
             titles = batch.column("title_or_url").to_pylist()
             keep = [
-                _keep(config, doc_id, titles[i], i, result, seen, out, dropped)
+                _keep(settings, doc_id, titles[i], i, result, seen, out, dropped)
                 for i, doc_id in enumerate(batch.column("doc_id").to_pylist())
             ]
             table = (
@@ -94,19 +100,19 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             bar.update(batch.num_rows)
     out.count("kept", kept)
     if kept == 0:
-        raise FilterError(_nothing_kept(config, total, longest, out.counts))
+        raise FilterError(_nothing_kept(settings, total, longest, out.counts))
 
 
-def _nothing_kept(config: dict, total: int, longest: int, counts) -> str:
+def _nothing_kept(settings: FilterSettings, total: int, longest: int, counts) -> str:
     if counts["too_short"] == total:
         return (
-            f"no document has at least {config['min_tokens']} tokens: saw {total} documents, "
+            f"no document has at least {settings.min_tokens} tokens: saw {total} documents, "
             f"the longest has {longest} tokens (lower filter.min_tokens?)"
         )
     dropped = ", ".join(
         f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(counts.items()) if n and reason != "kept"
     )
-    return f"no document kept: of {total} documents, dropped {dropped} (language wanted: {config['language']})"
+    return f"no document kept: of {total} documents, dropped {dropped} (language wanted: {settings.language})"
 
 
 class _Seen:
@@ -119,10 +125,17 @@ class _Seen:
 
 
 def _keep(
-    config: dict, doc_id: str, title: str | None, i: int, result: dict, seen: _Seen, out, dropped: DroppedLog
+    settings: FilterSettings,
+    doc_id: str,
+    title: str | None,
+    i: int,
+    result: dict,
+    seen: _Seen,
+    out,
+    dropped: DroppedLog,
 ) -> bool:
     """Keep document i of the batch? When not, its reason is counted and it is logged with what was seen."""
-    why = _drop(config, doc_id, i, result, seen)
+    why = _drop(settings, doc_id, i, result, seen)
     if why is None:
         return True
     out.count(why[0])
@@ -130,18 +143,18 @@ def _keep(
     return False
 
 
-def _drop(config: dict, doc_id: str, i: int, result: dict, seen: _Seen) -> tuple[str, str] | None:
+def _drop(settings: FilterSettings, doc_id: str, i: int, result: dict, seen: _Seen) -> tuple[str, str] | None:
     """(reason, detail) for dropping document i of the batch, or None to keep it. Order matters: cheapest first."""
-    if result["n_tokens"][i] < config["min_tokens"]:
-        return "too_short", f"{result['n_tokens'][i]} tokens, fewer than {config['min_tokens']}"
-    if config["dedup"]:
+    if result["n_tokens"][i] < settings.min_tokens:
+        return "too_short", f"{result['n_tokens'][i]} tokens, fewer than {settings.min_tokens}"
+    if settings.dedup:
         key = result["keys"][i]
         if key in seen.exact:
             return "duplicate", f"same text as {seen.exact[key]}"
         seen.exact[key] = doc_id
     lang, score = result["lang"][i], result["lang_score"][i]
-    if config["language"] and (lang != config["language"] or score < config["min_lang_score"]):
-        return "language", f"{lang} (p={score:.3f}); kept: {config['language']} (p>={config['min_lang_score']})"
+    if settings.language and (lang != settings.language or score < settings.min_lang_score):
+        return "language", f"{lang} (p={score:.3f}); kept: {settings.language} (p>={settings.min_lang_score})"
     if seen.near is not None:
         match = seen.near.match(result["signatures"][i])
         if match is None:
@@ -160,7 +173,7 @@ STAGE = Stage(
     config=config,
     inputs=inputs,
     run=run,
+    settings=FilterSettings,
     schema=SCHEMA,
-    runtime=RUNTIME,
     needs_ray=needs_ray,
 )

@@ -14,7 +14,8 @@ from tokenizers import ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 
 from pipeline.locate import check_base
-from pipeline.stage import Stage
+from pipeline.stage import Stage, stage_config
+from pipeline.tokenizer.config import TokenizerConfig
 from pipeline.tokenizer.loading import SPECIAL, add_deletion_token, base_path, untruncated
 from storage import DatasetWriter, iter_batches
 
@@ -29,8 +30,15 @@ def _texts(corpus: str):
         yield from batch.column("text").to_pylist()
 
 
+class TokenizerSettings(TokenizerConfig):
+    """The tokenizer stage's config: its section, and the base model (model.base) whose tokenizer it takes when
+    there is one."""
+
+    base: str | None = None
+
+
 def config(cfg: Config, key: None = None) -> dict:
-    return {"base": cfg.model.base, **cfg.tokenizer.model_dump()}
+    return stage_config(TokenizerSettings(**cfg.tokenizer.model_dump(), base=cfg.model.base))
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
@@ -38,19 +46,19 @@ def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str
     return {"corpus": done["corpus"]} if cfg.model.base is None else {}
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+def run(settings: TokenizerSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if config["base"]:
-        tok = AutoTokenizer.from_pretrained(base_path(config["base"]), trust_remote_code=False)
+    if settings.base:
+        tok = AutoTokenizer.from_pretrained(base_path(settings.base), trust_remote_code=False)
         untruncated(tok.backend_tokenizer)
-        log.info("tokenizer: using %s's tokenizer (%d tokens), without truncation or padding", config["base"], len(tok))
+        log.info("tokenizer: using %s's tokenizer (%d tokens), without truncation or padding", settings.base, len(tok))
     else:
         bpe = ByteLevelBPETokenizer()
         bpe.train_from_iterator(
             _texts(inputs["corpus"]),
-            vocab_size=config["vocab_size"],
-            min_frequency=config["min_frequency"],
+            vocab_size=settings.vocab_size,
+            min_frequency=settings.min_frequency,
             special_tokens=list(SPECIAL.values()),
             show_progress=sys.stderr.isatty(),  # off a terminal its bars are blank lines in the log
         )
@@ -61,7 +69,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             tokenizer_object=bpe._tokenizer,
             cls_token="<s>",
             sep_token="</s>",
-            model_max_length=config["max_length"],
+            model_max_length=settings.max_length,
             **SPECIAL,
         )
         log.info("tokenizer: trained byte-level BPE with %d tokens", len(tok))
@@ -75,5 +83,13 @@ def check(cfg: Config) -> None:
 
 
 STAGE = Stage(
-    name="tokenizer", version="3", flow="data", section="tokenizer", config=config, inputs=inputs, run=run, check=check
+    name="tokenizer",
+    version="3",
+    flow="data",
+    section="tokenizer",
+    config=config,
+    inputs=inputs,
+    run=run,
+    settings=TokenizerSettings,
+    check=check,
 )
