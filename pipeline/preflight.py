@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from pipeline import registry
+from pipeline import objectives, registry
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.evaluate import given
@@ -54,7 +54,10 @@ def configured(
     if "evaluate" in reached:
         _local_files_exist(cfg.evaluate.data)
     if "augment" in reached:  # read as the flow runs, after Prefect and Ray have started (half a minute)
-        _readable_files(cfg.augment.simcse_sup.nli, "augment.simcse_sup.nli")
+        # Every objective's: a file the config names is checked whether or not a run trains on it.
+        for name in objectives.names():
+            for key, paths in objectives.objective(name).reads(cfg).items():
+                _readable_files(paths, key)
     check_writable(cfg.artifacts)
     if "leaderboard" in reached and cfg.evaluate.results_dir:  # MTEB's result files, written once it is published
         check_writable(cfg.evaluate.results_dir, "evaluate.results_dir")

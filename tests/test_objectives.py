@@ -34,7 +34,7 @@ def test_every_registered_objective_declares_the_contract():
     for name in objectives.names():
         declared = objectives.objective(name)
         assert isinstance(declared, Objective) and declared.name == name
-        assert set(declared.settings) <= set(AugmentConfig.model_fields)
+        assert issubclass(AugmentConfig, declared.settings), name  # the augment section validates its settings
         assert set(declared.inputs.values()) <= {"decontaminate", "backtranslate"}
         assert set(declared.defaults) <= set(TrainConfig.model_fields), name
         assert TrainConfig(objective=name).objective == name

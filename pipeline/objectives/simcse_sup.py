@@ -15,13 +15,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
+from pydantic import Field, field_validator
 
+from pipeline.config_base import Strict, absolute
 from pipeline.errors import InputError
 from pipeline.file_snapshot import snapshot
-from pipeline.objectives.base import Objective
-from pipeline.objectives.pairs import epoch_seed, pair
-from pipeline.progress import tracked
+from pipeline.objectives.base import Objective, Settings
+from pipeline.objectives.pairs import write_epochs
 from pipeline.readers.nli import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
 from pipeline.tokenizer.loading import encode_whole
@@ -32,8 +32,29 @@ if TYPE_CHECKING:
 
 NAME = "simcse-sup"
 INPUTS: dict[str, str] = {}
-SETTINGS = ("simcse_sup",)
 log = logging.getLogger("cpipe")
+
+
+class SimcseSupConfig(Strict):
+    """Supervised SimCSE's triplets (premise, entailment, contradiction) and their epochs (`augment.simcse_sup`)."""
+
+    nli: list[str] = Field(
+        default_factory=list,
+        description=(
+            "SNLI / MultiNLI .jsonl or SICK .txt train files (as evaluate.baselines.infersent.nli; dev, trial and "
+            "test files are refused); [] = SICK_train.txt under evaluate.data"
+        ),
+    )
+    epochs: int = Field(3, ge=1, description="in place of augment.epochs: SimCSE's run_sup_example.sh trains 3")
+
+    @field_validator("nli")
+    @classmethod
+    def _absolute_nli(cls, v: list[str]) -> list[str]:
+        return [absolute(p) for p in v]
+
+
+class SimcseSupSettings(Settings):
+    simcse_sup: SimcseSupConfig = Field(default_factory=SimcseSupConfig)
 
 
 def files(cfg: Config) -> dict:
@@ -56,6 +77,10 @@ def files(cfg: Config) -> dict:
             raise InputError(f"augment.simcse_sup.nli: no such file: {path}")
         refuse_scored_copy(path, scored, SCORED_SPLITS, "augment.simcse_sup.nli:")
     return {"nli": paths, "snapshot": {path: snapshot(path) for path in paths}}
+
+
+def given_files(cfg: Config) -> dict[str, list[str]]:
+    return {"augment.simcse_sup.nli": cfg.augment.simcse_sup.nli}
 
 
 def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> tuple[list[tuple[str, str, str]], dict]:
@@ -93,28 +118,23 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         )
     texts = sorted({t for row in rows for t in row})
     ids = dict(zip(texts, encode_whole(tok.backend_tokenizer, texts)))
-    epochs = config["simcse_sup"]["epochs"]
-    for epoch in tracked(range(epochs), "augment simcse-sup", "epochs"):
-        seed = epoch_seed(config, epoch)
-        for k in np.random.default_rng(seed).permutation(len(rows)):
+    epochs = SimcseSupSettings.of(config).simcse_sup.epochs
+
+    def views(order, rng):
+        for k in order:
             premise, entailed, contradicted = rows[k]
-            out.write(
-                [
-                    pair(
-                        f"{epoch}-{k}",
-                        f"triplet-{k}",
-                        NAME,
-                        epoch,
-                        seed,
-                        ids[premise],
-                        premise,
-                        [ids[entailed]],
-                        [entailed],
-                        negative_ids=ids[contradicted],
-                        negative_text=contradicted,
-                    )
-                ]
-            )
+            yield {
+                "anchor_ids": ids[premise],
+                "anchor_text": premise,
+                "positive_ids": [ids[entailed]],
+                "positive_text": [entailed],
+                "negative_ids": ids[contradicted],
+                "negative_text": contradicted,
+            }
+
+    write_epochs(
+        config, out, NAME, epochs, [str(k) for k in range(len(rows))], [f"triplet-{k}" for k in range(len(rows))], views
+    )
     out.extra["triplets"] = len(rows)
     log.info("augment: %d NLI triplets x %d epochs", len(rows), epochs)
 
@@ -149,9 +169,10 @@ OBJECTIVE = Objective(
         "correct_bias": True,
     },
     inputs=INPUTS,
-    settings=SETTINGS,
     pairs=pairs,
+    settings=SimcseSupSettings,
     files=files,
+    reads=given_files,
     hard_negatives=True,
     check=hard_negatives_scored,
 )

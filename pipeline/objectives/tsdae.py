@@ -17,13 +17,13 @@ import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import Field
 
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
-from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.objectives.pairs import SentenceSettings, write_epochs
 from pipeline.objectives.tsdae_decoder import decoder_class
-from pipeline.progress import tracked
 from pipeline.tokenizer.loading import encode_whole
 
 if TYPE_CHECKING:
@@ -31,9 +31,18 @@ if TYPE_CHECKING:
 
 NAME = "tsdae"
 INPUTS = {"documents": "decontaminate"}
-SETTINGS = ("min_chars", "max_sentences", "tsdae_deletion")
 VERSION = "2"  # 2: words deleted, not the tokenizer's pieces (in this objective's fingerprint only)
 log = logging.getLogger("cpipe")
+
+
+class TsdaeSettings(SentenceSettings):
+    tsdae_deletion: float = Field(
+        0.6,
+        gt=0,
+        lt=1,
+        description="tsdae: the probability that each word of a "
+        "sentence is deleted (one is always kept); 0.6, the TSDAE paper's best",
+    )
 
 
 def delete(words: list, ratio: float, rng: np.random.Generator) -> list:
@@ -47,36 +56,24 @@ def delete(words: list, ratio: float, rng: np.random.Generator) -> list:
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import
 
+    settings = TsdaeSettings.of(config)
     rows = list(sentences(inputs["documents"], config, out))
     if not rows:
-        raise InputError(f"augment: no sentence of at least {config['min_chars']} characters in {inputs['documents']}")
+        raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     texts = [r["text"] for r in rows]
     ids = encode_whole(tok.backend_tokenizer, texts)
     split, join = MosesTokenizer(lang="en"), MosesDetokenizer(lang="en")
     words = [split.tokenize(t, escape=False) for t in texts]
-    ratio = config["tsdae_deletion"]
-    for epoch in tracked(range(config["epochs"]), "augment tsdae", "epochs"):
-        seed = epoch_seed(config, epoch)
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(rows))
+    ratio = settings.tsdae_deletion
+
+    def views(order, rng):
         damaged = [join.detokenize(delete(words[k], ratio, rng)) for k in order]
         for k, anchor, text in zip(order, encode_whole(tok.backend_tokenizer, damaged), damaged):
-            r = rows[k]
-            out.write(
-                [
-                    pair(
-                        f"{epoch}-{r['segment_id']}",
-                        r["doc_id"],
-                        NAME,
-                        epoch,
-                        seed,
-                        anchor,
-                        text,
-                        [ids[k]],
-                        [r["text"]],
-                    )
-                ]
-            )
+            yield {"anchor_ids": anchor, "anchor_text": text, "positive_ids": [ids[k]], "positive_text": [texts[k]]}
+
+    write_epochs(
+        config, out, NAME, config["epochs"], [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views
+    )
     log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), config["epochs"], 100 * ratio)
 
 
@@ -113,8 +110,8 @@ OBJECTIVE = Objective(
         "correct_bias": True,
     },
     inputs=INPUTS,
-    settings=SETTINGS,
     pairs=pairs,
+    settings=TsdaeSettings,
     version=VERSION,
     decoder=decoder,
     check=denoising_alone,
