@@ -20,7 +20,9 @@ class SentenceSettings(Settings):
     pipeline.corpus.sentences draws them; each sentence objective's settings are these or extend them."""
 
     min_chars: int = Field(
-        MIN_SENTENCE_CHARS, ge=1, description="sentence objectives (simcse, clear): shorter sentences are left out"
+        MIN_SENTENCE_CHARS,
+        ge=1,
+        description="sentence objectives (simcse, clear, tsdae): shorter sentences are left out",
     )
     max_sentences: int | None = Field(
         None,
