@@ -36,7 +36,7 @@ def test_the_ablation_the_default_profile_names_is_the_paper_table_4():
 def test_cert_profile_back_translates_through_german_with_the_wmt19_models():
     cfg = load_config(ROOT / "configs/cert.yaml")
     assert {r.objective for r in cfg.run_configs().values()} == {"declutr", "cert"}
-    assert model_names(cfg.backtranslate.model_dump(), "de") == ("facebook/wmt19-en-de", "facebook/wmt19-de-en")
+    assert model_names(cfg.backtranslate, "de") == ("facebook/wmt19-en-de", "facebook/wmt19-de-en")
 
 
 def test_declutr_small_profile_follows_the_paper():

@@ -14,17 +14,18 @@ import json
 import logging
 import os
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field
 
-from pipeline.backtranslate.config import Generation
+from pipeline.backtranslate.config import BacktranslateConfig, Generation
 from pipeline.backtranslate.translate import check_backend, load_translator
 from pipeline.corpus.sentences import SPREAD, sentences
 from pipeline.objectives import objective
 from pipeline.progress import Progress
-from pipeline.stage import Stage, runtime, split_runtime
+from pipeline.stage import AT_RUNTIME, Stage, stage_config
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -45,20 +46,25 @@ SCHEMA = (
     .append(pa.field("backend", pa.string()))
     .append(pa.field("model", pa.string()))
 )
-RUNTIME = {"workers": 0}
 log = logging.getLogger("cpipe")
 
 
+class BacktranslateSettings(BacktranslateConfig):
+    """The backtranslate stage's config: its section, the actor count runtime (it does not change the output), and
+    how a sentence cap draws (only capped translations rebuilt, so uncapped ones keep their fingerprint)."""
+
+    workers: int = Field(0, ge=0, json_schema_extra=AT_RUNTIME)
+    sampling: Literal["spread"] | None = Field(None, json_schema_extra={"fingerprint_omits": None})
+
+
 def config(cfg: Config, key: None = None) -> dict:
-    """The fingerprinted settings, once the backend is known to run every pivot's models; the actor count is
-    runtime (it does not change the output)."""
-    bt = cfg.backtranslate.model_dump()
-    for pivot in bt["pivots"]:
+    """The fingerprinted settings, once the backend is known to run every pivot's models."""
+    bt = cfg.backtranslate
+    for pivot in bt.pivots:
         for model in model_names(bt, pivot):
-            check_backend(bt["backend"], model)
-    if bt["max_sentences"] is not None:  # the cap draws over the corpus (only capped translations rebuilt)
-        bt["sampling"] = SPREAD
-    return split_runtime(RUNTIME, bt)
+            check_backend(bt.backend, model)
+    sampling = SPREAD if bt.max_sentences is not None else None  # the cap draws over the whole corpus
+    return stage_config(BacktranslateSettings(**bt.model_dump(), sampling=sampling))
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
@@ -77,32 +83,30 @@ def check(cfg: Config) -> None:
         config(cfg)
 
 
-def needs_ray(config: dict) -> bool:
-    return runtime(config, RUNTIME)["workers"] > 0  # an actor pool on Ray
+def needs_ray(settings: BacktranslateSettings) -> bool:
+    return settings.workers > 0  # an actor pool on Ray
 
 
-def model_names(config: dict, pivot: str) -> tuple[str, str]:
+def model_names(settings: BacktranslateConfig, pivot: str) -> tuple[str, str]:
     """The (forward, backward) models of a pivot: its own names, or the templates, filled in."""
-    fill = {"source": config["source_lang"], "pivot": pivot}
-    names = (
-        config[k][pivot] if isinstance(config[k], dict) else config[k] for k in ("forward_model", "backward_model")
-    )
+    fill = {"source": settings.source_lang, "pivot": pivot}
+    names = (m[pivot] if isinstance(m, dict) else m for m in (settings.forward_model, settings.backward_model))
     return tuple(name.format(**fill) for name in names)
 
 
 class BackTranslator:
     """Loads the two models of every pivot once; each call translates whole chunks from the work directory."""
 
-    def __init__(self, config: dict, work_dir: str):
-        self.config, self.work_dir = config, work_dir
-        device = "cuda" if config["use_gpu"] else "cpu"
-        generation = {k: config[k] for k in Generation.model_fields}
+    def __init__(self, settings: BacktranslateSettings, work_dir: str):
+        self.settings, self.work_dir = settings, work_dir
+        device = "cuda" if settings.use_gpu else "cpu"
+        generation = settings.model_dump(include=set(Generation.model_fields))
         self.models = {
             pivot: tuple(
-                load_translator(config["backend"], m, device, config["dtype"], **generation)
-                for m in model_names(config, pivot)
+                load_translator(settings.backend, m, device, settings.dtype, **generation)
+                for m in model_names(settings, pivot)
             )
-            for pivot in config["pivots"]
+            for pivot in settings.pivots
         }
 
     def __call__(self, batch: dict) -> dict:
@@ -114,18 +118,18 @@ class BackTranslator:
         tables, counts = [], {}
         for pivot, (forward, backward) in self.models.items():
             for t in (forward, backward):  # sampling seeded per chunk: a resumed run draws the same
-                t.generation = t.generation.model_copy(update={"seed": self.config["seed"] * 1_000_003 + chunk})
+                t.generation = t.generation.model_copy(update={"seed": self.settings.seed * 1_000_003 + chunk})
                 t.counts.clear()
-            token = self.config["target_token"].get(pivot)
+            token = self.settings.target_token.get(pivot)
             back = backward.translate(forward.translate([f"{token} {t}" for t in texts] if token else texts))
             for direction, t in (("forward", forward), ("backward", backward)):
                 for reason, n in t.counts.items():
                     counts[f"{direction}_{reason}"] = counts.get(f"{direction}_{reason}", 0) + n
-            model = " -> ".join(model_names(self.config, pivot))
+            model = " -> ".join(model_names(self.settings, pivot))
             tables.append(
                 segments_.append_column("bt_text", pa.array(back, pa.string()))
                 .append_column("pivot_lang", pa.array([pivot] * len(texts), pa.string()))
-                .append_column("backend", pa.array([self.config["backend"]] * len(texts), pa.string()))
+                .append_column("backend", pa.array([self.settings.backend] * len(texts), pa.string()))
                 .append_column("model", pa.array([model] * len(texts), pa.string()))
             )
         table = pa.concat_tables(tables).replace_schema_metadata({"counts": json.dumps(counts)})
@@ -143,11 +147,11 @@ def _write_whole(table: pa.Table, path: str) -> None:
     os.replace(f"{path}.tmp", path)
 
 
-def split_into_chunks(documents: str, config: dict, work_dir: str, out) -> int:
+def split_into_chunks(documents: str, settings: BacktranslateSettings, work_dir: str, out) -> int:
     """Write the sentences to translate as chunk files; returns the number of chunks."""
     chunk, total = 0, 0
-    rows = sentences(documents, config, out)
-    while batch := list(islice(rows, config["chunk_size"])):
+    rows = sentences(documents, settings.model_dump(), out)
+    while batch := list(islice(rows, settings.chunk_size)):
         # Sentences come out the same every time, so a resumed run keeps the chunk files it has.
         if not os.path.exists(_path(work_dir, "in", chunk)):
             _write_whole(pa.Table.from_pylist(batch, SEGMENT_SCHEMA), _path(work_dir, "in", chunk))
@@ -156,31 +160,30 @@ def split_into_chunks(documents: str, config: dict, work_dir: str, out) -> int:
     return chunk
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+def run(settings: BacktranslateSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
     work_dir = out.work_dir
-    n_chunks = split_into_chunks(inputs["documents"], config, work_dir, out)
+    n_chunks = split_into_chunks(inputs["documents"], settings, work_dir, out)
     pending = [c for c in range(n_chunks) if not os.path.exists(_path(work_dir, "out", c))]
     out.count("resumed_chunks", n_chunks - len(pending))
     log.info(
         "backtranslate: %d chunks of up to %d sentences, %d to translate (%s)",
         n_chunks,
-        config["chunk_size"],
+        settings.chunk_size,
         len(pending),
         # a local model by its folder's name: four whole paths made a line too long for a log file
         ", ".join(
-            " -> ".join(os.path.basename(m) if os.path.isabs(m) else m for m in model_names(config, p))
-            for p in config["pivots"]
+            " -> ".join(os.path.basename(m) if os.path.isabs(m) else m for m in model_names(settings, p))
+            for p in settings.pivots
         ),
     )
-    workers = runtime(config, RUNTIME)["workers"]
     with Progress("backtranslate", len(pending), "chunks") as bar:
-        if pending and workers == 0:
-            translator = BackTranslator(config, work_dir)
+        if pending and settings.workers == 0:
+            translator = BackTranslator(settings, work_dir)
             for chunk in pending:
                 translator.translate_chunk(chunk)
                 bar.update()
         elif pending:
-            for _ in _on_ray(config, work_dir, pending, workers):
+            for _ in _on_ray(settings, work_dir, pending):
                 bar.update()
     for chunk in range(n_chunks):
         table = pq.read_table(_path(work_dir, "out", chunk))
@@ -189,17 +192,17 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
         out.write(table.replace_schema_metadata(None))
 
 
-def _on_ray(config: dict, work_dir: str, pending: list[int], workers: int):
+def _on_ray(settings: BacktranslateSettings, work_dir: str, pending: list[int]):
     """One row per chunk through an actor pool; the actors write the chunks, so rows only report progress."""
     import ray.data
 
     ds = ray.data.from_items([{"chunk": c} for c in pending], override_num_blocks=len(pending))
     translated = ds.map_batches(
         BackTranslator,
-        fn_constructor_kwargs={"config": config, "work_dir": work_dir},
+        fn_constructor_kwargs={"settings": settings, "work_dir": work_dir},
         batch_size=1,
-        compute=ray.data.ActorPoolStrategy(size=workers),
-        num_gpus=1 if config["use_gpu"] else 0,
+        compute=ray.data.ActorPoolStrategy(size=settings.workers),
+        num_gpus=1 if settings.use_gpu else 0,
     )
     yield from translated.iter_rows()
 
@@ -213,8 +216,8 @@ STAGE = Stage(
     inputs=inputs,
     instances=instances,
     run=run,
+    settings=BacktranslateSettings,
     schema=SCHEMA,
-    runtime=RUNTIME,
     check=check,
     needs_ray=needs_ray,
 )
