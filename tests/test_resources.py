@@ -16,7 +16,7 @@ from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputError
 from pipeline.filter.docstats import count_tokens, text_key
 from pipeline.filter.neardup import NearDuplicates, minhash, shingle_hashes
-from pipeline.objectives.declutr import whole_arrays
+from pipeline.objectives.prepare import whole_arrays
 from pipeline.plan import plan
 from pipeline.preflight import configured
 from pipeline.stage import run_stage

@@ -1,30 +1,41 @@
 """The corpus, filter and decontaminate stages spread over processes and over a two-node Ray cluster on 127.0.0.1
 write the same documents (same ids, same text, same order, the same dropped with the same reasons) as the
-single-process run, under the same fingerprints; and what the cluster's workers print reaches this driver's terminal
-without Ray's known noise."""
+single-process run, under the same fingerprints, and the augment stage the same pairs for every objective; and what
+the cluster's workers print reaches this driver's terminal without Ray's known noise."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
 import pytest
 
+from pipeline import objectives
+from pipeline.augment import stage as augment
+from pipeline.backtranslate.stage import SCHEMA as BACKTRANSLATED
 from pipeline.config import Config
+from pipeline.corpus import sentences
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
+from pipeline.corpus.segment import segment_id
+from pipeline.corpus.segment import sentences as split_sentences
 from pipeline.corpus.wikipedia import WikipediaDumpSource
 from pipeline.decontaminate import stage as decontaminate
 from pipeline.filter import stage as filter
 from pipeline.filter.config import FilterConfig
+from pipeline.objectives import prepare
 from pipeline.parallel import ordered_map
 from pipeline.ray_session import ray_init
 from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
-from storage import dataset_parts, read_manifest, read_table
+from pipeline.train.config import TrainConfig
+from storage import DatasetWriter, dataset_parts, read_manifest, read_table
 from storage.dropped import read_dropped
 from tests.conftest import SHARED, ray_cluster, write_corpus
+from tests.helpers import corpus_and_tokenizer
 from tests.test_decontaminate import write_stsb
+from tests.test_simcse_sup import NLI
 from tests.test_wikipedia import write_dump
 
 pytestmark = pytest.mark.ray
@@ -145,3 +156,69 @@ def test_corpus_filter_and_decontaminate_write_the_same_documents_on_every_backe
             results["serial"],
         ):
             assert got == expected, (name, what)
+
+
+# Each objective's pairs over two epochs (what one draws in an epoch follows what it drew before); DeCLUTR's spans
+# short enough for 300-word documents; a capped SimCSE draws its sentences from a reservoir.
+PAIRS = {
+    "declutr": {"min_length": 4, "max_length": 24},
+    "simcse": {},
+    "simcse capped": {"max_sentences": 50},
+    "tsdae": {},
+    "clear": {},
+    "cert": {},
+    "simcse-sup": {},
+}
+
+
+def backtranslations(art: str, documents: str) -> str:
+    """A backtranslate dataset of the first 10 sentences of 6 documents through three pivots, as CERT reads it:
+    two differ from each other, the third (zh) is empty for two sentences in three."""
+    rows = []
+    for doc in read_table(documents, columns=["doc_id", "text"]).to_pylist()[:6]:
+        for i, text in enumerate(split_sentences(doc["text"])[:10]):
+            translated = {"de": text.lower(), "fr": " ".join(reversed(text.split())), "zh": "" if i % 3 else text}
+            rows += [
+                {
+                    **dict(doc_id=doc["doc_id"], segment_id=segment_id(doc["doc_id"], i), start=0, end=len(text)),
+                    **dict(text=text, bt_text=bt, pivot_lang=pivot, backend="test", model="test"),
+                }
+                for pivot, bt in translated.items()
+            ]
+    with DatasetWriter(art, "backtranslate", "b" * 16, config={}, inputs={}, schema=BACKTRANSLATED) as out:
+        out.write(rows)
+    return out.path
+
+
+def test_augment_writes_the_same_pairs_for_every_objective_on_every_backend(cluster, tmp_path, monkeypatch):
+    docs, tok, art = corpus_and_tokenizer(tmp_path, n_docs=12, n_words=300)
+    # Several units of work from a dozen documents, so each worker takes more than one.
+    monkeypatch.setattr(sentences, "UNIT_CHARS", 3000)
+    monkeypatch.setattr(prepare, "UNIT_CHARS", 3000)
+    nli = tmp_path / "snli_1.0_train.jsonl"
+    nli.write_text("".join(json.dumps({"sentence1": p, "sentence2": h, "gold_label": g}) + "\n" for p, h, g in NLI))
+    done = {"decontaminate": docs, "tokenizer": tok, "backtranslate": backtranslations(art, docs)}
+    results = {}
+    for name, runtime in BACKENDS.items():
+        for label, settings in PAIRS.items():
+            cfg = Config(
+                augment={"epochs": 2, **settings, "simcse_sup": {"nli": [str(nli)], "epochs": 2}}, parallel=runtime
+            )
+            run = TrainConfig(objective=label.split()[0])
+            config = augment.config(cfg, run)
+            # The runtime is not in the fingerprint: separate artifacts force real runs.
+            path = run_stage(augment.STAGE, config, augment.inputs(cfg, done, run), str(tmp_path / name))
+            manifest = {k: v for k, v in read_manifest(path).items() if k not in ("config", "created", "seconds")}
+            results[name, label] = read_table(path), manifest
+
+    assert {label.split()[0] for label in PAIRS} == set(objectives.names())
+    for label in PAIRS:
+        pairs, manifest = results["serial", label]
+        assert pairs.num_rows > 0 and set(pairs.column("epoch").to_pylist()) == {0, 1}, label
+        for name in ("processes", "ray"):
+            # The same rows (ids, token ids, texts, in order) in byte-identical shards, the same counts and
+            # draws, under the same fingerprint.
+            assert results[name, label][0] == pairs, (name, label)
+            assert results[name, label][1] == manifest, (name, label)
+    assert results["serial", "simcse capped"][0].num_rows == 2 * 50 < results["serial", "simcse"][0].num_rows
+    assert results["serial", "simcse"][1]["counts"]["short_sentence"] > 0  # counted in the units, summed here

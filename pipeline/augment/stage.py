@@ -1,7 +1,9 @@
 """augment stage: materialise `epochs` epochs of anchor/positive pairs, as token ids and text, for one objective.
 
 The objectives (pipeline.objectives) say what a pair is; this stage gives them
-one schema, one config slice each, and their input datasets.
+one schema, one config slice each, and their input datasets. Their per-document work (tokenising, splitting
+sentences) runs on `parallel.backend` with `parallel.workers` (pipeline.objectives.prepare), runtime settings
+the fingerprint leaves out: every backend writes the same pairs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pyarrow as pa
 from pipeline.augment.heldout import HeldOutSplit
 from pipeline.corpus.sentences import SPREAD
 from pipeline.objectives import objective
+from pipeline.objectives.prepare import RUNTIME, spread
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
@@ -72,6 +75,7 @@ def config(cfg: Config, run: TrainConfig) -> dict:
         settings["files"] = maker.files(cfg)
     if augment["heldout_fraction"]:  # only then: the datasets built before the setting keep their fingerprints
         settings["heldout_fraction"] = augment["heldout_fraction"]
+    settings["runtime"] = cfg.parallel.model_dump(include=set(RUNTIME))  # how, not what: outside the fingerprint
     return {**settings, "augmentation": run.views} if run.views else settings
 
 
@@ -81,6 +85,10 @@ def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str
         **{name: done[stage] for name, stage in objective(run.objective).inputs.items()},
         "tokenizer": done["tokenizer"],
     }
+
+
+def needs_ray(config: dict) -> bool:
+    return spread(config)[0] == "ray"
 
 
 def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
@@ -102,4 +110,6 @@ STAGE = Stage(
     instances=instances,
     run=run,
     schema=SCHEMA,
+    runtime=RUNTIME,
+    needs_ray=needs_ray,
 )

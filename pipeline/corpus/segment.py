@@ -71,7 +71,11 @@ def document_sentences(
     characters; with a `limit`, the first `limit` of them, or with a `seed` too, `limit` drawn uniformly from all
     of them (a reservoir, so memory holds `limit`), in the corpus's order: the first N of a corpus in document
     order are its first documents only. `count` hears of each one left out and why."""
-    rows = _sentences(docs, min_chars, count)
+    return drawn(_sentences(docs, min_chars, count), limit, count, seed)
+
+
+def drawn(rows: Iterable[dict], limit: int | None, count: Callable[[str], None], seed: int | None) -> Iterator[dict]:
+    """`rows` as `document_sentences` draws them: all, the first `limit`, or `limit` drawn from `seed`."""
     if limit is None:
         yield from rows
         return
@@ -90,7 +94,14 @@ def document_sentences(
             count("over_max_sentences")
             if (slot := int(rng.integers(seen + 1))) < limit:
                 reservoir[slot] = (seen, row)
-    yield from (row for _, row in sorted(reservoir, key=lambda drawn: drawn[0]))
+    yield from (row for _, row in sorted(reservoir, key=lambda entry: entry[0]))
+
+
+def unit_sentences(min_chars: int, docs: list[tuple[str, str]]) -> tuple[list[dict], int]:
+    """A unit of documents' sentences of at least `min_chars` characters, and how many were shorter: what a
+    worker returns (`pipeline.corpus.sentences`), drawing nothing at random."""
+    short: list[str] = []
+    return list(_sentences(docs, min_chars, short.append)), len(short)
 
 
 def _sentences(docs: Iterable[tuple[str, str]], min_chars: int, count: Callable[[str], None]) -> Iterator[dict]:

@@ -1,35 +1,61 @@
 """A documents dataset's sentences as every sentence objective, the back-translation stage and the evaluate
-stage's post-processing read them, and the record of which documents they were drawn from."""
+stage's post-processing read them, and the record of which documents they were drawn from. The documents are split
+into sentences a unit at a time (`document_units`) serially, on worker processes or on Ray; what is drawn at
+random is drawn here, in corpus order, so every backend gives the same sentences."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from functools import partial
 
-from pipeline.corpus.segment import document_sentences
+from pipeline.corpus.segment import drawn, unit_sentences
+from pipeline.parallel import Backend, ordered_map
 from storage import iter_batches
 
 SPREAD = "spread"  # config["sampling"]: a sentence cap draws over the whole corpus, not its first documents
+# A unit of work: enough text that a worker's fixed costs stay small, small enough that a few hundred long
+# documents still make units for every worker.
+UNIT_CHARS, UNIT_DOCS = 1 << 20, 256
 
 
-def sentences(documents: str, config: dict, out) -> Iterator[dict]:
+def document_units(documents: str) -> Iterator[list[tuple[str, str]]]:
+    """A documents dataset's (doc_id, text) in order, in units of UNIT_CHARS characters or UNIT_DOCS documents."""
+    unit, chars = [], 0
+    for batch in iter_batches(documents, columns=["doc_id", "text"], batch_size=UNIT_DOCS):
+        for doc in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist()):
+            unit.append(doc)
+            chars += len(doc[1])
+            if chars >= UNIT_CHARS or len(unit) >= UNIT_DOCS:
+                yield unit
+                unit, chars = [], 0
+    if unit:
+        yield unit
+
+
+def sentences(documents: str, config: dict, out, backend: Backend = "serial", workers: int = 1) -> Iterator[dict]:
     """A documents dataset's sentences (doc_id, segment_id, start, end, text), per `config`'s min_chars and
     max_sentences, drawn over the whole corpus from its seed with `sampling: spread` (so every sentence objective
     of one seed draws the same ones); short and over-cap ones are counted, and the manifest says how many
-    sentences of how many documents were drawn (`drawn`). The back-translation stage reads them so too."""
-    docs = (
-        (d, t)
-        for batch in iter_batches(documents, columns=["doc_id", "text"])
-        for d, t in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist())
-    )
+    sentences of how many documents were drawn (`drawn`). The back-translation stage reads them so too. The
+    documents are split into sentences on `backend`."""
+    units = ordered_map(partial(unit_sentences, config["min_chars"]), document_units(documents), backend, workers)
     seed = config["seed"] if config.get("sampling") == SPREAD else None
-    drawn: set[str] = set()
+    docs: set[str] = set()
     n = 0
-    for row in document_sentences(docs, config["min_chars"], config["max_sentences"], out.count, seed):
-        drawn.add(row["doc_id"])
+    for row in drawn(_counted(units, out.count), config["max_sentences"], out.count, seed):
+        docs.add(row["doc_id"])
         n += 1
         yield row
-    record_drawn(out, drawn, sentences=n)
+    record_drawn(out, docs, sentences=n)
+
+
+def _counted(units: Iterable[tuple[list[dict], int]], count) -> Iterator[dict]:
+    """The units' sentences in order, their short ones counted."""
+    for rows, short in units:
+        if short:
+            count("short_sentence", short)
+        yield from rows
 
 
 def record_drawn(out, doc_ids: set[str], **counts: int) -> None:

@@ -15,7 +15,7 @@ from pipeline.corpus.sentences import record_drawn
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import write_epochs
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.objectives.prepare import encode_all
 from storage import read_table
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     ids = list(sentences)
     choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
     texts = [sentences[i]["pivots"] for i in ids]
-    encoded = iter(encode_whole(tok.backend_tokenizer, [t for pivots in texts for t in pivots.values()]))
+    encoded = iter(encode_all(tok, [t for pivots in texts for t in pivots.values()], config))
     token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
 
     def views(order, rng):

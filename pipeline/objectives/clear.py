@@ -35,7 +35,8 @@ from pipeline.objectives.clear_operations import (
     wordnet_synonyms,
 )
 from pipeline.objectives.pairs import SentenceSettings, write_epochs
-from pipeline.tokenizer.loading import DEL_TOKEN, encode_whole
+from pipeline.objectives.prepare import encode_all, spread
+from pipeline.tokenizer.loading import DEL_TOKEN
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -106,7 +107,7 @@ def deletion_id(tok) -> int:
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     settings = ClearSettings.of(config)
-    rows = list(sentences(inputs["documents"], config, out))
+    rows = list(sentences(inputs["documents"], config, out, *spread(config)))
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     name = config["augmentation"]
@@ -118,12 +119,12 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     params = ClearParams(
         **c.model_dump(include=set(ClearOperations.model_fields)), synonyms=table, placeholder=DEL_TOKEN
     )
-    originals = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
+    originals = encode_all(tok, [r["text"] for r in rows], config)
 
     def views(order, rng):
         drawn = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
         texts = [" ".join(v) for two in drawn for v in two]
-        ids = encode_whole(tok.backend_tokenizer, texts)
+        ids = encode_all(tok, texts, config)
         for i, k in enumerate(order):
             yield {
                 "anchor_ids": ids[2 * i],

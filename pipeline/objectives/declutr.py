@@ -20,10 +20,9 @@ from pydantic import Field, model_validator
 from pipeline.corpus.sentences import record_drawn
 from pipeline.objectives.base import Objective, Settings
 from pipeline.objectives.pairs import epoch_seed, pair
+from pipeline.objectives.prepare import document_tokens
 from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
 from pipeline.progress import tracked
-from pipeline.tokenizer.loading import collapse_whitespace, encoded_pieces
-from storage import read_table
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -54,23 +53,9 @@ class DeclutrSettings(Settings):
         return self
 
 
-def whole_arrays(backend, texts: list[str]) -> list[np.ndarray]:
-    """Every document's token ids as int32, its pieces' joined: spans may fall anywhere in a document, so all of
-    it is kept, at 4 bytes a token."""
-    pieces: list[list[np.ndarray]] = [[] for _ in texts]
-    for i, ids in encoded_pieces(backend, texts):
-        pieces[i].append(np.asarray(ids, dtype=np.int32))
-    return [np.concatenate(p) if p else np.zeros(0, np.int32) for p in pieces]
-
-
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     settings = DeclutrSettings.of(config)
-    docs = read_table(inputs["documents"], columns=["doc_id", "text"])
-    doc_ids = docs.column("doc_id").to_pylist()
-    texts = docs.column("text").to_pylist()
-    if settings.collapse_whitespace:
-        texts = [collapse_whitespace(t) for t in texts]
-    token_ids = whole_arrays(tok.backend_tokenizer, texts)
+    doc_ids, token_ids = document_tokens(inputs["documents"], tok, settings.collapse_whitespace, config)
     needed = min_document_tokens(settings.num_anchors, settings.max_length)
     eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
     out.count("too_short", len(doc_ids) - len(eligible))

@@ -10,7 +10,7 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import SentenceSettings, write_epochs
-from pipeline.tokenizer.loading import encode_whole
+from pipeline.objectives.prepare import encode_all, spread
 
 NAME = "simcse"
 INPUTS = {"documents": "decontaminate"}
@@ -18,11 +18,11 @@ log = logging.getLogger("cpipe")
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    rows = list(sentences(inputs["documents"], config, out))
+    rows = list(sentences(inputs["documents"], config, out, *spread(config)))
     if not rows:
         min_chars = SentenceSettings.of(config).min_chars
         raise InputError(f"augment: no sentence of at least {min_chars} characters in {inputs['documents']}")
-    ids = encode_whole(tok.backend_tokenizer, [r["text"] for r in rows])
+    ids = encode_all(tok, [r["text"] for r in rows], config)
     texts = [r["text"] for r in rows]
 
     def views(order, rng):

@@ -22,9 +22,9 @@ from pipeline.errors import InputError
 from pipeline.file_snapshot import snapshot
 from pipeline.objectives.base import Objective, Settings
 from pipeline.objectives.pairs import write_epochs
+from pipeline.objectives.prepare import encode_all
 from pipeline.readers.nli import LABELS, read_nli, refuse_scored_copy, scored_pairs
 from pipeline.readers.sts import SCORED_SPLITS, SICK_FILES, find_file
-from pipeline.tokenizer.loading import encode_whole
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -117,7 +117,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             f"augment: no premise with both an entailment and a contradiction in {', '.join(config['files']['nli'])}"
         )
     texts = sorted({t for row in rows for t in row})
-    ids = dict(zip(texts, encode_whole(tok.backend_tokenizer, texts)))
+    ids = dict(zip(texts, encode_all(tok, texts, config)))
     epochs = SimcseSupSettings.of(config).simcse_sup.epochs
 
     def views(order, rng):

@@ -23,8 +23,8 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import SentenceSettings, write_epochs
+from pipeline.objectives.prepare import encode_all, spread
 from pipeline.objectives.tsdae_decoder import decoder_class
-from pipeline.tokenizer.loading import encode_whole
 
 if TYPE_CHECKING:
     from pipeline.train.config import TrainConfig
@@ -57,18 +57,18 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import
 
     settings = TsdaeSettings.of(config)
-    rows = list(sentences(inputs["documents"], config, out))
+    rows = list(sentences(inputs["documents"], config, out, *spread(config)))
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     texts = [r["text"] for r in rows]
-    ids = encode_whole(tok.backend_tokenizer, texts)
+    ids = encode_all(tok, texts, config)
     split, join = MosesTokenizer(lang="en"), MosesDetokenizer(lang="en")
     words = [split.tokenize(t, escape=False) for t in texts]
     ratio = settings.tsdae_deletion
 
     def views(order, rng):
         damaged = [join.detokenize(delete(words[k], ratio, rng)) for k in order]
-        for k, anchor, text in zip(order, encode_whole(tok.backend_tokenizer, damaged), damaged):
+        for k, anchor, text in zip(order, encode_all(tok, damaged, config), damaged):
             yield {"anchor_ids": anchor, "anchor_text": text, "positive_ids": [ids[k]], "positive_text": [texts[k]]}
 
     write_epochs(
