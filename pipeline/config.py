@@ -32,7 +32,7 @@ from pipeline.train.config import HELDOUT_LOSS, TrainConfig
 
 
 class ParallelConfig(Strict):
-    """How the corpus, filter and decontaminate stages spread their work; the output is the same either way."""
+    """How the corpus, filter, decontaminate and augment stages spread their work; the output is the same either way."""
 
     backend: Literal["serial", "processes", "ray"] = "serial"
     workers: int = Field(2, ge=1)
