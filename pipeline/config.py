@@ -167,19 +167,12 @@ class Config(Strict):
     def rows(self) -> dict[str, str]:
         """{row: the key that makes it} of every row of the pipeline's leaderboard as configured, each row over
         several seeds once, by its name (pipeline.evaluate.stage.pipeline_rows names them): the runs, the untrained
-        encoder, the baselines and their post-processed rows. InferSent's is there when enabled, though the
-        evaluate stage leaves it out without NLI data to train on. Raises ValueError naming both keys where two
-        rows share a name: one of them would replace the other on the leaderboard."""
+        encoder, the baselines (EvaluateConfig.baseline_rows) and their post-processed rows. Raises ValueError
+        naming both keys where two rows share a name: one of them would replace the other on the leaderboard."""
         ev, base = self.evaluate, self.evaluate.baselines
         named = [
             *((name, f"runs.{name}") for name in self.runs),
-            *([(self.initial_name(), "evaluate.untrained")] if ev.untrained else []),
-            *([("fasttext-bow", "evaluate.fasttext.enabled")] if ev.fasttext.enabled else []),
-            *([("infersent", "evaluate.baselines.infersent.enabled")] if base.infersent.enabled else []),
-            *([("random", "evaluate.baselines.random")] if base.random else []),
-            *((f"vectors-{Path(p).stem}", f"evaluate.baselines.vectors[{i}]") for i, p in enumerate(base.vectors)),
-            *((m.name, f"evaluate.baselines.models[{i}].name") for i, m in enumerate(base.models)),
-            *([("use", "evaluate.baselines.use")] if base.use is not None else []),
+            *((b.name, b.key) for b in ev.baseline_rows(self.initial_name())),
         ]
         out: dict[str, str] = {}
         for row, key in named:

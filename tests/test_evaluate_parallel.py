@@ -111,7 +111,10 @@ def test_units_run_as_ray_tasks_of_their_own_and_write_the_serial_rows(
 
 def test_units_score_the_same_in_any_order(setup, data, one_torch_thread):  # noqa: F811
     config = jobs(setup, data, 1)[0][0]
-    units = evaluate.units(config, kinds.search(data, config), Encoder(setup["model"], max_length=config["max_length"]))
+    settings = evaluate.STAGE.settings_of(config)
+    units = evaluate.units(
+        settings, kinds.search(data, config), Encoder(setup["model"], max_length=settings.max_length)
+    )
     assert [u.name for u in units] == UNITS
     forward = [evaluate.score_unit(u).rows for u in units]
     assert [evaluate.score_unit(u).rows for u in reversed(units)][::-1] == forward

@@ -163,7 +163,7 @@ class _Coupling(nn.Module):
 
 class Flow:
     def __init__(self, dim: int, layers: int = 4, hidden: int = 256):
-        self.config = {"dim": dim, "layers": layers, "hidden": hidden}
+        self.shape = {"dim": dim, "layers": layers, "hidden": hidden}  # what `save` writes, `load` rebuilds from
         self.steps = nn.ModuleList(
             m for _ in range(layers) for m in (_ActNorm(dim), _InvertibleLinear(dim), _Coupling(dim, hidden))
         )
@@ -216,12 +216,12 @@ class Flow:
 
     @torch.no_grad()
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        _check_dim(x, self.config["dim"])
+        _check_dim(x, self.shape["dim"])
         return self._forward(torch.as_tensor(x, dtype=torch.float32))[0].numpy()
 
     @torch.no_grad()
     def inverse(self, z: np.ndarray) -> np.ndarray:
-        _check_dim(z, self.config["dim"])
+        _check_dim(z, self.shape["dim"])
         z = torch.as_tensor(z, dtype=torch.float32)
         for step in reversed(self.steps):
             z = step.inverse(z)
@@ -229,21 +229,21 @@ class Flow:
 
     def save(self, path: str | Path) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
-        (Path(path) / FLOW_CONFIG).write_text(json.dumps(self.config))
+        (Path(path) / FLOW_CONFIG).write_text(json.dumps(self.shape))
         torch.save(self.steps.state_dict(), Path(path) / FLOW_WEIGHTS)
 
     @classmethod
     def load(cls, path: str | Path) -> Flow:
         file = Path(path) / FLOW_CONFIG
         try:
-            config = json.loads(file.read_text())
+            shape = json.loads(file.read_text())
         except json.JSONDecodeError as err:
             raise InputError(f"{file}:{err.lineno}: not valid JSON") from None
-        missing = [key for key in ("dim", "layers", "hidden") if key not in config]
+        missing = [key for key in ("dim", "layers", "hidden") if key not in shape]
         if missing:
             raise InputError(f"{file}: no {missing[0]!r} key")
         with torch.random.fork_rng(devices=[]):  # the random init is overwritten; keep the caller's RNG as it was
-            flow = cls(config["dim"], config["layers"], config["hidden"])
+            flow = cls(shape["dim"], shape["layers"], shape["hidden"])
         flow.steps.load_state_dict(torch.load(Path(path) / FLOW_WEIGHTS, weights_only=True))
         return flow
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
@@ -12,6 +13,17 @@ from pipeline.config_base import Strict, absolute, unusable_name
 from pipeline.readers.names import SICK_TASK, STS_TASKS, is_pair_column, pair_suffix, rankable_columns
 from pipeline.readers.registry import is_kind_column
 from pipeline.repeats import Seed
+
+
+class BaselineRow(NamedTuple):
+    """A leaderboard row the evaluate section adds beside the runs (EvaluateConfig.baseline_rows): its name, the
+    setting that makes it, the kind of encoder it scores (pipeline.evaluate.encoders) and what that encoder is made
+    from where a setting names it (a vectors file, a ModelBaseline, a USE directory; None where a stage builds it)."""
+
+    name: str
+    key: str
+    kind: str
+    source: Any = None
 
 
 class EvaluateConfig(Strict):
@@ -85,6 +97,33 @@ class EvaluateConfig(Strict):
     untrained: bool = True
     fasttext: FastTextBaseline = Field(default_factory=FastTextBaseline)
     baselines: Baselines = Field(default_factory=Baselines)
+
+    def baseline_rows(self, initial: str) -> list[BaselineRow]:
+        """The rows beside the runs, in the leaderboard's order, each over several seeds once (the post-processed
+        rows, made of these and the runs, apart); `initial`: the untrained encoder's row name
+        (pipeline.config.Config.initial_name). The one list pipeline.config.Config.rows names and checks, and the
+        evaluate stage scores (pipeline.evaluate.stage.pipeline_rows); InferSent's is here when enabled, though the
+        stage leaves it out without NLI data to train on."""
+        base = self.baselines
+        return [
+            *([BaselineRow(initial, "evaluate.untrained", "untrained")] if self.untrained else []),
+            *([BaselineRow("fasttext-bow", "evaluate.fasttext.enabled", "fasttext")] if self.fasttext.enabled else []),
+            *(
+                [BaselineRow("infersent", "evaluate.baselines.infersent.enabled", "infersent")]
+                if base.infersent.enabled
+                else []
+            ),
+            *([BaselineRow("random", "evaluate.baselines.random", "random")] if base.random else []),
+            *(
+                BaselineRow(f"vectors-{Path(p).stem}", f"evaluate.baselines.vectors[{i}]", "vectors", p)
+                for i, p in enumerate(base.vectors)
+            ),
+            *(
+                BaselineRow(m.name, f"evaluate.baselines.models[{i}].name", "model", m)
+                for i, m in enumerate(base.models)
+            ),
+            *([BaselineRow("use", "evaluate.baselines.use", "use", base.use.path)] if base.use is not None else []),
+        ]
 
     @field_validator("data")
     @classmethod

@@ -37,14 +37,15 @@ from pipeline.baselines.postprocess import Flow, PostProcessed, Whitening
 from pipeline.errors import ConfigError
 from pipeline.evaluate import encoders, given, kinds, readouts
 from pipeline.evaluate import items as test_items
+from pipeline.evaluate.config import BaselineRow, EvaluateConfig
 from pipeline.evaluate.progress import Progress, task_name
 from pipeline.file_snapshot import snapshot
 from pipeline.init.stage import init_label
 from pipeline.locate import check_models, is_hub_name
-from pipeline.parallel import fetch, ordered_map, share
+from pipeline.parallel import Spread, fetch, ordered_map, share
 from pipeline.progress import doing
 from pipeline.repeats import seeded, split_seeded
-from pipeline.stage import Stage, runtime, split_runtime
+from pipeline.stage import Stage, split_runtime
 from storage import DatasetWriter, dataset_parts, read_manifest
 
 if TYPE_CHECKING:
@@ -106,9 +107,21 @@ def settings() -> tuple[str, ...]:
     return tuple(dict.fromkeys((*SETTINGS, *declared)))
 
 
-def _switches(cfg: Config) -> dict[str, Any]:
+class EvaluateSettings(Spread, EvaluateConfig):
+    """The evaluate stage's config: the evaluate settings a score depends on (`settings()`), the row scored (its name,
+    how its encoder is built, what the leaderboard says of it) and the evaluation data's hash; how its units are
+    spread is runtime. The section's other settings (the baselines, rank_by, ...) are no part of it: here they are
+    at their defaults."""
+
+    data_hash: str
+    model: str
+    spec: dict[str, Any]
+    about: dict[str, Any]
+
+
+def _switches(ev: EvaluateConfig) -> dict[str, Any]:
     """The evaluate settings that turn kinds on (evaluate.transfer, evaluate.analysis)."""
-    return {k.switch: getattr(cfg.evaluate, k.switch) for k in kinds.every_kind() if k.switch is not None}
+    return {k.switch: getattr(ev, k.switch) for k in kinds.every_kind() if k.switch is not None}
 
 
 def config(cfg: Config, row: Row) -> dict:
@@ -116,7 +129,7 @@ def config(cfg: Config, row: Row) -> dict:
     cached scores, as they are. The data's hash is read once per content (its files' sizes and times), not per
     model."""
     ev = cfg.evaluate
-    data = _data_fingerprint(ev.data, tuple(_switches(cfg).items()), json.dumps(snapshot(ev.data)))
+    data = _data_fingerprint(ev.data, tuple(_switches(ev).items()), json.dumps(snapshot(ev.data)))
     return split_runtime(
         RUNTIME,
         {
@@ -135,8 +148,8 @@ def inputs(cfg: Config, done: dict[str, str], row: Row) -> dict[str, str]:
     return row.inputs
 
 
-def needs_ray(config: dict) -> bool:
-    return runtime(config, RUNTIME)["backend"] == "ray"
+def needs_ray(settings: EvaluateSettings) -> bool:
+    return settings.backend == "ray"
 
 
 def side_by_side(cfg: Config) -> bool:
@@ -149,7 +162,7 @@ def check(cfg: Config) -> None:
     run would train models before failing), and a USE row can be loaded here."""
     if not cfg.evaluate.data:
         raise ConfigError("no evaluation data: pass --eval-data DIR or set evaluate.data")
-    kinds.search(cfg.evaluate.data, _switches(cfg))
+    kinds.search(cfg.evaluate.data, _switches(cfg.evaluate))
     if cfg.evaluate.baselines.use is not None and (why := use.problem(cfg.evaluate.baselines.use.path)):
         raise ConfigError(f"evaluate.baselines.use.path: {why}")
 
@@ -212,58 +225,8 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
         for row, path in ((k.split("/", 1)[1], v) for k, v in done.items() if k.startswith("train/"))
     ]
     ev, base = cfg.evaluate, cfg.evaluate.baselines
-    if ev.untrained:
-        name, about = initial_row(cfg)
-        rows += [
-            Row(row, {"kind": "untrained"}, {"model": done[init_label(s)]}, about)
-            for row, s in _repeats(name, cfg.init_seeds())
-        ]
-    if ev.fasttext.enabled:
-        rows += [
-            Row(
-                row,
-                {"kind": "fasttext"},
-                {"model": done[vectors_label(s)]},
-                {
-                    "objective": "fastText skipgram",
-                    "corpus": _corpus(done),
-                    # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
-                    "recipe": f"dim {ev.fasttext.dim}, {ev.fasttext.threads} threads: not bit-reproducible",
-                },
-            )
-            for row, s in _repeats("fasttext-bow", cfg.baseline_seeds())
-        ]
-    for row, s in _repeats("infersent", cfg.baseline_seeds()):
-        if (built := done.get(infersent_stage.infersent_label(s))) is not None:
-            about = infersent_stage.about(read_manifest(built)["config"])
-            vectors = {} if base.infersent.vectors else {"corpus": _corpus(done)}
-            rows.append(Row(row, {"kind": "infersent"}, {"model": built}, {**about, **vectors}))
-    if base.random:
-        rows.append(
-            Row("random", {"kind": "random", "dim": base.random_dim, "seed": 0}, {}, {"objective": "none (random)"})
-        )
-    for path in base.vectors:
-        rows.append(
-            Row(
-                f"vectors-{Path(path).stem}",
-                {"kind": "vectors", "path": path, "snapshot": snapshot(path)},
-                {},
-                {"objective": "pretrained word vectors"},
-            )
-        )
-    rows += [model_row(m.name, m.path, m.pooling) for m in base.models]
-    if base.use is not None:
-        rows.append(
-            Row(
-                "use",
-                {"kind": "use", "path": base.use.path, "snapshot": snapshot(base.use.path)},
-                {},
-                {
-                    "objective": "pretrained (Universal Sentence Encoder)",
-                    "recipe": f"TF SavedModel {Path(base.use.path).name}",
-                },
-            )
-        )
+    for b in ev.baseline_rows(cfg.initial_name()):
+        rows += BASELINES[b.kind](cfg, done, b)
     initial = initial_row(cfg)[0] if ev.untrained else None
     for pp in base.postprocess:  # a row with repeats is post-processed repeat by repeat
         model = initial if pp.model == UNTRAINED and initial is not None else pp.model
@@ -279,6 +242,71 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
                 )
             )
     return rows + reference_readouts(cfg, rows, trainings)
+
+
+def _untrained(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    about = initial_row(cfg)[1]
+    return [
+        Row(row, {"kind": b.kind}, {"model": done[init_label(s)]}, about)
+        for row, s in _repeats(b.name, cfg.init_seeds())
+    ]
+
+
+def _fasttext(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    settings = cfg.evaluate.fasttext
+    about = {
+        "objective": "fastText skipgram",
+        "corpus": _corpus(done),
+        # fastText needs >= 11 threads here (DESIGN.md), and threads race on the weights
+        "recipe": f"dim {settings.dim}, {settings.threads} threads: not bit-reproducible",
+    }
+    return [
+        Row(row, {"kind": b.kind}, {"model": done[vectors_label(s)]}, about)
+        for row, s in _repeats(b.name, cfg.baseline_seeds())
+    ]
+
+
+def _infersent(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    """A repeat whose model was built: none without NLI data to train on (infersent_stage.instances)."""
+    rows = []
+    for row, s in _repeats(b.name, cfg.baseline_seeds()):
+        if (built := done.get(infersent_stage.infersent_label(s))) is not None:
+            about = infersent_stage.about(infersent_stage.STAGE.settings_of(read_manifest(built)["config"]))
+            vectors = {} if cfg.evaluate.baselines.infersent.vectors else {"corpus": _corpus(done)}
+            rows.append(Row(row, {"kind": b.kind}, {"model": built}, {**about, **vectors}))
+    return rows
+
+
+def _random(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    spec = {"kind": b.kind, "dim": cfg.evaluate.baselines.random_dim, "seed": 0}
+    return [Row(b.name, spec, {}, {"objective": "none (random)"})]
+
+
+def _vectors(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    spec = {"kind": b.kind, "path": b.source, "snapshot": snapshot(b.source)}
+    return [Row(b.name, spec, {}, {"objective": "pretrained word vectors"})]
+
+
+def _model(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    return [model_row(b.name, b.source.path, b.source.pooling)]
+
+
+def _use(cfg: Config, done: dict[str, str], b: BaselineRow) -> list[Row]:
+    spec = {"kind": b.kind, "path": b.source, "snapshot": snapshot(b.source)}
+    about = {"objective": "pretrained (Universal Sentence Encoder)", "recipe": f"TF SavedModel {Path(b.source).name}"}
+    return [Row(b.name, spec, {}, about)]
+
+
+# The rows of each kind of baseline row (EvaluateConfig.baseline_rows): a row built once per seed has its repeats.
+BASELINES: dict[str, Callable[[Config, dict[str, str], BaselineRow], list[Row]]] = {
+    "untrained": _untrained,
+    "fasttext": _fasttext,
+    "infersent": _infersent,
+    "random": _random,
+    "vectors": _vectors,
+    "model": _model,
+    "use": _use,
+}
 
 
 def row_readout(row: Row, trainings: dict) -> str | None:
@@ -318,8 +346,8 @@ def initial_row(cfg: Config) -> tuple[str, dict]:
     """The name and description of the encoder the runs start from: "untrained" when built from scratch, the base
     model's own name (and "pretrained") when model.base is set, since a pretrained model is no untrained one."""
     if cfg.model.base is None:
-        return UNTRAINED, {"objective": "none (initial weights)"}
-    return Path(cfg.model.base.rstrip("/")).name, {
+        return cfg.initial_name(), {"objective": "none (initial weights)"}
+    return cfg.initial_name(), {
         "objective": "pretrained (model.base, before training)",
         "recipe": f"model.base {cfg.model.base}",
     }
@@ -410,42 +438,42 @@ def _ray_task() -> str | None:
     return context.get_task_id() if context.worker.mode == ray.WORKER_MODE else None
 
 
-def units(config: dict, found: list[kinds.Found], encoder) -> list[Unit]:
+def units(settings: EvaluateSettings, found: list[kinds.Found], encoder) -> list[Unit]:
     """One unit per task of every kind found (kinds.search), in the order their rows are written, each scored with
-    the run's seed and the settings its kind declares."""
+    the run's seed and the settings its kind declares (by their names)."""
     return [
         Unit(
-            config["model"],
+            settings.model,
             f.kind.unit(t),
-            partial(_kind, task=t, seed=config["seed"], settings={s: config[s] for s in f.kind.settings}),
+            partial(_kind, task=t, seed=settings.seed, settings={s: getattr(settings, s) for s in f.kind.settings}),
             encoder,
-            config["batch_size"],
+            settings.batch_size,
         )
         for f in found
         for t in f.tasks
     ]
 
 
-def _encoder(config: dict, inputs: dict, out):
+def _encoder(settings: EvaluateSettings, inputs: dict, out):
     """What the units encode with: the encoder itself when they run in this process, else the Recipe they build it
     from, shared rather than copied into each unit (a flow fitted on 768 dimensions pickles to 60 MB)."""
-    spec, backend = config["spec"], config["runtime"]["backend"]
-    recipe, encoder = Recipe(spec, inputs, config["max_length"]), None
+    spec = settings.spec
+    recipe, encoder = Recipe(spec, inputs, settings.max_length), None
     if spec.get("postprocess"):  # fitted once, here, whatever the backend
         encoder = encoders.post_processed(
-            recipe.load(), spec["postprocess"], inputs["corpus"], out.local_dir, config["batch_size"], out
+            recipe.load(), spec["postprocess"], inputs["corpus"], out.local_dir, settings.batch_size, out
         )
         recipe = replace(recipe, transform=encoder.transform)
-    if backend != "serial":
-        return share(recipe, backend)
+    if settings.backend != "serial":
+        return share(recipe, settings.backend)
     return encoder if encoder is not None else recipe.load()
 
 
-def _score(todo: list[Unit], model: str, runtime: dict) -> list[Scored]:
+def _score(todo: list[Unit], settings: EvaluateSettings) -> list[Scored]:
     """Every unit's rows, in unit order, saying as each comes back which task it was and how long it took."""
-    progress, scored = Progress(model, len(todo)), []
+    progress, scored = Progress(settings.model, len(todo)), []
     try:
-        for s in ordered_map(score_unit, todo, runtime["backend"], runtime["workers"]):
+        for s in ordered_map(score_unit, todo, settings.backend, settings.workers):
             progress.finished(s.where["unit"], s.where["seconds"])
             scored.append(s)
     finally:
@@ -453,25 +481,23 @@ def _score(todo: list[Unit], model: str, runtime: dict) -> list[Scored]:
     return scored
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    config = {**config, "runtime": runtime(config, RUNTIME)}
-    found = kinds.search(config["data"], config)
-    todo = units(config, found, _encoder(config, inputs, out))
-    scored = _score(todo, config["model"], config["runtime"])
+def run(settings: EvaluateSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
+    found = kinds.search(settings.data, _switches(settings))
+    todo = units(settings, found, _encoder(settings, inputs, out))
+    scored = _score(todo, settings)
     rows = [row for s in scored for row in s.rows]
     for f in found:  # rows made of every unit's (the transfer average), so only once every unit is back
         rows += f.kind.summary(rows) if f.kind.summary is not None else []
     [dimension] = set().union(*(s.dimensions for s in scored))
-    spec = config["spec"]
     fingerprint = dataset_parts(inputs["model"])[2] if "model" in inputs else out.fp
     model = {
-        "model": config["model"],
-        "kind": spec["kind"],
+        "model": settings.model,
+        "kind": settings.spec["kind"],
         "parameters": scored[0].parameters,
         "dimension": dimension,
         "model_fingerprint": fingerprint,
-        "data_hash": config["data_hash"],
-        **{k: config["about"].get(k) for k in ("objective", "recipe", "corpus")},
+        "data_hash": settings.data_hash,
+        **{k: settings.about.get(k) for k in ("objective", "recipe", "corpus")},
     }
     out.write([{**row, **model} for row in rows])
     test_items.write([it for s in scored for it in s.items], out.local_dir)
@@ -480,11 +506,11 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     out.extra["units"] = [s.where for s in scored]
     log.info(
         "evaluate: %s on %s in %d units (%s, %d workers; absent: %s)",
-        config["model"],
+        settings.model,
         ", ".join(f"{len(f.tasks)} {f.kind.name}" for f in found if f.tasks),  # a kind the data lacks is no news
         len(todo),
-        config["runtime"]["backend"],
-        config["runtime"]["workers"],
+        settings.backend,
+        settings.workers,
         ", ".join(absent) or "none",
     )
 
@@ -499,6 +525,7 @@ STAGE = Stage(
     version="7",
     flow="evaluate",
     section="evaluate",
+    settings=EvaluateSettings,
     config=config,
     inputs=inputs,
     instances=instances,

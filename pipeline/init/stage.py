@@ -15,7 +15,7 @@ from pipeline.init.config import ModelConfig
 from pipeline.locate import check_base
 from pipeline.model.transformer import build_model, export, position_limit
 from pipeline.repeats import label
-from pipeline.stage import Stage, section_from
+from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
 
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[st
     return {"tokenizer": done["tokenizer"]}
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+def run(settings: ModelConfig, inputs: dict[str, str], out: DatasetWriter) -> None:
     tokenizer = load_tokenizer(inputs["tokenizer"])
-    model = build_model(section_from(ModelConfig, config, {}), tokenizer)
+    model = build_model(settings, tokenizer)
     tokenizer.model_max_length = position_limit(model)
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
@@ -70,6 +70,7 @@ STAGE = Stage(
     version="3",
     flow="train",
     section="model",
+    settings=ModelConfig,
     config=config,
     inputs=inputs,
     run=run,

@@ -41,11 +41,11 @@ def _dense(folder: str) -> nn.Sequential:
     from torch import nn
 
     with open(f"{folder}/config.json", encoding="utf-8") as f:
-        config = json.load(f)
-    name = config.get("activation_function", DEFAULT_ACTIVATION)
+        dense = json.load(f)
+    name = dense.get("activation_function", DEFAULT_ACTIVATION)
     if not name.startswith("torch.nn.") or name.rsplit(".", 1)[-1] not in ACTIVATIONS:
         raise InputError(f"{folder}/config.json: activation {name!r} is not supported here ({', '.join(ACTIVATIONS)})")
-    linear = nn.Linear(config["in_features"], config["out_features"], bias=config.get("bias", True))
+    linear = nn.Linear(dense["in_features"], dense["out_features"], bias=dense.get("bias", True))
     weights = f"{folder}/model.safetensors"
     state = (
         load_file(weights) if os.path.isfile(weights) else torch.load(f"{folder}/pytorch_model.bin", weights_only=True)

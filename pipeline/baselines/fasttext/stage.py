@@ -6,8 +6,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from pipeline.baselines.fasttext.bow import MODEL_FILE, train_fasttext
+from pipeline.baselines.fasttext.config import FastTextBaseline
 from pipeline.baselines.infersent import stage as infersent_stage
-from pipeline.repeats import label
+from pipeline.repeats import Seed, label
 from pipeline.stage import Stage
 from storage import DatasetWriter, iter_batches
 
@@ -15,6 +16,12 @@ if TYPE_CHECKING:
     from pipeline.config import Config
 
 log = logging.getLogger("cpipe")
+
+
+class FastTextVectors(FastTextBaseline):
+    """The baseline stage's config: evaluate.fasttext's settings, and the repeat's seed (absent at 0)."""
+
+    seed: Seed = 0
 
 
 def vectors_label(seed: int) -> str:
@@ -37,21 +44,21 @@ def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[st
     return {"documents": done["decontaminate"]}
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+def run(settings: FastTextVectors, inputs: dict[str, str], out: DatasetWriter) -> None:
     texts = (
         t for batch in iter_batches(inputs["documents"], columns=["text"]) for t in batch.column("text").to_pylist()
     )
     train_fasttext(
         texts,
         f"{out.local_dir}/{MODEL_FILE}",
-        dim=config["dim"],
-        epoch=config["epoch"],
-        min_count=config["min_count"],
-        threads=config["threads"],
-        bucket=config["bucket"],
-        seed=config.get("seed", 0),
+        dim=settings.dim,
+        epoch=settings.epoch,
+        min_count=settings.min_count,
+        threads=settings.threads,
+        bucket=settings.bucket,
+        seed=settings.seed,
     )
-    log.info("baseline: fastText skipgram, %d dimensions", config["dim"])
+    log.info("baseline: fastText skipgram, %d dimensions", settings.dim)
 
 
 STAGE = Stage(
@@ -59,6 +66,7 @@ STAGE = Stage(
     version="1",
     flow="evaluate",
     section="evaluate",
+    settings=FastTextVectors,
     config=config,
     inputs=inputs,
     instances=instances,

@@ -273,14 +273,14 @@ class InferSentEncoder:
             if not os.path.isfile(f"{local}/{SETTINGS}"):
                 raise InputError(f"{path}: not an InferSent export (no {SETTINGS})")
             with open(f"{local}/{SETTINGS}") as f:
-                settings = json.load(f)
+                exported = json.load(f)  # the export's own file, written by `export`
             with open(f"{local}/{VOCAB}", encoding="utf-8") as f:
                 words = json.load(f)
             state = load_file(f"{local}/{WEIGHTS}")
-        self.model = BiLstmMax(state["embeddings.weight"], settings["hidden"])
+        self.model = BiLstmMax(state["embeddings.weight"], exported["hidden"])
         self.model.load_state_dict(state)
         self.model.eval()
-        self.vocab = Vocabulary(words, settings["lowercase"])
+        self.vocab = Vocabulary(words, exported["lowercase"])
         self.dim = self.model.dim
 
     @property

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from pipeline.baselines.fasttext.bow import MODEL_FILE
 from pipeline.baselines.infersent import model as infersent
+from pipeline.config_base import Strict
 from pipeline.file_snapshot import snapshot
 from pipeline.readers import nli
 from pipeline.repeats import label
@@ -24,6 +25,27 @@ if TYPE_CHECKING:
 
 TRAINING = tuple(infersent.Settings.__dataclass_fields__)
 log = logging.getLogger("cpipe")
+
+
+class InferSentSettings(Strict):
+    """The infersent stage's config: evaluate.baselines.infersent's settings, those of training (TRAINING) seeded
+    for the repeat, with its NLI files found, by split, and a snapshot of them and of the vectors file."""
+
+    nli: dict[Literal["train", "dev"], list[str]]
+    vectors: str | None
+    vocab_size: int | None
+    max_pairs: int | None
+    hidden: int
+    fc_dim: int
+    batch_size: int
+    lr: float
+    decay: float
+    shrink: float
+    min_lr: float
+    max_norm: float
+    epochs: int
+    seed: int
+    snapshot: dict[str, Any]
 
 
 def _nli(cfg: Config) -> dict[str, list[str]] | None:
@@ -56,15 +78,12 @@ def reads_corpus_vectors(cfg: Config) -> bool:
 def config(cfg: Config, key: int | None = None) -> dict:
     """From the evaluate.baselines.infersent settings and the NLI files found; the repeat with seed `key` is seeded
     infersent.seed + key."""
-    settings, files = cfg.evaluate.baselines.infersent.model_dump(), _nli(cfg)
-    settings["seed"] += key or 0
-    watched = [*files["train"], *files["dev"], *([settings["vectors"]] if settings["vectors"] else [])]
+    section, files = cfg.evaluate.baselines.infersent, _nli(cfg)
+    watched = [*files["train"], *files["dev"], *([section.vectors] if section.vectors else [])]
     return {
         "nli": files,
-        "vectors": settings["vectors"],
-        "vocab_size": settings["vocab_size"],
-        "max_pairs": settings["max_pairs"],
-        **{k: settings[k] for k in TRAINING},
+        **section.model_dump(include={"vectors", "vocab_size", "max_pairs", *TRAINING}),
+        "seed": section.seed + (key or 0),
         "snapshot": {path: snapshot(path) for path in watched},
     }
 
@@ -74,15 +93,15 @@ def inputs(cfg: Config, done: dict[str, str], key: int | None = None) -> dict[st
     return {"vectors": done[label("baseline", key or 0)]} if reads_corpus_vectors(cfg) else {}
 
 
-def about(config: dict) -> dict:
+def about(settings: InferSentSettings) -> dict:
     """What the leaderboard says of the row."""
-    names = [os.path.basename(p) for p in config["nli"]["train"]]
+    names = [os.path.basename(p) for p in settings.nli["train"]]
     data = "SICK-E train" if names == ["SICK_train.txt"] else ", ".join(names)
-    vectors = os.path.basename(config["vectors"]) if config["vectors"] else "corpus fastText"
+    vectors = os.path.basename(settings.vectors) if settings.vectors else "corpus fastText"
     return {
         "objective": f"InferSent (NLI: {data})",
-        "recipe": f"BiLSTM-max {config['hidden']}x2, linear classifier {config['fc_dim']}, "
-        f"SGD lr {config['lr']:g} batch {config['batch_size']}, <= {config['epochs']} epochs "
+        "recipe": f"BiLSTM-max {settings.hidden}x2, linear classifier {settings.fc_dim}, "
+        f"SGD lr {settings.lr:g} batch {settings.batch_size}, <= {settings.epochs} epochs "
         f"dev-selected, vectors: {vectors}",
     }
 
@@ -94,29 +113,29 @@ def _read(files: list[str], limit: int | None = None) -> nli.NliPairs:
     return nli.NliPairs(pairs.premise[:limit], pairs.hypothesis[:limit], pairs.labels[:limit], pairs.dropped)
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    train_pairs, dev_pairs = _read(config["nli"]["train"], config["max_pairs"]), _read(config["nli"]["dev"])
-    if config["vectors"]:
+def run(settings: InferSentSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
+    files = settings.nli
+    train_pairs, dev_pairs = _read(files["train"], settings.max_pairs), _read(files["dev"])
+    if settings.vectors:
         needed = {
             w
             for p in (train_pairs, dev_pairs)
             for s in p.premise + p.hypothesis
             for w in infersent.tokens(s, lowercase=False)
         }
-        vectors = infersent.file_vectors(config["vectors"], config["vocab_size"], needed)
+        vectors = infersent.file_vectors(settings.vectors, settings.vocab_size, needed)
     else:
-        vectors = infersent.corpus_vectors(f"{inputs['vectors']}/{MODEL_FILE}", config["vocab_size"])
+        vectors = infersent.corpus_vectors(f"{inputs['vectors']}/{MODEL_FILE}", settings.vocab_size)
     vocab = infersent.Vocabulary(vectors.words, vectors.lowercase)
     (train_data, empty_train), (dev_data, empty_dev) = (
         infersent.encode_pairs(p, vocab) for p in (train_pairs, dev_pairs)
     )
     if not train_data[2] or not dev_data[2]:
         raise nli.NliDataError(
-            f"{', '.join(config['nli']['train'] + config['nli']['dev'])}: no pair left "
-            "whose two sentences have a word with a vector"
+            f"{', '.join(files['train'] + files['dev'])}: no pair left whose two sentences have a word with a vector"
         )
-    settings = infersent.Settings(**{k: config[k] for k in TRAINING})
-    encoder, history = infersent.train(train_data, dev_data, vectors.matrix, settings)
+    training = infersent.Settings(**settings.model_dump(include=set(TRAINING)))
+    encoder, history = infersent.train(train_data, dev_data, vectors.matrix, training)
     infersent.export(encoder, vectors, out.local_dir)
     out.count("train_pairs", len(train_data[2]))
     out.count("dev_pairs", len(dev_data[2]))
@@ -134,6 +153,7 @@ STAGE = Stage(
     version="2",
     flow="evaluate",
     section="evaluate",
+    settings=InferSentSettings,
     config=config,
     inputs=inputs,
     instances=instances,
