@@ -1,8 +1,9 @@
 """One validated configuration, loaded from YAML with `--set key=value` overrides.
 
-Each stage package owns its section (pipeline.<stage>.config); `Config` composes them and checks what spans
-sections. Unknown keys and bad values fail here, before any work starts, with the key named. The sections'
-defaults are the papers' (DeCLUTR-small's recipe); configs/default.yaml holds what the small CPU demo changes.
+Each stage package owns its section (pipeline.<stage>.config), which the registry names beside its stage; `Config`
+composes them (`composed`) and checks what spans sections. Unknown keys and bad values fail here, before any work
+starts, with the key named. The sections' defaults are the papers' (DeCLUTR-small's recipe); configs/default.yaml
+holds what the small CPU demo changes.
 """
 
 from __future__ import annotations
@@ -12,21 +13,13 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import yaml
-from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, ValidationError, create_model, field_validator, model_validator
 
-from pipeline import objectives
-from pipeline.augment.config import AugmentConfig
-from pipeline.backtranslate.config import BacktranslateConfig
+from pipeline import objectives, registry
 from pipeline.config_base import Strict, absolute, unusable_name
-from pipeline.corpus.config import CorpusConfig
 from pipeline.corpus.credentials import conceal, concealed
-from pipeline.decontaminate.config import DecontaminateConfig
 from pipeline.errors import ConfigError
-from pipeline.evaluate.config import EvaluateConfig
-from pipeline.filter.config import FilterConfig
-from pipeline.init.config import ModelConfig
 from pipeline.repeats import seed_list, seeded, split_seeded
-from pipeline.tokenizer.config import TokenizerConfig
 from pipeline.tracking.config import TrackingConfig
 from pipeline.train.config import HELDOUT_LOSS, TrainConfig
 
@@ -54,7 +47,9 @@ class Training(NamedTuple):
     parent: str | None
 
 
-class Config(Strict):
+class Spanning(Strict):
+    """The settings no stage owns, and the checks across sections: `Config` without the stages' sections."""
+
     artifacts: str = "artifacts"
     seeds: list[StrictInt] | None = Field(
         None,
@@ -65,19 +60,10 @@ class Config(Strict):
         ),
     )
     repeats: StrictInt | None = Field(None, ge=1, description="seeds 0..N-1 (instead of seeds)")
-    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
-    filter: FilterConfig = Field(default_factory=FilterConfig)
-    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
-    augment: AugmentConfig = Field(default_factory=AugmentConfig)
-    backtranslate: BacktranslateConfig = Field(default_factory=BacktranslateConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
     runs: dict[str, dict[str, Any]] = Field(
         default_factory=lambda: {"declutr": {}},
         description="named runs: train overrides per run; all share the data stages",
     )
-    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -103,7 +89,7 @@ class Config(Strict):
         return absolute(v)
 
     @model_validator(mode="after")
-    def _runs(self) -> Config:
+    def _runs(self) -> Spanning:
         if not self.runs:
             raise ValueError("runs: at least one named run is needed")
         seed_list("config", self.seeds, self.repeats)
@@ -247,6 +233,16 @@ class Config(Strict):
                     _describe(e, prefix=f"runs.{name}.").replace(f"runs.{name}.: ", f"runs.{name}: ")
                 ) from None
         return out
+
+
+def composed() -> type[Spanning]:
+    """`Config`: the settings no stage owns and every stage's section (pipeline.registry), each section at its
+    defaults where a profile leaves it out."""
+    sections = {key: (model, Field(default_factory=model)) for key, model in registry.sections().items()}
+    return create_model("Config", __base__=Spanning, __module__=__name__, **sections)
+
+
+Config = composed()
 
 
 def _add_row(rows: dict[str, str], row: str, key: str) -> None:

@@ -12,9 +12,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "storage")  # the graph's modules, searched for cycles
 OURS = (*PACKAGES, "tasks", "flows", "bench", "tests")  # top-level names that are this project's code
-# What the config sections' validators need from the stages, in modules that import nothing of this project's:
-# the config imports these and other config modules only, so no stage module can close a cycle through it.
+# What the config sections' validators need from the stages, and the registry the config composes its sections from,
+# in modules that import nothing of this project's: the config imports these and other config modules only, so no
+# stage module can close a cycle through it.
 LEAVES = (
+    "pipeline.registry",
     "pipeline.errors",
     "pipeline.config_base",
     "pipeline.corpus.credentials",

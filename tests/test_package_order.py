@@ -1,5 +1,6 @@
 """pipeline/'s packages import in one direction: each module only from its own layer or one to its left in the
-order docs/contributing.md declares ("Package order"), and never the project's code inside a function.
+order docs/contributing.md declares ("Package order"), a stage package it does not name placed by the registry, and
+never the project's code inside a function.
 
 Modules are read with `ast`, not imported. An import under `if TYPE_CHECKING:` never runs and is no edge."""
 
@@ -9,16 +10,23 @@ import ast
 import re
 from pathlib import Path
 
+from pipeline import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("pipeline", "storage", "tasks", "flows")
 DOC = ROOT / "docs" / "contributing.md"
 
 
 def declared_order() -> list[tuple[str, tuple[str, ...]]]:
-    """The layers, left first: (name, the top-level modules of pipeline/ it holds; none for a package)."""
+    """The layers, left first: (name, the top-level modules of pipeline/ it holds; none for a package): the block's,
+    and before its last (the config's) a layer for each stage's package that it does not name, in the registry's
+    order."""
     block = re.search(r"^```package-order\n(.*?)^```", DOC.read_text(), re.S | re.M)
     assert block, f"{DOC}: no ```package-order block"
-    return [(words[0], tuple(words[1:])) for words in map(str.split, block.group(1).splitlines()) if words]
+    order = [(words[0], tuple(words[1:])) for words in map(str.split, block.group(1).splitlines()) if words]
+    named = {n for name, modules in order for n in modules or (name,)}
+    stages = [node(line.module) for line in registry.STAGES.values() if line.module.startswith("pipeline.")]
+    return [*order[:-1], *((p, ()) for p in dict.fromkeys(stages) if p not in named), order[-1]]
 
 
 def layers() -> dict[str, int]:
@@ -71,13 +79,13 @@ def imports(tree: ast.AST):
     yield from walk(tree, False)
 
 
-def violations() -> tuple[list[str], list[str]]:
-    """(imports pointing right in the order or at an undeclared package, function-local project imports), each as
-    'file:line ...'."""
+def violations(root: Path = ROOT) -> tuple[list[str], list[str]]:
+    """(imports pointing right in the order or at an undeclared package, function-local project imports) of the
+    modules under root/pipeline, each as 'file:line ...'."""
     order, names = layers(), [name for name, _ in declared_order()]
     against, local = [], []
-    for path in sorted((ROOT / "pipeline").rglob("*.py")):
-        rel = path.relative_to(ROOT)
+    for path in sorted((root / "pipeline").rglob("*.py")):
+        rel = path.relative_to(root)
         parts = rel.with_suffix("").parts
         source = "pipeline" if len(parts) == 2 and parts[1] == "__init__" else node(".".join(parts))
         for imp, in_function in imports(ast.parse(path.read_text(), str(path))):
@@ -114,6 +122,32 @@ def test_every_package_of_pipeline_is_declared():
     present = {p.name for p in (ROOT / "pipeline").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     present |= {p.stem for p in (ROOT / "pipeline").glob("*.py") if p.stem != "__init__"}
     assert present <= declared, f"not in {DOC.name}'s package order: {sorted(present - declared)}"
+
+
+def test_a_new_stages_package_is_placed_by_its_registry_line(tmp_path, monkeypatch):
+    """A stage package the block does not name (pipeline/words) may import the declared packages, and no declared
+    package but the config's layer may import it, once the registry names its stage; before, it is in no layer."""
+    for module, source in {
+        "__init__": "",
+        "words/__init__": "",
+        "words/stage": "from pipeline.filter.stage import SCHEMA\n",
+        "filter/__init__": "",
+        "filter/stage": "from pipeline.words.stage import STAGE\n",
+        "preflight": "from pipeline.words import stage\n",
+    }.items():
+        (tmp_path / "pipeline" / module).with_suffix(".py").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pipeline" / module).with_suffix(".py").write_text(source)
+    assert (
+        "pipeline/words/stage.py:1: words is in no layer of contributing.md's package order" in violations(tmp_path)[0]
+    )
+    line = registry.Line("pipeline.words.stage", "words", "pipeline.words.config.WordsConfig")
+    monkeypatch.setattr(registry, "STAGES", {**registry.STAGES, "words": line})
+    order = declared_order()
+    assert order[-2] == ("words", ()) and order[-1][0] == "top" and "words" in layers()
+    assert violations(tmp_path)[0] == [
+        "pipeline/filter/stage.py:1 imports pipeline.words.stage: filter (filter) may not import words (words), to "
+        "its right in the package order"
+    ]
 
 
 def test_the_check_sees_type_checking_blocks_and_function_imports(tmp_path):

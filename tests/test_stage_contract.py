@@ -7,21 +7,22 @@ import inspect
 import sys
 import types
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pydantic import Field
 
 import flows.cli
 import flows.pipeline_flows as flow
-from pipeline import registry
-from pipeline.config import Config
+from pipeline import config, registry
+from pipeline.config import Config, load_config
 from pipeline.config_base import Strict
-from pipeline.corpus.config import CorpusConfig
+from pipeline.errors import ConfigError
 from pipeline.init import stage as init
 from pipeline.stage import AT_RUNTIME, Stage, run_stage, runtime, stage_config
 from pipeline.train import stage as train
 from storage import read_manifest, read_table
-from tests.conftest import write_corpus, write_sts
+from tests.conftest import make_document, write_sts
 
 
 def test_every_registered_stage_declares_the_contract():
@@ -31,6 +32,7 @@ def test_every_registered_stage_declares_the_contract():
     for name in registry.NAMES:
         stage = registry.stage(name)
         assert isinstance(stage, Stage) and stage.name == name and isinstance(stage.version, str), name
+        assert stage.section == registry.STAGES[name].section, f"{name}: its registry line names another section"
         assert stage.section in Config.model_fields, f"{name}: no config section {stage.section!r}"
         assert list(inspect.signature(stage.config).parameters)[0] == "cfg", name
         assert list(inspect.signature(stage.inputs).parameters)[:2] == ["cfg", "done"], name
@@ -48,45 +50,63 @@ def test_every_stage_is_a_valid_until():
         parser.parse_args(["run", "--until", "no-such-stage"])
 
 
-def _words(config: dict, inputs: dict[str, str], out) -> None:
+class _WordsConfig(Strict):
+    """The toy stage's own config section, `words:`."""
+
+    min_words: int = Field(1, ge=1)
+
+
+def _words(settings: _WordsConfig, inputs: dict[str, str], out) -> None:
     for row in read_table(inputs["documents"], columns=["doc_id", "text"]).to_pylist():
-        out.write([{"doc_id": row["doc_id"], "words": len(row["text"].split())}])
+        if (n := len(row["text"].split())) >= settings.min_words:
+            out.write([{"doc_id": row["doc_id"], "words": n}])
 
 
 def test_a_stage_is_one_module_and_one_registry_line(tmp_path, monkeypatch):
-    """A toy stage after the filter, declared in a module of its own and named in the registry, is built by the
-    data flow's build() from the filter's documents, like any other stage."""
+    """A toy stage after the filter, with a config section of its own, declared in a module of its own and named
+    in the registry: a profile and --set write its section, a bad key of it is named, and the data flow's build()
+    builds it from the filter's documents, like any other stage."""
     toy = types.ModuleType("toy_stage")
+    toy.WordsConfig = _WordsConfig
     toy.STAGE = Stage(
         name="words",
         version="1",
         flow="data",
-        section="filter",
+        section="words",
+        settings=_WordsConfig,
         run=_words,
-        config=lambda cfg, key=None: {"min_tokens": cfg.filter.min_tokens},
+        config=lambda cfg, key=None: stage_config(cfg.words),
         inputs=lambda cfg, done, key=None: {"documents": done["filter"]},
         schema=pa.schema([("doc_id", pa.string()), ("words", pa.int64())]),
     )
     monkeypatch.setitem(sys.modules, "toy_stage", toy)
-    modules = dict(registry.MODULES)
-    at = list(modules).index("filter") + 1
-    modules = dict([*list(modules.items())[:at], ("words", "toy_stage"), *list(modules.items())[at:]])
-    monkeypatch.setattr(registry, "MODULES", modules)
-    monkeypatch.setattr(registry, "NAMES", tuple(modules))
+    lines = list(registry.STAGES.items())
+    at = registry.NAMES.index("filter") + 1
+    lines.insert(at, ("words", registry.Line("toy_stage", "words", "toy_stage.WordsConfig")))
+    monkeypatch.setattr(registry, "STAGES", dict(lines))
+    monkeypatch.setattr(registry, "NAMES", tuple(dict(lines)))
+    monkeypatch.setattr(config, "Config", config.composed())
 
     art = str(tmp_path / "artifacts")
-    cfg = Config(
-        artifacts=art,
-        corpus=CorpusConfig(sources=[str(write_corpus(tmp_path / "docs"))]),
-        tokenizer={"vocab_size": 300},
-        filter={"min_tokens": 10},
-    )
+    profile = tmp_path / "words.yaml"
+    profile.write_text("tokenizer: {vocab_size: 300}\nfilter: {min_tokens: 10}\nwords: {min_words: 2}\n")
+    (tmp_path / "docs").mkdir()
+    rng = np.random.default_rng(0)
+    for i, n in enumerate((200, 300, 500, 600)):
+        (tmp_path / "docs" / f"d{i}.txt").write_text(make_document(rng, n))
+    given = {"artifacts": art, "corpus.sources": [str(tmp_path / "docs")]}
+    assert load_config(profile, **given).words.min_words == 2
+    cfg = load_config(profile, ["words.min_words=400"], **given)
+    with pytest.raises(ConfigError, match=r"--set words\.x=1: unknown key 'words\.x'$"):
+        load_config(profile, ["words.x=1"], **given)
     done: dict[str, str] = {}
     direct = lambda stage, config, inputs, label: run_stage(stage, config, inputs, art)  # noqa: E731
     assert flow.build(cfg, registry.stages(last="words"), done, until="words", run_one=direct)
     assert list(done) == ["corpus", "tokenizer", "filter", "words"]
-    words = read_table(done["words"]).to_pylist()
-    assert len(words) == read_manifest(done["filter"])["rows"] and all(w["words"] > 0 for w in words)
+    assert read_manifest(done["words"])["config"] == {"min_words": 400}
+    words = read_table(done["words"]).column("words").to_pylist()
+    documents = read_table(done["filter"], columns=["text"]).column("text").to_pylist()
+    assert words == [n for n in (len(t.split()) for t in documents) if n >= 400] and len(words) == 2
 
 
 class _Counting(Strict):
