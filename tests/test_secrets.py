@@ -4,6 +4,7 @@ artifacts, Prefect's database."""
 from __future__ import annotations
 
 import base64
+import json
 import random
 import re
 from http.server import BaseHTTPRequestHandler
@@ -161,12 +162,13 @@ def test_planted_secrets_reach_the_server_and_nothing_else(tmp_path, tiny_config
         rotated = tmp_path / "rotated.yaml"
         rotated.write_text(planted.read_text().replace("PLANTED", "ROTATED"))
         changed = [str(rotated) if a == str(planted) else a.replace("PLANTED", "ROTATED") for a in args]
-        again = cpipe(*changed)
+        # What the run would build again: the plan computes its fingerprints, starting and downloading nothing.
+        again = cpipe("plan", *changed[1:], "--json")
         assert again.returncode == 0, again.stderr[-3000:]
     assert sorted({path for path, _ in seen}) == ["/corpus.txt", "/lid.176.ftz"]
     assert all(header == credentials(*served[path][:2]) for path, header in seen), "each download, its password"
-    for stage in ("corpus", "tokenizer", "filter"):
-        assert f"{stage}: reused" in again.stdout + again.stderr, "a changed password must not change a fingerprint"
+    actions = {step["stage"]: step["action"] for step in json.loads(again.stdout)}
+    assert actions == dict.fromkeys(("corpus", "tokenizer", "filter"), "reused"), "a changed password, no fingerprint"
     output = result.stdout + result.stderr + again.stdout + again.stderr
     corpus_manifest = next((artifacts / "corpus").glob("*/_manifest.json")).read_text()
     assert "***@127.0.0.1" in corpus_manifest  # the masked URL, where the run records its sources
