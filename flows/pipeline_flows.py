@@ -16,6 +16,7 @@ from prefect.logging.handlers import APILogHandler
 from prefect.states import Failed
 
 import tasks  # noqa: F401  (sets logging before prefect is imported)
+from flows.parameters import documented
 from pipeline import preflight, registry
 from pipeline.config import Config
 from pipeline.evaluate import mteb_results
@@ -128,10 +129,11 @@ def build(
     return False
 
 
-# Each flow's docstring "Args:" (Google style) are its deployments' parameter descriptions (Prefect's schema).
+# Each flow's docstring "Args:", its deployments' parameter descriptions, is written by flows.parameters.
 # The flow functions end in _flow, so that `train_flow` never reads as the train stage it builds.
 @flow(name="data")
 @_one_line_failure
+@documented("data")
 def data_flow(
     config: str | None = None,
     corpus: str | list[str] | None = None,
@@ -141,23 +143,7 @@ def data_flow(
     overrides: list[str] | None = None,
     resolved: Config | None = None,
 ) -> dict[str, str]:
-    """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs.
-
-    Args:
-        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
-            default configs/default.yaml.
-        corpus: A local file or directory of documents, or a list of them to mix; replaces the profile's
-            corpus.sources.
-        eval_data: The evaluation data that decontamination keeps out of the training data: a directory of tasks
-            in SentEval's layout, STS pair files and/or retrieval, clustering, pairclass and reranking tasks, or
-            one pair file; replaces the profile's evaluate.data (by default a set of URLs, downloaded).
-        artifacts: Where the stage datasets go: a directory or an fsspec URL (s3://...); default ./artifacts.
-        until: Stop after this stage (corpus, tokenizer, filter, decontaminate, backtranslate, augment);
-            default augment.
-        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
-            them, e.g. ["filter.min_tokens=1024"].
-        resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
-    """
+    """The training data: documents, tokenizer, filtered documents, [back-translations], each objective's pairs."""
     cfg = resolved or resolve(
         config, corpus, eval_data, artifacts, until or registry.in_flow("data")[-1].name, overrides
     )
@@ -168,6 +154,7 @@ def data_flow(
 
 @flow(name="train")
 @_one_line_failure
+@documented("train")
 def train_flow(
     config: str | None = None,
     corpus: str | list[str] | None = None,
@@ -178,23 +165,7 @@ def train_flow(
     resolved: Config | None = None,
     done: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The initial model and every run's, on the data flow's datasets (built, or reused, when not given).
-
-    Args:
-        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
-            default configs/default.yaml.
-        corpus: A local file or directory of documents, or a list of them to mix; replaces the profile's
-            corpus.sources.
-        eval_data: The evaluation data (decontamination keeps it out of the training data; a run's dev-set model
-            selection reads it): a directory of tasks in SentEval's layout, STS pair files and/or retrieval,
-            clustering, pairclass and reranking tasks, or one pair file; replaces the profile's evaluate.data.
-        artifacts: Where the stage datasets go: a directory or an fsspec URL (s3://...); default ./artifacts.
-        until: Stop after this stage (a data stage, init or train); default train.
-        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
-            them, e.g. ["train.max_steps=100"].
-        resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
-        done: Internal: the data flow's datasets (label -> path) a parent flow passes down.
-    """
+    """The initial model and every run's, on the data flow's datasets (built, or reused, when not given)."""
     cfg = resolved or resolve(
         config, corpus, eval_data, artifacts, until or registry.in_flow("train")[-1].name, overrides
     )
@@ -207,6 +178,7 @@ def train_flow(
 
 @flow(name="evaluate")
 @_one_line_failure
+@documented("evaluate")
 def evaluate_flow(
     models: list[str] | None = None,
     eval_data: str | None = None,
@@ -217,25 +189,7 @@ def evaluate_flow(
     done: dict[str, str] | None = None,
     until: str | None = None,
 ) -> dict[str, str]:
-    """Score models into the cumulative leaderboard: the given ones, or else the pipeline's rows.
-
-    Args:
-        models: Models to score, each a model directory (Hugging Face or sentence-transformers) on the machine
-            that runs the flow, or a hub name; they are the leaderboard's rows. Default: the pipeline's runs and
-            baselines, trained (or reused) on the train flow's datasets.
-        eval_data: The evaluation data: a directory of tasks in SentEval's layout, STS pair files (sentence1,
-            sentence2, score) and/or retrieval, clustering, pairclass and reranking tasks, or one pair file;
-            replaces the profile's evaluate.data (by default a set of URLs, downloaded).
-        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
-            default configs/default.yaml.
-        artifacts: Where the stage datasets, the leaderboard and MTEB's result files go: a directory or an fsspec
-            URL (s3://...); default ./artifacts.
-        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
-            them, e.g. ["evaluate.batch_size=64"].
-        resolved: Internal: the checked config a parent flow passes down; the parameters above are then unused.
-        done: Internal: the train flow's datasets (label -> path) a parent flow passes down.
-        until: Stop after this stage (baseline, infersent, evaluate or leaderboard); default leaderboard.
-    """
+    """Score models into the cumulative leaderboard: the given ones, or else the pipeline's rows."""
     cfg = resolved or resolve(
         config, None, eval_data, artifacts, None, overrides, first=registry.in_flow("evaluate")[0].name
     )
@@ -259,6 +213,7 @@ def evaluate_flow(
 
 @flow(name="full-pipeline")
 @_one_line_failure
+@documented(None)
 def full_pipeline(
     config: str | None = None,
     corpus: str | list[str] | None = None,
@@ -270,23 +225,6 @@ def full_pipeline(
 ) -> dict[str, str]:
     """Train and rank sentence encoders on a corpus: the data, train and evaluate flows in turn; every stage is
     cached by its fingerprint.
-
-    Args:
-        config: The YAML profile, a path on the machine that runs the flow (relative to its working directory);
-            default configs/default.yaml.
-        corpus: A local file or directory of documents, or a list of them to mix; replaces the profile's
-            corpus.sources.
-        eval_data: The evaluation data, scored and kept out of the training data: a directory of tasks in
-            SentEval's layout, STS pair files (sentence1, sentence2, score) and/or retrieval, clustering,
-            pairclass and reranking tasks, or one pair file; replaces the profile's evaluate.data (by default a
-            set of URLs, downloaded).
-        artifacts: Where the stage datasets, the leaderboard and MTEB's result files go: a directory or an fsspec
-            URL (s3://...); default ./artifacts.
-        until: Stop after this stage (corpus, tokenizer, filter, ..., train, evaluate, leaderboard); default: all.
-        overrides: Config values to override, each "key=value" with a YAML value, as `cpipe run --set` takes
-            them, e.g. ["filter.min_tokens=1024", "runs={declutr: {}}"].
-        resolved: Internal: the checked config `cpipe run` passes (checked before Prefect starts); the
-            parameters above are then unused.
     """
     cfg = resolved or resolve(config, corpus, eval_data, artifacts, until, overrides)
     flow_of = {stage.name: stage.flow for stage in registry.stages()}
