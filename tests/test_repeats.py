@@ -157,7 +157,7 @@ def test_a_repeat_seeds_its_initial_weights_pairs_and_training(tmp_path):
 
 def test_the_default_reference_is_the_untrained_row_over_its_seeds():
     models = ["declutr (seed 0)", "declutr (seed 1)", "untrained (seed 0)", "untrained (seed 1)"]
-    assert board.reference({"compare_to_default": "untrained"}, models) == "untrained"
+    assert board.reference(board.LeaderboardSettings(compare_to_default="untrained"), models) == "untrained"
 
 
 # --- rows over seeds on the leaderboard ---------------------------------------------------------------------------

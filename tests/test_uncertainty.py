@@ -372,10 +372,10 @@ def test_leaderboard_of_real_outputs_has_an_interval_in_every_score_cell(scored)
 
 def test_compare_to_names_the_reference_row_and_an_unknown_row_is_a_one_line_error(scored):
     cfg = Config(evaluate=EvaluateConfig(data=scored["cfg"].evaluate.data, compare_to="random"))
-    config = board.config(cfg)
+    settings = board.STAGE.settings_of(board.config(cfg))
     scores = board.load_scores(list(scored["paths"].values()))
     items = board.load_items(list(scored["paths"].values()))
-    table = leaderboard(scores, items=items, compare_to=board.reference(config, scores["model"]))
+    table = leaderboard(scores, items=items, compare_to=board.reference(settings, scores["model"]))
     row = table.set_index("model").loc["untrained"]
     assert pd.notna(row["STSB cosine diff"]) and "reference row random" in to_markdown(
         table, [], "t", compare_to="random"

@@ -37,7 +37,7 @@ READOUT = "readout"  # the leaderboard's (and its scores') column: each row's re
 def with_readouts(scores: pd.DataFrame, paths: list[str], trained: dict[str, dict]) -> pd.DataFrame:
     """The scores with each row's readout (column READOUT): the spec its evaluate dataset (in `paths`) scored, as
     pipeline.evaluate.stage built it, and for a trained row its run's pooling and head (`trained`: row -> its train
-    settings, a train manifest's config["train"])."""
+    settings, as a train manifest holds them)."""
     found = {}
     for path in paths:
         config = read_manifest(path)["config"]

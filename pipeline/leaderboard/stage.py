@@ -21,6 +21,7 @@ import fsspec
 import pandas as pd
 
 from pipeline.augment import stage as augment
+from pipeline.config_base import Strict
 from pipeline.evaluate import items as test_items
 from pipeline.evaluate.stage import STAGE as EVALUATE
 from pipeline.evaluate.stage import initial_row
@@ -71,6 +72,16 @@ def load_scores(paths: list[str]) -> pd.DataFrame:
     return pd.concat([read_table(p).to_pandas() for p in paths], ignore_index=True)
 
 
+class LeaderboardSettings(Strict):
+    """The leaderboard stage's config: the column to rank by (evaluate.rank_by; None: the default rule), the row to
+    compare with (evaluate.compare_to), else the encoder the runs start from (used when the leaderboard has it). A
+    manifest written before compare_to holds rank_by alone."""
+
+    rank_by: str | None = None
+    compare_to: str | None = None
+    compare_to_default: str | None = None
+
+
 def config(cfg: Config, key: None = None) -> dict:
     """compare_to: the row named by evaluate.compare_to, else the encoder the runs start from (used when the
     leaderboard has it)."""
@@ -89,12 +100,12 @@ def load_items(paths: list[str]) -> dict[str, pd.DataFrame]:
     return out
 
 
-def reference(config: dict, models) -> str | None:
+def reference(settings: LeaderboardSettings, models) -> str | None:
     """The row differences are taken to: evaluate.compare_to's (an error when the table lacks it), else the
     default row when the table has it."""
-    default = config.get("compare_to_default")
+    default = settings.compare_to_default
     rows = {split_seeded(m)[0] for m in models}  # a row over several seeds is named by its repeats
-    return config.get("compare_to") or (default if default in rows else None)
+    return settings.compare_to or (default if default in rows else None)
 
 
 def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str]:
@@ -102,16 +113,15 @@ def inputs(cfg: Config, done: dict[str, str], key: None = None) -> dict[str, str
     return {f"scores-{k.split('/', 1)[1]}": v for k, v in done.items() if k.startswith("evaluate/")}
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    """`config["rank_by"]`: the column to rank by (evaluate.rank_by), or None for the default rule."""
+def run(settings: LeaderboardSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
     paths = [inputs[k] for k in sorted(inputs)]
     runs = trained_runs(inputs, train.STAGE.name, augment.STAGE.name)
     scores = restated(load_scores(paths), runs)  # what each trained row ran, from its train and pairs manifests
-    settings = {row: run.train["config"].get("train") for row, run in runs.items()}
-    scores = with_readouts(scores, paths, settings)  # kept with the scores: the cumulative table compares by them too
-    compare_to = reference(config, scores["model"])
-    table = leaderboard(scores, rank_by=config.get("rank_by"), items=load_items(paths), compare_to=compare_to)
-    rank_by = rank_column(table, config.get("rank_by"))
+    trained = {row: run.train["config"].get("train") for row, run in runs.items()}
+    scores = with_readouts(scores, paths, trained)  # kept with the scores: the cumulative table compares by them too
+    compare_to = reference(settings, scores["model"])
+    table = leaderboard(scores, rank_by=settings.rank_by, items=load_items(paths), compare_to=compare_to)
+    rank_by = rank_column(table, settings.rank_by)
     absent = absent_tasks(scores)
     write_leaderboard(table, absent, out.local_dir, title=TITLE, rank_by=rank_by, compare_to=compare_to)
     scores.to_parquet(f"{out.local_dir}/{SCORES}", index=False)
@@ -121,7 +131,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
             "models": table["model"].tolist(),
             "absent_tasks": absent,
             "rank_by": rank_by,
-            "rank_by_setting": config.get("rank_by"),
+            "rank_by_setting": settings.rank_by,
             "compare_to": compare_to,
         }
     )
@@ -166,7 +176,7 @@ def cumulative_reference(manifest: dict, scores: pd.DataFrame, merged: pd.DataFr
     else the default row when that table has it (on any data: each data's section compares with its own)."""
     compare_to = manifest.get("compare_to")
     if compare_to is None:
-        return reference(manifest["config"], merged["model"])
+        return reference(STAGE.settings_of(manifest["config"]), merged["model"])
     # The reference's repeats, when it has several, are named "<row> (seed s)".
     mine = scores[[split_seeded(m)[0] == compare_to for m in scores["model"]]]
     keys = set(zip(mine["data_hash"], mine["model_fingerprint"]))
@@ -251,5 +261,12 @@ def _read_parquet(path: str) -> pd.DataFrame:
 
 
 STAGE = Stage(
-    name="leaderboard", version=VERSION, flow="evaluate", section="evaluate", config=config, inputs=inputs, run=run
+    name="leaderboard",
+    version=VERSION,
+    flow="evaluate",
+    section="evaluate",
+    settings=LeaderboardSettings,
+    config=config,
+    inputs=inputs,
+    run=run,
 )
