@@ -227,6 +227,30 @@ def test_the_configs_rows_are_the_evaluate_stages(tmp_path):
     assert based.initial_name() == evaluate.initial_row(based)[0] == "all-MiniLM-L6-v2"
 
 
+def test_the_baselines_made_of_files_are_rows_of_both_too(tmp_path):
+    """The word vectors', a model directory's and USE's rows, and a post-processed one: Config.rows names them, the
+    evaluate stage builds them (each kind of EvaluateConfig.baseline_rows has its builder), under the same names."""
+    vectors, model, use_dir = tmp_path / "glove.6B.vec", tmp_path / "mini", tmp_path / "use4"
+    vectors.write_text("river 0.1 0.2\n")
+    model.mkdir()
+    use_dir.mkdir()
+    cfg = load_config(
+        None,
+        [
+            "evaluate.untrained=false",
+            "evaluate.fasttext.enabled=false",
+            f"evaluate.baselines.vectors=[{vectors}]",
+            f"evaluate.baselines.models=[{{name: mini, path: {model}}}]",
+            f"evaluate.baselines.use.path={use_dir}",
+            "evaluate.baselines.postprocess=[{model: mini, kind: whitening}]",
+        ],
+    )
+    done = {"decontaminate": dataset_path(str(tmp_path), "decontaminate", "d" * 16)}
+    built = {k.split("/", 1)[1] for k in evaluate.instances(cfg, done)}
+    assert built == {"random", "vectors-glove.6B", "mini", "use", "mini+whitening"}
+    assert set(cfg.rows()) == {"declutr", *built}  # the run's row, which no train dataset built here
+
+
 # --- seeds are integers ---------------------------------------------------------------------------------------------
 
 
