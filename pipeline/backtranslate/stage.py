@@ -150,7 +150,8 @@ def _write_whole(table: pa.Table, path: str) -> None:
 def split_into_chunks(documents: str, settings: BacktranslateSettings, work_dir: str, out) -> int:
     """Write the sentences to translate as chunk files; returns the number of chunks."""
     chunk, total = 0, 0
-    rows = sentences(documents, settings.model_dump(), out)  # a dict: sentences() reads the objectives' dicts too
+    seed = settings.seed if settings.sampling == SPREAD else None
+    rows = sentences(documents, out, settings.min_chars, settings.max_sentences, seed)
     while batch := list(islice(rows, settings.chunk_size)):
         # Sentences come out the same every time, so a resumed run keeps the chunk files it has.
         if not os.path.exists(_path(work_dir, "in", chunk)):

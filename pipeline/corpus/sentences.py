@@ -13,7 +13,7 @@ from pipeline.corpus.segment import drawn, unit_sentences
 from pipeline.parallel import Backend, ordered_map
 from storage import iter_batches
 
-SPREAD = "spread"  # config["sampling"]: a sentence cap draws over the whole corpus, not its first documents
+SPREAD = "spread"  # a config's `sampling` where a sentence cap draws over the whole corpus, not its first documents
 # A unit of work: enough text that a worker's fixed costs stay small, small enough that a few hundred long
 # documents still make units for every worker.
 UNIT_CHARS, UNIT_DOCS = 1 << 20, 256
@@ -33,17 +33,24 @@ def document_units(documents: str) -> Iterator[list[tuple[str, str]]]:
         yield unit
 
 
-def sentences(documents: str, config: dict, out, backend: Backend = "serial", workers: int = 1) -> Iterator[dict]:
-    """A documents dataset's sentences (doc_id, segment_id, start, end, text), per `config`'s min_chars and
-    max_sentences, drawn over the whole corpus from its seed with `sampling: spread` (so every sentence objective
-    of one seed draws the same ones); short and over-cap ones are counted, and the manifest says how many
-    sentences of how many documents were drawn (`drawn`). The back-translation stage reads them so too. The
-    documents are split into sentences on `backend`."""
-    units = ordered_map(partial(unit_sentences, config["min_chars"]), document_units(documents), backend, workers)
-    seed = config["seed"] if config.get("sampling") == SPREAD else None
+def sentences(
+    documents: str,
+    out,
+    min_chars: int,
+    max_sentences: int | None,
+    seed: int | None = None,
+    backend: Backend = "serial",
+    workers: int = 1,
+) -> Iterator[dict]:
+    """A documents dataset's sentences (doc_id, segment_id, start, end, text) of at least `min_chars` characters: all,
+    or `max_sentences` of them, the first or, with a `seed` (a config's `sampling: spread`), drawn over the whole
+    corpus from it (so every sentence objective of one seed draws the same ones); short and over-cap ones are
+    counted, and the manifest says how many sentences of how many documents were drawn (`drawn`). The
+    back-translation stage reads them so too. The documents are split into sentences on `backend`."""
+    units = ordered_map(partial(unit_sentences, min_chars), document_units(documents), backend, workers)
     docs: set[str] = set()
     n = 0
-    for row in drawn(_counted(units, out.count), config["max_sentences"], out.count, seed):
+    for row in drawn(_counted(units, out.count), max_sentences, out.count, seed):
         docs.add(row["doc_id"])
         n += 1
         yield row

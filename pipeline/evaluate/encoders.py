@@ -44,8 +44,7 @@ def load(spec: dict, inputs: dict, max_length: int):
 def post_processed(encoder, spec: dict, corpus: str, out_dir: str, batch_size: int, out):
     """Fit the spec's transform on the corpus's first sentences (never on evaluation data), keep it
     beside the scores, and return the wrapped encoder."""
-    settings = {"min_chars": MIN_SENTENCE_CHARS, "max_sentences": spec["sentences"]}
-    fitting = [r["text"] for r in sentences(corpus, settings, out)]
+    fitting = [r["text"] for r in sentences(corpus, out, MIN_SENTENCE_CHARS, spec["sentences"])]
     if len(fitting) < 2:
         raise InputError(f"post-processing needs corpus sentences; found {len(fitting)} in {corpus}")
     if spec["kind"] == "whitening":

@@ -34,7 +34,7 @@ from pipeline.objectives.clear_operations import (
     wordnet_dir,
     wordnet_synonyms,
 )
-from pipeline.objectives.pairs import SentenceSettings, write_epochs
+from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
 from pipeline.objectives.prepare import encode_all, spread
 from pipeline.tokenizer.loading import DEL_TOKEN
 
@@ -107,7 +107,10 @@ def deletion_id(tok) -> int:
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
     settings = ClearSettings.of(config)
-    rows = list(sentences(inputs["documents"], config, out, *spread(config)))
+    drawn = sentences(
+        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
+    )
+    rows = list(drawn)
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     name = config["augmentation"]

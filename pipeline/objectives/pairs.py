@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import Field
 
 from pipeline.corpus.segment import MIN_SENTENCE_CHARS
+from pipeline.corpus.sentences import SPREAD
 from pipeline.objectives.base import Settings
 from pipeline.progress import tracked
 
@@ -71,6 +72,12 @@ def pair(
         "negative_text": negative_text,
         "seed": seed,
     }
+
+
+def drawing_seed(config: dict) -> int | None:
+    """The seed a sentence cap draws from over the whole corpus (`sampling: spread`), None where it takes the
+    first sentences (pipeline.corpus.sentences)."""
+    return config["seed"] if config.get("sampling") == SPREAD else None
 
 
 def epoch_seed(config: dict, epoch: int) -> int:

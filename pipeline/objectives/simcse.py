@@ -9,7 +9,7 @@ import logging
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
-from pipeline.objectives.pairs import SentenceSettings, write_epochs
+from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
 from pipeline.objectives.prepare import encode_all, spread
 
 NAME = "simcse"
@@ -18,10 +18,13 @@ log = logging.getLogger("cpipe")
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    rows = list(sentences(inputs["documents"], config, out, *spread(config)))
+    settings = SentenceSettings.of(config)
+    drawn = sentences(
+        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
+    )
+    rows = list(drawn)
     if not rows:
-        min_chars = SentenceSettings.of(config).min_chars
-        raise InputError(f"augment: no sentence of at least {min_chars} characters in {inputs['documents']}")
+        raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     ids = encode_all(tok, [r["text"] for r in rows], config)
     texts = [r["text"] for r in rows]
 

@@ -22,7 +22,7 @@ from pydantic import Field
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
-from pipeline.objectives.pairs import SentenceSettings, write_epochs
+from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
 from pipeline.objectives.prepare import encode_all, spread
 from pipeline.objectives.tsdae_decoder import decoder_class
 
@@ -57,7 +57,10 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import
 
     settings = TsdaeSettings.of(config)
-    rows = list(sentences(inputs["documents"], config, out, *spread(config)))
+    drawn = sentences(
+        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
+    )
+    rows = list(drawn)
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     texts = [r["text"] for r in rows]
