@@ -1,16 +1,17 @@
 """The objectives' per-document work, spread as the data stages spread theirs (`parallel.backend`, `parallel.workers`,
 which reach the augment stage as runtime settings, outside its fingerprint): DeCLUTR's documents tokenised whole
 (`document_tokens`), the sentence objectives' documents split into sentences (pipeline.corpus.sentences, on the
-backend `spread` names) and texts tokenised (`encoded`). None of it draws at random: the units come back in corpus
+backend `spread` names), texts tokenised (`encode_all`), and TSDAE's sentences split into words and its damaged
+word lists joined back (`moses_words`, `moses_texts`). None of it draws at random: the units come back in corpus
 order, and each objective draws its pairs from one generator in that order in the driver, as a serial run does,
 so every backend writes the same pairs under the same fingerprint. The tokenizer goes to each worker once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from pipeline.tokenizer.loading import collapse_whitespace, encode_whole, encode
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+T = TypeVar("T")
 RUNTIME = runtime_defaults(Spread)  # the augment stage's runtime settings: cfg.parallel's
 
 
@@ -59,18 +61,54 @@ def _unit_tokens(collapse: bool, backend: Tokenizer, docs: list[tuple[str, str]]
 
 def encode_all(tok, texts: list[str], config: dict) -> list[list[int]]:
     """encode_whole(texts), UNIT_CHARS characters a unit of work."""
+    return _joined(ordered_map(encode_whole, _slices(texts, len), *spread(config), shared=tok.backend_tokenizer))
+
+
+def moses_words(texts: list[str], config: dict) -> list[list[str]]:
+    """Each text split into words as sacremoses' Moses tokenizer splits English (TSDAE's words)."""
+    return _joined(ordered_map(_unit_words, _slices(texts, len), *spread(config)))
+
+
+def moses_texts(words: list[list[str]], tok, config: dict) -> tuple[list[str], list[list[int]]]:
+    """Each word list joined back into text as Moses' detokenizer joins English, and the texts' token ids."""
+    texts: list[str] = []
     ids: list[list[int]] = []
-    for unit in ordered_map(encode_whole, _slices(texts), *spread(config), shared=tok.backend_tokenizer):
-        ids += unit
-    return ids
+    units = _slices(words, lambda w: sum(map(len, w)) + len(w))
+    for unit_texts, unit_ids in ordered_map(_unit_texts, units, *spread(config), shared=tok.backend_tokenizer):
+        texts += unit_texts
+        ids += unit_ids
+    return texts, ids
 
 
-def _slices(texts: list[str]) -> Iterator[list[str]]:
-    start, chars = 0, 0
-    for end, text in enumerate(texts, 1):
-        chars += len(text)
-        if chars >= UNIT_CHARS:
-            yield texts[start:end]
-            start, chars = end, 0
-    if start < len(texts):
-        yield texts[start:]
+def _unit_words(texts: list[str]) -> list[list[str]]:
+    from sacremoses import MosesTokenizer
+
+    split = MosesTokenizer(lang="en")
+    return [split.tokenize(t, escape=False) for t in texts]
+
+
+def _unit_texts(backend: Tokenizer, words: list[list[str]]) -> tuple[list[str], list[list[int]]]:
+    from sacremoses import MosesDetokenizer
+
+    join = MosesDetokenizer(lang="en")
+    texts = [join.detokenize(w) for w in words]
+    return texts, encode_whole(backend, texts)
+
+
+def _joined(units: Iterable[list[T]]) -> list[T]:
+    joined: list[T] = []
+    for unit in units:
+        joined += unit
+    return joined
+
+
+def _slices(items: list[T], chars: Callable[[T], int]) -> Iterator[list[T]]:
+    """Consecutive slices of `items` of about UNIT_CHARS characters each."""
+    start, size = 0, 0
+    for end, item in enumerate(items, 1):
+        size += chars(item)
+        if size >= UNIT_CHARS:
+            yield items[start:end]
+            start, size = end, 0
+    if start < len(items):
+        yield items[start:]

@@ -23,7 +23,7 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective
 from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
-from pipeline.objectives.prepare import encode_all, spread
+from pipeline.objectives.prepare import encode_all, moses_texts, moses_words, spread
 from pipeline.objectives.tsdae_decoder import decoder_class
 
 if TYPE_CHECKING:
@@ -54,8 +54,6 @@ def delete(words: list, ratio: float, rng: np.random.Generator) -> list:
 
 
 def pairs(config: dict, inputs: dict, tok, out) -> None:
-    from sacremoses import MosesDetokenizer, MosesTokenizer  # not at the config's import
-
     settings = TsdaeSettings.of(config)
     drawn = sentences(
         inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
@@ -65,13 +63,12 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     texts = [r["text"] for r in rows]
     ids = encode_all(tok, texts, config)
-    split, join = MosesTokenizer(lang="en"), MosesDetokenizer(lang="en")
-    words = [split.tokenize(t, escape=False) for t in texts]
+    words = moses_words(texts, config)
     ratio = settings.tsdae_deletion
 
     def views(order, rng):
-        damaged = [join.detokenize(delete(words[k], ratio, rng)) for k in order]
-        for k, anchor, text in zip(order, encode_all(tok, damaged, config), damaged):
+        damaged, anchors = moses_texts([delete(words[k], ratio, rng) for k in order], tok, config)
+        for k, anchor, text in zip(order, anchors, damaged):
             yield {"anchor_ids": anchor, "anchor_text": text, "positive_ids": [ids[k]], "positive_text": [texts[k]]}
 
     write_epochs(
