@@ -5,8 +5,9 @@ is imported by name: the augment section (pipeline.augment.config) imports every
 to take in their settings. Adding an objective is its module and one line here (and a loss in
 pipeline.train.losses only when new). Beside the objectives: `pairs`, the row every objective writes, the loop
 that writes them and the sentence objectives' settings; `spans`, DeCLUTR's span sampler; `clear_operations` (and
-`clear_names`), CLEAR's sentence augmentations and hyperparameters. This module is a leaf: the config modules
-import it, so it imports nothing of the project's (the declarations come by name).
+`clear_names`), CLEAR's sentence augmentations and hyperparameters; `prepare`, their per-document work spread
+over `parallel.backend`. This module is a leaf: the config modules import it, so it imports nothing of the
+project's (the declarations come by name).
 """
 
 from __future__ import annotations
