@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+
+
+def own_peak_rss() -> int:
+    """This process's peak RSS in bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT
+
+
+def in_fresh_process(cmd: list[str]) -> dict:
+    """Run `cmd` (from the repository root) and return the JSON of its last stdout line, with "rss_peak": the peak
+    RSS in bytes of it or the largest of its reaped workers, and "cpu_s": the CPU seconds of it and them, from wait4."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "TQDM_DISABLE": "1"}
+        )
+        out = proc.stdout.read()  # to EOF, i.e. until the child exits; then reap it ourselves
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"child {' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-4000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["rss_peak"] = usage.ru_maxrss * RSS_UNIT
+    result["cpu_s"] = usage.ru_utime + usage.ru_stime
+    return result
 
 
 def shared_corpus() -> Path:

@@ -22,16 +22,14 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import shared_corpus
+from bench.common import in_fresh_process, own_peak_rss, shared_corpus
 from pipeline.config import Config
 from pipeline.corpus import stage as corpus
 from pipeline.corpus.config import CorpusConfig
@@ -44,8 +42,6 @@ from pipeline.stage import run_stage
 from pipeline.tokenizer import stage as tokenizer
 from storage import read_manifest, read_table
 
-ROOT = Path(__file__).resolve().parents[1]
-RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 MB = 2**20
 
 
@@ -103,10 +99,10 @@ def child(args) -> None:
     start = time.perf_counter()
     if args.child == "baseline":
         docstats.tokenizer(args.child_tokenizer)
-        print(json.dumps({"rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT}))
+        print(json.dumps({"rss_self": own_peak_rss()}))
         return
     docs = run_stage(corpus.STAGE, corpus_config(Path(args.child_corpus)), {}, args.child_artifacts)
-    after_corpus = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT
+    after_corpus = own_peak_rss()
     corpus_s = time.perf_counter() - start
     kept = run_stage(
         filter.STAGE,
@@ -122,14 +118,14 @@ def child(args) -> None:
                 "corpus_s": corpus_s,
                 "filter_s": time.perf_counter() - start - corpus_s,
                 "rss_after_corpus": after_corpus,
-                "rss_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RSS_UNIT,
+                "rss_self": own_peak_rss(),
             }
         )
     )
 
 
-def in_fresh_process(args, mode: str, tok: str, corpus_dir: Path | None = None, artifacts: Path | None = None) -> dict:
-    """Run this module with --child; its peak RSS (and its reaped workers') comes from wait4."""
+def fresh_run(args, mode: str, tok: str, corpus_dir: Path | None = None, artifacts: Path | None = None) -> dict:
+    """This module's --child in a fresh process, with its peak RSS."""
     cmd = [
         sys.executable,
         "-m",
@@ -149,20 +145,7 @@ def in_fresh_process(args, mode: str, tok: str, corpus_dir: Path | None = None, 
         cmd += ["--child-corpus", str(corpus_dir), "--child-artifacts", str(artifacts)]
     if args.near_dedup:
         cmd.append("--near-dedup")
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "TQDM_DISABLE": "1"}
-        )
-        out = proc.stdout.read()  # to EOF, i.e. until the child exits; then reap it ourselves
-        proc.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            err.seek(0)
-            raise SystemExit(f"child {' '.join(cmd)} failed ({proc.returncode}):\n{err.read()[-4000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
-    result["rss_peak"] = usage.ru_maxrss * RSS_UNIT
-    return result
+    return in_fresh_process(cmd)
 
 
 # ---- reporting ------------------------------------------------------------------------------
@@ -274,10 +257,10 @@ def main() -> None:
         rss = {}
         if not args.skip_rss:
             large_bytes = write_corpus(large_dir, addresses, args.scale * args.n, base)
-            rss["baseline"] = in_fresh_process(args, "baseline", tok)
-            rss["small"] = in_fresh_process(args, "run", tok, small_dir, work / "rss-small")
+            rss["baseline"] = fresh_run(args, "baseline", tok)
+            rss["small"] = fresh_run(args, "run", tok, small_dir, work / "rss-small")
             shutil.rmtree(work / "rss-small")
-            rss["large"] = in_fresh_process(args, "run", tok, large_dir, work / "rss-large")
+            rss["large"] = fresh_run(args, "run", tok, large_dir, work / "rss-large")
 
         # ---- one block of results ----------------------------------------------------------
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
