@@ -383,10 +383,11 @@ def test_sentence_objectives_encode_whole_sentences_whatever_the_tokenizer_says(
     tok = AutoTokenizer.from_pretrained(built["tokenizer"])
     tok.backend_tokenizer.enable_truncation(CUT)
     tok.backend_tokenizer.enable_padding(length=CUT, pad_id=tok.pad_token_id, pad_token="[PAD]")
-    config = {**AugmentConfig(max_sentences=30).model_dump(), "augmentation": "del-span+reorder"}
     for objective in (simcse, clear):
+        run = TrainConfig(objective=objective.NAME, augmentation="del-span+reorder" if objective is clear else None)
+        settings = augment.STAGE.settings_of(augment.config(Config(augment=AugmentConfig(max_sentences=30)), run))
         out = Rows()
-        objective.pairs(config, {"documents": built["filter"]}, tok, out)
+        objective.pairs(settings, settings.own, {"documents": built["filter"]}, tok, out)
         text = "original_text" if objective is clear else "anchor_text"
         ids = "original_ids" if objective is clear else "anchor_ids"
         assert out.rows and all(r[ids] == whole_ids(plain, r[text]) for r in out.rows), objective.NAME

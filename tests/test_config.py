@@ -264,4 +264,4 @@ def test_the_largest_seeds_sums_fit_the_rngs():
     top = SEED_LIMIT - 1
     np.random.RandomState(top + clustering.RUNS - 1)
     np.random.RandomState(top + top)
-    pa.array([epoch_seed({"seed": top + top}, 10**6)], pa.int64())
+    pa.array([epoch_seed(top + top, 10**6)], pa.int64())

@@ -8,14 +8,16 @@ the fingerprint leaves out: every backend writes the same pairs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pydantic import model_validator
 
 from pipeline.augment.heldout import HeldOutSplit
 from pipeline.corpus.sentences import SPREAD
 from pipeline.objectives import objective
-from pipeline.objectives.prepare import RUNTIME, spread
+from pipeline.objectives.base import PairsSettings, Settings
+from pipeline.objectives.prepare import RUNTIME
 from pipeline.repeats import label
 from pipeline.stage import Stage
 from pipeline.tokenizer.loading import load_tokenizer
@@ -48,6 +50,24 @@ SCHEMA = pa.schema(
 
 
 SHARED = ("epochs", "seed", "rows_per_shard")
+
+
+class AugmentSettings(PairsSettings):
+    """The augment stage's config, typed: what it writes for every objective, and under `own` the objective's own
+    settings (its `Objective.settings`), which the config keeps beside them under their keys."""
+
+    own: Settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own(cls, given: Any) -> Any:
+        if not isinstance(given, dict) or "own" in given or "objective" not in given:
+            return given
+        declared = objective(given["objective"]).settings
+        return {
+            **{k: v for k, v in given.items() if k not in declared.model_fields},
+            "own": declared.of(given),
+        }
 
 
 def pairs_label(run: TrainConfig) -> str:
@@ -87,14 +107,14 @@ def inputs(cfg: Config, done: dict[str, str], run: TrainConfig) -> dict[str, str
     }
 
 
-def needs_ray(config: dict) -> bool:
-    return spread(config)[0] == "ray"
+def needs_ray(settings: AugmentSettings) -> bool:
+    return settings.backend == "ray"
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
-    fraction = config.get("heldout_fraction")
+def run(settings: AugmentSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
+    fraction = settings.heldout_fraction
     writer = HeldOutSplit(out, fraction, SCHEMA) if fraction else out
-    objective(config["objective"]).pairs(config, inputs, load_tokenizer(inputs["tokenizer"]), writer)
+    objective(settings.objective).pairs(settings, settings.own, inputs, load_tokenizer(inputs["tokenizer"]), writer)
     if fraction:
         writer.close()
 
@@ -110,6 +130,6 @@ STAGE = Stage(
     instances=instances,
     run=run,
     schema=SCHEMA,
-    runtime=RUNTIME,
+    settings=AugmentSettings,
     needs_ray=needs_ray,
 )

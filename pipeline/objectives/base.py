@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from pipeline.config_base import Strict
+from pipeline.parallel import Spread
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -40,6 +41,21 @@ class Settings(Strict):
         return cls.model_validate({k: config[k] for k in cls.model_fields})
 
 
+class PairsSettings(Spread):
+    """The augment stage's config as an objective's `pairs` reads it (beside its own `Settings`): the keys the stage
+    writes for every objective, those it writes only sometimes None where it did not (pipeline.augment.stage)."""
+
+    objective: str
+    epochs: int
+    seed: int
+    rows_per_shard: int
+    version: str | None = None  # the objective's own version of its pairs, where it declares one
+    sampling: str | None = None  # "spread": a sentence cap draws over the whole corpus
+    files: dict[str, Any] | None = None  # what it reads from files, with their snapshot
+    heldout_fraction: float | None = None
+    augmentation: str | None = None  # the run's views (CLEAR's combination)
+
+
 @dataclass(frozen=True)
 class Objective:
     """- `name`: train.objective's value, and its pairs' `objective` column;
@@ -49,8 +65,8 @@ class Objective:
       size, max length, weight decay, optimizer and schedule; a key left out takes TrainConfig's default;
     - `inputs`: {input name: the stage whose dataset its pairs are made from}; `settings`: its own `augment`
       settings (a `Settings` subclass; none by default): beside augment's epochs, seed and rows_per_shard, only
-      these are in its pairs' fingerprint; `pairs(config, inputs, tokenizer, out)` writes them (`settings.of(config)`
-      reads its settings typed); `files(cfg)`, where it reads files rather than datasets, names them with their
+      these are in its pairs' fingerprint; `pairs(stage, settings, inputs, tokenizer, out)` writes them from the
+      stage's `PairsSettings` and its own settings, typed; `files(cfg)`, where it reads files rather than datasets, names them with their
       snapshot (in its pairs' fingerprint); `reads(cfg)`: the files the config names for it to read, by their key
       ({"augment.simcse_sup.nli": [...]}), which the pre-flight finds readable before any work; `version`: its
       pairs' own version, where they changed (rebuilds its pairs only);
@@ -67,7 +83,7 @@ class Objective:
     title: str
     defaults: Mapping[str, Any]
     inputs: Mapping[str, str]
-    pairs: Callable[[dict, dict, Any, Any], None]
+    pairs: Callable[[PairsSettings, Any, dict, Any, Any], None]
     settings: type[Settings] = Settings
     files: Callable[[Config], dict] | None = None
     reads: Callable[[Config], dict[str, list[str]]] = _reads_nothing

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.corpus.sentences import record_drawn
 from pipeline.errors import InputError
-from pipeline.objectives.base import Objective
+from pipeline.objectives.base import Objective, PairsSettings, Settings
 from pipeline.objectives.pairs import write_epochs
 from pipeline.objectives.prepare import encode_all
 from storage import read_table
@@ -47,7 +47,7 @@ def pivot_pairs(pivots: dict[str, str]) -> list[tuple[str, str]]:
     return [(a, b) for a in pivots for b in pivots if a != b and pivots[a] != pivots[b]]
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
+def pairs(stage: PairsSettings, settings: Settings, inputs: dict, tok, out) -> None:
     sentences = translations(inputs["backtranslations"], out)
     if not sentences:
         raise InputError(
@@ -57,7 +57,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     ids = list(sentences)
     choices = [pivot_pairs(sentences[i]["pivots"]) for i in ids]
     texts = [sentences[i]["pivots"] for i in ids]
-    encoded = iter(encode_all(tok, [t for pivots in texts for t in pivots.values()], config))
+    encoded = iter(encode_all(tok, [t for pivots in texts for t in pivots.values()], stage))
     token_ids = [{p: next(encoded) for p in pivots} for pivots in texts]
 
     def views(order, rng):
@@ -71,9 +71,9 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
                 "sources": [a, b],
             }
 
-    write_epochs(config, out, NAME, config["epochs"], ids, [sentences[i]["doc_id"] for i in ids], views)
+    write_epochs(stage, out, NAME, stage.epochs, ids, [sentences[i]["doc_id"] for i in ids], views)
     record_drawn(out, {sentences[i]["doc_id"] for i in ids}, sentences=len(ids))
-    log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), config["epochs"])
+    log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), stage.epochs)
 
 
 def two_pivots(cfg: Config, run: TrainConfig) -> str | None:

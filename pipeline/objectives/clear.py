@@ -21,7 +21,7 @@ from pipeline.baselines.fasttext.bow import train_fasttext
 from pipeline.config_base import absolute
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
-from pipeline.objectives.base import Objective
+from pipeline.objectives.base import Objective, PairsSettings
 from pipeline.objectives.clear_operations import (
     WORDNET,
     ClearOperations,
@@ -105,15 +105,14 @@ def deletion_id(tok) -> int:
     return del_id
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
-    settings = ClearSettings.of(config)
+def pairs(stage: PairsSettings, settings: ClearSettings, inputs: dict, tok, out) -> None:
     drawn = sentences(
-        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
+        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(stage), *spread(stage)
     )
     rows = list(drawn)
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
-    name = config["augmentation"]
+    name = stage.augmentation
     deletion_id(tok)
     c = settings.clear
     table, source = synonyms(c, [r["text"] for r in rows]) if "subs" in operations(name) else ({}, None)
@@ -122,12 +121,12 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     params = ClearParams(
         **c.model_dump(include=set(ClearOperations.model_fields)), synonyms=table, placeholder=DEL_TOKEN
     )
-    originals = encode_all(tok, [r["text"] for r in rows], config)
+    originals = encode_all(tok, [r["text"] for r in rows], stage)
 
     def views(order, rng):
         drawn = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
         texts = [" ".join(v) for two in drawn for v in two]
-        ids = encode_all(tok, texts, config)
+        ids = encode_all(tok, texts, stage)
         for i, k in enumerate(order):
             yield {
                 "anchor_ids": ids[2 * i],
@@ -139,10 +138,10 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             }
 
     write_epochs(
-        config,
+        stage,
         out,
         NAME,
-        config["epochs"],
+        stage.epochs,
         [r["segment_id"] for r in rows],
         [r["doc_id"] for r in rows],
         views,
@@ -151,7 +150,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
     log.info(
         "augment: %d sentences x %d epochs of %s views (synonyms: %s)",
         len(rows),
-        config["epochs"],
+        stage.epochs,
         name,
         source or "none needed",
     )

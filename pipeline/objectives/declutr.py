@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from pipeline.corpus.sentences import record_drawn
-from pipeline.objectives.base import Objective, Settings
+from pipeline.objectives.base import Objective, PairsSettings, Settings
 from pipeline.objectives.pairs import epoch_seed, pair
 from pipeline.objectives.prepare import document_tokens
 from pipeline.objectives.spans import TooShort, min_document_tokens, sample_spans
@@ -53,9 +53,8 @@ class DeclutrSettings(Settings):
         return self
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
-    settings = DeclutrSettings.of(config)
-    doc_ids, token_ids = document_tokens(inputs["documents"], tok, settings.collapse_whitespace, config)
+def pairs(stage: PairsSettings, settings: DeclutrSettings, inputs: dict, tok, out) -> None:
+    doc_ids, token_ids = document_tokens(inputs["documents"], tok, settings.collapse_whitespace, stage)
     needed = min_document_tokens(settings.num_anchors, settings.max_length)
     eligible = [d for d, ids in enumerate(token_ids) if len(ids) >= needed]
     out.count("too_short", len(doc_ids) - len(eligible))
@@ -67,8 +66,8 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             f"the longest of "
             f"{len(doc_ids)} has {longest}"
         )
-    for epoch in tracked(range(config["epochs"]), "augment declutr", "epochs"):
-        seed = epoch_seed(config, epoch)
+    for epoch in tracked(range(stage.epochs), "augment declutr", "epochs"):
+        seed = epoch_seed(stage.seed, epoch)
         rng = np.random.default_rng(seed)
         for d in rng.permutation(eligible):
             ids = token_ids[d]
@@ -103,7 +102,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
                 )
     record_drawn(out, {doc_ids[d] for d in eligible})
     log.info(
-        "augment: %d documents x %d epochs; %d too short", len(eligible), config["epochs"], len(doc_ids) - len(eligible)
+        "augment: %d documents x %d epochs; %d too short", len(eligible), stage.epochs, len(doc_ids) - len(eligible)
     )
 
 

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from pipeline.corpus.segment import MIN_SENTENCE_CHARS
 from pipeline.corpus.sentences import SPREAD
-from pipeline.objectives.base import Settings
+from pipeline.objectives.base import PairsSettings, Settings
 from pipeline.progress import tracked
 
 
@@ -74,19 +74,19 @@ def pair(
     }
 
 
-def drawing_seed(config: dict) -> int | None:
+def drawing_seed(stage: PairsSettings) -> int | None:
     """The seed a sentence cap draws from over the whole corpus (`sampling: spread`), None where it takes the
     first sentences (pipeline.corpus.sentences)."""
-    return config["seed"] if config.get("sampling") == SPREAD else None
+    return stage.seed if stage.sampling == SPREAD else None
 
 
-def epoch_seed(config: dict, epoch: int) -> int:
-    """Each epoch draws afresh, reproducibly."""
-    return config["seed"] * 1_000_003 + epoch
+def epoch_seed(seed: int, epoch: int) -> int:
+    """Each epoch draws afresh from the stage's seed, reproducibly."""
+    return seed * 1_000_003 + epoch
 
 
 def write_epochs(
-    config: dict,
+    stage: PairsSettings,
     out,
     objective: str,
     epochs: int,
@@ -100,7 +100,7 @@ def write_epochs(
     columns (`pair`'s keywords: anchor, positives, ...), drawing what it draws from the same generator after the
     order; it is read as the pairs are written. `label` names the progress bar (default: the objective)."""
     for epoch in tracked(range(epochs), f"augment {label or objective}", "epochs"):
-        seed = epoch_seed(config, epoch)
+        seed = epoch_seed(stage.seed, epoch)
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(ids))
         for k, view in zip(order, views(order, rng)):

@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.corpus.sentences import UNIT_CHARS, document_units
 from pipeline.parallel import Backend, Spread, ordered_map
-from pipeline.stage import runtime, runtime_defaults
+from pipeline.stage import runtime_defaults
 from pipeline.tokenizer.loading import collapse_whitespace, encode_whole, encoded_pieces
 
 if TYPE_CHECKING:
@@ -27,10 +27,9 @@ T = TypeVar("T")
 RUNTIME = runtime_defaults(Spread)  # the augment stage's runtime settings: cfg.parallel's
 
 
-def spread(config: dict) -> tuple[Backend, int]:
-    """(backend, workers) from the augment stage's config."""
-    settings = runtime(config, RUNTIME)
-    return settings["backend"], settings["workers"]
+def spread(settings: Spread) -> tuple[Backend, int]:
+    """(backend, workers) from the augment stage's settings."""
+    return settings.backend, settings.workers
 
 
 def whole_arrays(backend: Tokenizer, texts: list[str]) -> list[np.ndarray]:
@@ -42,13 +41,13 @@ def whole_arrays(backend: Tokenizer, texts: list[str]) -> list[np.ndarray]:
     return [np.concatenate(p) if p else np.zeros(0, np.int32) for p in pieces]
 
 
-def document_tokens(documents: str, tok, collapse: bool, config: dict) -> tuple[list[str], list[np.ndarray]]:
+def document_tokens(documents: str, tok, collapse: bool, settings: Spread) -> tuple[list[str], list[np.ndarray]]:
     """(doc ids, each document's whole token ids) in corpus order; with `collapse`, runs of whitespace become
     one space first."""
     doc_ids: list[str] = []
     arrays: list[np.ndarray] = []
     unit = partial(_unit_tokens, collapse)
-    for ids, tokens in ordered_map(unit, document_units(documents), *spread(config), shared=tok.backend_tokenizer):
+    for ids, tokens in ordered_map(unit, document_units(documents), *spread(settings), shared=tok.backend_tokenizer):
         doc_ids += ids
         arrays += tokens
     return doc_ids, arrays
@@ -59,22 +58,22 @@ def _unit_tokens(collapse: bool, backend: Tokenizer, docs: list[tuple[str, str]]
     return [d for d, _ in docs], whole_arrays(backend, texts)
 
 
-def encode_all(tok, texts: list[str], config: dict) -> list[list[int]]:
+def encode_all(tok, texts: list[str], settings: Spread) -> list[list[int]]:
     """encode_whole(texts), UNIT_CHARS characters a unit of work."""
-    return _joined(ordered_map(encode_whole, _slices(texts, len), *spread(config), shared=tok.backend_tokenizer))
+    return _joined(ordered_map(encode_whole, _slices(texts, len), *spread(settings), shared=tok.backend_tokenizer))
 
 
-def moses_words(texts: list[str], config: dict) -> list[list[str]]:
+def moses_words(texts: list[str], settings: Spread) -> list[list[str]]:
     """Each text split into words as sacremoses' Moses tokenizer splits English (TSDAE's words)."""
-    return _joined(ordered_map(_unit_words, _slices(texts, len), *spread(config)))
+    return _joined(ordered_map(_unit_words, _slices(texts, len), *spread(settings)))
 
 
-def moses_texts(words: list[list[str]], tok, config: dict) -> tuple[list[str], list[list[int]]]:
+def moses_texts(words: list[list[str]], tok, settings: Spread) -> tuple[list[str], list[list[int]]]:
     """Each word list joined back into text as Moses' detokenizer joins English, and the texts' token ids."""
     texts: list[str] = []
     ids: list[list[int]] = []
     units = _slices(words, lambda w: sum(map(len, w)) + len(w))
-    for unit_texts, unit_ids in ordered_map(_unit_texts, units, *spread(config), shared=tok.backend_tokenizer):
+    for unit_texts, unit_ids in ordered_map(_unit_texts, units, *spread(settings), shared=tok.backend_tokenizer):
         texts += unit_texts
         ids += unit_ids
     return texts, ids

@@ -8,7 +8,7 @@ import logging
 
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
-from pipeline.objectives.base import Objective
+from pipeline.objectives.base import Objective, PairsSettings
 from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
 from pipeline.objectives.prepare import encode_all, spread
 
@@ -17,15 +17,14 @@ INPUTS = {"documents": "decontaminate"}
 log = logging.getLogger("cpipe")
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
-    settings = SentenceSettings.of(config)
+def pairs(stage: PairsSettings, settings: SentenceSettings, inputs: dict, tok, out) -> None:
     drawn = sentences(
-        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
+        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(stage), *spread(stage)
     )
     rows = list(drawn)
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
-    ids = encode_all(tok, [r["text"] for r in rows], config)
+    ids = encode_all(tok, [r["text"] for r in rows], stage)
     texts = [r["text"] for r in rows]
 
     def views(order, rng):
@@ -34,10 +33,8 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             for k in order
         )
 
-    write_epochs(
-        config, out, NAME, config["epochs"], [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views
-    )
-    log.info("augment: %d sentences x %d epochs", len(rows), config["epochs"])
+    write_epochs(stage, out, NAME, stage.epochs, [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views)
+    log.info("augment: %d sentences x %d epochs", len(rows), stage.epochs)
 
 
 OBJECTIVE = Objective(

@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from pipeline.config_base import Strict, absolute
 from pipeline.errors import InputError
 from pipeline.file_snapshot import snapshot
-from pipeline.objectives.base import Objective, Settings
+from pipeline.objectives.base import Objective, PairsSettings, Settings
 from pipeline.objectives.pairs import write_epochs
 from pipeline.objectives.prepare import encode_all
 from pipeline.readers.nli import LABELS, read_nli, refuse_scored_copy, scored_pairs
@@ -106,19 +106,19 @@ def triplets(premises: list[str], hypotheses: list[str], labels: list[int]) -> t
     return out, dropped
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
-    read = [read_nli(path) for path in config["files"]["nli"]]
+def pairs(stage: PairsSettings, settings: SimcseSupSettings, inputs: dict, tok, out) -> None:
+    read = [read_nli(path) for path in stage.files["nli"]]
     rows, dropped = triplets(*(sum((getattr(r, f) for r in read), []) for f in ("premise", "hypothesis", "labels")))
     for reason, n in {**dropped, "no_gold_label": sum(r.dropped for r in read)}.items():
         if n:
             out.count(reason, n)
     if not rows:
         raise InputError(
-            f"augment: no premise with both an entailment and a contradiction in {', '.join(config['files']['nli'])}"
+            f"augment: no premise with both an entailment and a contradiction in {', '.join(stage.files['nli'])}"
         )
     texts = sorted({t for row in rows for t in row})
-    ids = dict(zip(texts, encode_all(tok, texts, config)))
-    epochs = SimcseSupSettings.of(config).simcse_sup.epochs
+    ids = dict(zip(texts, encode_all(tok, texts, stage)))
+    epochs = settings.simcse_sup.epochs
 
     def views(order, rng):
         for k in order:
@@ -133,7 +133,7 @@ def pairs(config: dict, inputs: dict, tok, out) -> None:
             }
 
     write_epochs(
-        config, out, NAME, epochs, [str(k) for k in range(len(rows))], [f"triplet-{k}" for k in range(len(rows))], views
+        stage, out, NAME, epochs, [str(k) for k in range(len(rows))], [f"triplet-{k}" for k in range(len(rows))], views
     )
     out.extra["triplets"] = len(rows)
     log.info("augment: %d NLI triplets x %d epochs", len(rows), epochs)

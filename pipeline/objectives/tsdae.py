@@ -21,7 +21,7 @@ from pydantic import Field
 
 from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
-from pipeline.objectives.base import Objective
+from pipeline.objectives.base import Objective, PairsSettings
 from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
 from pipeline.objectives.prepare import encode_all, moses_texts, moses_words, spread
 from pipeline.objectives.tsdae_decoder import decoder_class
@@ -53,28 +53,25 @@ def delete(words: list, ratio: float, rng: np.random.Generator) -> list:
     return [w for w, k in zip(words, keep) if k]
 
 
-def pairs(config: dict, inputs: dict, tok, out) -> None:
-    settings = TsdaeSettings.of(config)
+def pairs(stage: PairsSettings, settings: TsdaeSettings, inputs: dict, tok, out) -> None:
     drawn = sentences(
-        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(config), *spread(config)
+        inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(stage), *spread(stage)
     )
     rows = list(drawn)
     if not rows:
         raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
     texts = [r["text"] for r in rows]
-    ids = encode_all(tok, texts, config)
-    words = moses_words(texts, config)
+    ids = encode_all(tok, texts, stage)
+    words = moses_words(texts, stage)
     ratio = settings.tsdae_deletion
 
     def views(order, rng):
-        damaged, anchors = moses_texts([delete(words[k], ratio, rng) for k in order], tok, config)
+        damaged, anchors = moses_texts([delete(words[k], ratio, rng) for k in order], tok, stage)
         for k, anchor, text in zip(order, anchors, damaged):
             yield {"anchor_ids": anchor, "anchor_text": text, "positive_ids": [ids[k]], "positive_text": [texts[k]]}
 
-    write_epochs(
-        config, out, NAME, config["epochs"], [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views
-    )
-    log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), config["epochs"], 100 * ratio)
+    write_epochs(stage, out, NAME, stage.epochs, [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views)
+    log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), stage.epochs, 100 * ratio)
 
 
 def decoder(mlm_model, cfg: TrainConfig):
