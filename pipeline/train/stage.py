@@ -17,20 +17,22 @@ import socket
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from pydantic import model_validator
 
 from pipeline.augment.stage import pairs_label
+from pipeline.config_base import Strict
 from pipeline.errors import InputError
 from pipeline.init.stage import init_label
 from pipeline.model.transformer import HF_DIR, ST_DIR, export, load_mlm
 from pipeline.objectives import objective
 from pipeline.ray_session import private_directory, ray_init, started_here
-from pipeline.stage import Stage, declared_settings, runtime, runtime_defaults, section_from
+from pipeline.stage import Stage, declared_settings, runtime_defaults, section_from
 from pipeline.tokenizer.loading import load_tokenizer
 from pipeline.train import devset, resume, selection
 from pipeline.train.batching import special_ids
@@ -58,6 +60,26 @@ log = logging.getLogger("cpipe")
 def instances(cfg: Config, done: dict[str, str]) -> dict[str, str]:
     """One model per run's repeat (pipeline.config.Training), parents first, keyed by its leaderboard row."""
     return {f"train/{row}": row for row in cfg.trainings()}
+
+
+class TrainSettings(Strict):
+    """The train stage's config, typed: the repeat's `train` settings (its runtime ones, which the config keeps under
+    "runtime", among them), its dev data (`selection.stage_config`) and how several workers split the pairs."""
+
+    train: TrainConfig
+    dev: dict[str, Any] | None = None
+    shard: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _runtime_in_train(cls, given: Any) -> Any:
+        if not isinstance(given, dict) or not isinstance(given.get("train"), dict):
+            return given
+        rest = {k: v for k, v in given.items() if k not in RUNTIME}
+        return {
+            **rest,
+            "train": section_from(TrainConfig, given["train"], {k: given[k] for k in RUNTIME if k in given}),
+        }
 
 
 def config(cfg: Config, row: str) -> dict:
@@ -89,7 +111,7 @@ def steps_said(rows: int, per_step: int, max_steps: int | None) -> str:
     return f"{passes:,} steps: one pass over {rows:,} pairs at {per_step:,} a step{cut}"
 
 
-def needs_ray(config: dict) -> bool:
+def needs_ray(settings: TrainSettings) -> bool:
     return True  # Ray Train
 
 
@@ -197,11 +219,11 @@ def worker_input_error(e: Exception) -> InputError | DatasetError | None:
     return next((f for f in failures if isinstance(f, (InputError, DatasetError))), None)
 
 
-def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
+def run(settings: TrainSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig, TrainingFailedError
 
-    cfg = section_from(TrainConfig, config["train"], runtime(config, RUNTIME))  # typed from here to the step
+    cfg = settings.train
     pairs = inputs["pairs"]
     rows = read_manifest(pairs)["rows"]
     per_step = cfg.batch_size * cfg.grad_accumulation
@@ -217,7 +239,7 @@ def run(config: dict, inputs: dict[str, str], out: DatasetWriter) -> None:
     check_resources(cfg, ray.cluster_resources(), started_here())
     tokenizer = load_tokenizer(f"{inputs['init']}/{HF_DIR}")
     special = special_ids(tokenizer, cfg.max_length)
-    dev = selection.load(cfg, config.get("dev"), pairs, special)
+    dev = selection.load(cfg, settings.dev, pairs, special)
     columns = objective(cfg.objective).columns(cfg.contrastive, cfg.mlm)
     # CLEAR's MLM term reads the original sentences, which pairs built before they were kept lack.
     if "original_ids" in columns and "original_ids" not in {f["name"] for f in read_manifest(pairs)["schema"] or []}:
@@ -338,6 +360,7 @@ STAGE = Stage(
     inputs=inputs,
     instances=instances,
     run=run,
+    settings=TrainSettings,
     runtime=RUNTIME,
     check=check,
     needs_ray=needs_ray,
