@@ -90,8 +90,7 @@ class Stage(Generic[Key]):
     section: str
     config: Callable[[Config, Key], dict[str, Any]]
     run: Callable[[Any, dict[str, str], DatasetWriter], None]
-    # None while a stage's `run` still takes the dict: `settings_of` hands it the dict itself.
-    settings: type[BaseModel] | None = None
+    settings: type[BaseModel]
     inputs: Callable[[Config, Done, Key], dict[str, str]] = _no_inputs
     instances: Callable[[Config, Done], dict[str, Key]] | None = None  # None: one, labelled by the name
     schema: pa.Schema | None = None
@@ -106,7 +105,7 @@ class Stage(Generic[Key]):
     def __post_init__(self) -> None:
         if self.flow not in FLOWS:
             raise ValueError(f"stage {self.name}: flow {self.flow!r} is not one of {FLOWS}")
-        if self.settings is not None and not self.runtime:  # what its typed model declares
+        if not self.runtime:  # what its typed model declares
             object.__setattr__(self, "runtime", runtime_defaults(self.settings))
 
     def keys(self, cfg: Config, done: Done) -> dict[str, Key]:
@@ -115,9 +114,7 @@ class Stage(Generic[Key]):
 
     def settings_of(self, config: dict[str, Any]) -> Any:
         """The stage config as `run` and `needs_ray` receive it: its typed model, the runtime settings over their
-        declared defaults (an unknown one refused, as `runtime` does); the dict itself where it declares none."""
-        if self.settings is None:
-            return config
+        declared defaults (an unknown one refused, as `runtime` does)."""
         content = {k: v for k, v in config.items() if k != "runtime"}
         return section_from(self.settings, content, runtime(config, self.runtime))
 

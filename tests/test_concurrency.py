@@ -15,10 +15,16 @@ import pyarrow as pa
 import pytest
 
 from pipeline import registry
+from pipeline.config_base import Strict
 from pipeline.stage import Stage, run_stage
 from storage import DatasetWriter, dataset_path, read_table
 from storage.lease import Lease, lease_path, stale
 from tests.conftest import CPIPE, ROOT, flow_env
+
+
+class CountingSettings(Strict):
+    n: int
+    seconds: float = 0
 
 
 class Counting:
@@ -28,10 +34,10 @@ class Counting:
     builds: list[float] = []
 
     @classmethod
-    def run(cls, config, inputs, out):
+    def run(cls, settings: CountingSettings, inputs, out):
         cls.builds.append(time.time())
-        time.sleep(config.get("seconds", 0))
-        out.write([{"x": i} for i in range(config["n"])])
+        time.sleep(settings.seconds)
+        out.write([{"x": i} for i in range(settings.n)])
 
 
 Counting.STAGE = Stage(
@@ -41,6 +47,7 @@ Counting.STAGE = Stage(
     section="corpus",
     config=lambda cfg, key: {},
     run=Counting.run,
+    settings=CountingSettings,
     schema=Counting.SCHEMA,
 )
 

@@ -17,6 +17,7 @@ import pytest
 from scipy import stats
 
 from flows.cli import main
+from pipeline.config_base import Strict
 from pipeline.evaluate import items as test_items
 from pipeline.leaderboard import stage as leaderboard
 from pipeline.stage import Stage, run_stage
@@ -111,21 +112,33 @@ def rows(n: int) -> list[dict]:
     return [{"x": i, "text": f"row {i} " * (i % 5)} for i in range(n)]
 
 
+class NumbersSettings(Strict):
+    n: int
+    rows_per_shard: int
+
+
 class Numbers:
     """A small deterministic stage: n rows, three a shard; records each build."""
 
     builds: list[int] = []
 
     @classmethod
-    def run(cls, config, inputs, out):
-        cls.builds.append(config["n"])
-        out.write(rows(config["n"]))
+    def run(cls, settings: NumbersSettings, inputs, out):
+        cls.builds.append(settings.n)
+        out.write(rows(settings.n))
 
 
 def toy_stage(name: str, run) -> Stage:
     """A data stage of the numbers' schema that `run` writes, for run_stage."""
     return Stage(
-        name=name, version="1", flow="data", section="corpus", config=lambda cfg, key: {}, run=run, schema=SCHEMA
+        name=name,
+        version="1",
+        flow="data",
+        section="corpus",
+        config=lambda cfg, key: {},
+        run=run,
+        settings=NumbersSettings,
+        schema=SCHEMA,
     )
 
 
