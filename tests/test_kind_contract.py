@@ -83,15 +83,10 @@ def test_a_registered_kind_is_found_scored_and_indexed(toy):
     data, pairs = toy
     (task,) = kinds.find_all(data)
     assert (task.kind, task.name, task.data) == (NAME, "greet", pairs)
-    config = {
-        "model": "toy",
-        "batch_size": 8,
-        "seed": 1,
-        "kfold": 2,
-        "transfer_protocol": "senteval",
-        "analysis": False,
-    }
-    (unit,) = evaluate.units(config, [kinds.Found(kinds.kind(NAME), [task], [])], Letters())
+    settings = evaluate.EvaluateSettings(
+        model="toy", spec={}, about={}, data_hash="-", batch_size=8, seed=1, kfold=2, analysis=False
+    )
+    (unit,) = evaluate.units(settings, [kinds.Found(kinds.kind(NAME), [task], [])], Letters())
     scored = evaluate.score_unit(unit)
     (row,) = scored.rows
     assert unit.name == "toy/greet"
