@@ -39,8 +39,9 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
+# --durations: the log ends with the 30 slowest tests, so that a CI run shows where the suite's minutes go.
 test: lint
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) --durations=30 $(PYTEST_ARGS)
 
 # ruff (pyproject.toml): the lint rules and the format, checked before the tests; `make format` applies both.
 lint: $(STAMP)
