@@ -113,25 +113,32 @@ def tiny_tokenizer(model_max_length: int = MAX_LENGTH):
     )
 
 
+def tiny_model_config(**changes):
+    """The tiny encoders' shape (pipeline.init.config.ModelConfig): one layer of 32, two heads, inputs of up to
+    MAX_LENGTH tokens, drawn from seed 0; `changes` set other values."""
+    from pipeline.init.config import ModelConfig
+
+    return ModelConfig(
+        **{
+            "base": None,
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "dropout": 0.0,
+            "max_position_embeddings": MAX_LENGTH + 2,
+            "seed": 0,
+            **changes,
+        }
+    )
+
+
 def tiny_model(out_dir: Path, pooling: str = "mean") -> Path:
     """An init-stage export (hf/ and sentence-transformers/) of a tiny RoBERTa built from scratch."""
-    from pipeline.init.config import ModelConfig
     from pipeline.model.transformer import build_model, export
 
     tokenizer = tiny_tokenizer()
-    model = build_model(
-        ModelConfig(
-            base=None,
-            hidden_size=32,
-            num_layers=1,
-            num_heads=2,
-            intermediate_size=64,
-            dropout=0.0,
-            max_position_embeddings=MAX_LENGTH + 2,
-            seed=0,
-        ),
-        tokenizer,
-    )
+    model = build_model(tiny_model_config(), tokenizer)
     export(model, tokenizer, str(out_dir), pooling=pooling)
     return out_dir
 

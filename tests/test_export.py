@@ -127,23 +127,13 @@ def test_a_kept_head_cls_pooling_and_normalize_are_modules_of_the_directory(tmp_
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Normalize
 
-    from pipeline.init.config import ModelConfig
     from pipeline.model.onnx_export import export_onnx
     from pipeline.model.transformer import build_model, export, projection_head
-    from tests.helpers import MAX_LENGTH, tiny_tokenizer
+    from tests.helpers import tiny_model_config, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     encoder = build_model(
-        ModelConfig(
-            base=None,
-            hidden_size=32,
-            num_layers=1,
-            num_heads=2,
-            intermediate_size=64,
-            dropout=0.0,
-            max_position_embeddings=MAX_LENGTH + 2,
-            seed=0,
-        ),
+        tiny_model_config(),
         tokenizer,
     )
     export(encoder, tokenizer, str(tmp_path / "sup"), pooling="cls", head=projection_head("tanh", 32, 16))

@@ -14,7 +14,6 @@ import torch
 
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputError
-from pipeline.init.config import ModelConfig
 from pipeline.model.transformer import SpanEncoder, build_model
 from pipeline.train.batching import collate, special_ids, step_inputs
 from pipeline.train.config import TrainConfig
@@ -22,6 +21,7 @@ from pipeline.train.losses import LOSSES, Loss
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from tests.conftest import make_document
+from tests.helpers import tiny_model_config
 from tests.test_losses import cl_forward_loop
 from tests.test_train_step import pairs, tiny_encoder
 
@@ -106,16 +106,7 @@ def test_simcse_views_of_a_sentence_differ_only_by_their_own_dropout_masks(token
         torch.manual_seed(0)
         model = SpanEncoder(
             build_model(
-                ModelConfig(
-                    base=None,
-                    hidden_size=32,
-                    num_layers=2,
-                    num_heads=2,
-                    intermediate_size=64,
-                    dropout=dropout,
-                    max_position_embeddings=66,
-                    seed=0,
-                ),
+                tiny_model_config(num_layers=2, dropout=dropout),
                 tokenizer,
             ),
             cfg.pooling,

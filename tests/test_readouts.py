@@ -19,7 +19,6 @@ from pipeline.config import Config
 from pipeline.evaluate import encoders
 from pipeline.evaluate import stage as evaluate
 from pipeline.evaluate.config import EvaluateConfig
-from pipeline.init.config import ModelConfig
 from pipeline.leaderboard import stage as board
 from pipeline.leaderboard.readouts import READOUT
 from pipeline.leaderboard.table import leaderboard
@@ -27,7 +26,7 @@ from pipeline.locate import HF_DIR
 from pipeline.model.transformer import build_model, export
 from pipeline.stage import run_stage
 from storage import read_table
-from tests.helpers import MAX_LENGTH, sentence, tiny_tokenizer
+from tests.helpers import MAX_LENGTH, sentence, tiny_model_config, tiny_tokenizer
 
 # A random encoder's [CLS] cosines are near-ties, which the batches' float rounding can reorder: scores agree
 # with those computed here to within NOISE, far below the readout's effect the tests tell apart (> 5 points).
@@ -40,16 +39,7 @@ def _model(out: Path, seed: int, pooling: str) -> str:
     """A tiny RoBERTa in the init stage's export layout, its weights drawn from `seed`, declaring `pooling`."""
     tokenizer = tiny_tokenizer()
     model = build_model(
-        ModelConfig(
-            base=None,
-            hidden_size=32,
-            num_layers=1,
-            num_heads=2,
-            intermediate_size=64,
-            dropout=0.0,
-            max_position_embeddings=MAX_LENGTH + 2,
-            seed=seed,
-        ),
+        tiny_model_config(seed=seed),
         tokenizer,
     )
     export(model, tokenizer, str(out), pooling=pooling)

@@ -5,7 +5,6 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipeline.init.config import ModelConfig
 from pipeline.model.exported import Encoder
 from pipeline.model.transformer import SpanEncoder, build_model, export
 from pipeline.train.batching import collate, special_ids
@@ -14,6 +13,7 @@ from pipeline.train.memory_bank import MemoryBank
 from pipeline.train.optim import make_optimizer
 from pipeline.train.step import train_step
 from tests.conftest import make_document
+from tests.helpers import tiny_model_config
 
 
 def pairs(tokenizer, n=8, positives=2):
@@ -28,16 +28,7 @@ def pairs(tokenizer, n=8, positives=2):
 def tiny_encoder(tokenizer, **kwargs) -> SpanEncoder:
     return SpanEncoder(
         build_model(
-            ModelConfig(
-                base=None,
-                hidden_size=32,
-                num_layers=1,
-                num_heads=2,
-                intermediate_size=64,
-                dropout=0.0,
-                max_position_embeddings=66,
-                seed=0,
-            ),
+            tiny_model_config(),
             tokenizer,
         ),
         **kwargs,
