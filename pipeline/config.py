@@ -150,6 +150,11 @@ class Spanning(Strict):
         (pipeline.evaluate.stage.initial_row)."""
         return "untrained" if self.model.base is None else Path(self.model.base.rstrip("/")).name
 
+    def postprocessed(self, model: str) -> str:
+        """The row a post-processing of `model` reads: "untrained" is the untrained encoder's row under its own
+        name (initial_name) where that row is scored, any other name the row of that name."""
+        return self.initial_name() if model == "untrained" and self.evaluate.untrained else model
+
     def rows(self) -> dict[str, str]:
         """{row: the key that makes it} of every row of the pipeline's leaderboard as configured, each row over
         several seeds once, by its name (pipeline.evaluate.stage.pipeline_rows names them): the runs, the untrained
@@ -164,7 +169,7 @@ class Spanning(Strict):
         for row, key in named:
             _add_row(out, row, key)
         for i, pp in enumerate(base.postprocess):  # every row of that name, seeded or not (pipeline_rows)
-            model = self.initial_name() if pp.model == "untrained" and ev.untrained else pp.model
+            model = self.postprocessed(pp.model)
             row, key = f"{model}+{pp.kind}", f"evaluate.baselines.postprocess[{i}]"
             if model in out:
                 _add_row(out, row, key)

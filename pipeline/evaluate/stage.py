@@ -77,7 +77,6 @@ log = logging.getLogger("cpipe")
 RUNTIME = {"backend": "serial", "workers": 1}
 # The settings every score depends on; the kinds add theirs (Kind.switch, Kind.settings: evaluate.transfer, ...).
 SETTINGS = ("data", "batch_size", "max_length", "seed")
-UNTRAINED = "untrained"
 
 
 class Row(NamedTuple):
@@ -227,9 +226,8 @@ def pipeline_rows(cfg: Config, done: dict[str, str]) -> list[Row]:
     ev, base = cfg.evaluate, cfg.evaluate.baselines
     for b in ev.baseline_rows(cfg.initial_name()):
         rows += BASELINES[b.kind](cfg, done, b)
-    initial = initial_row(cfg)[0] if ev.untrained else None
     for pp in base.postprocess:  # a row with repeats is post-processed repeat by repeat
-        model = initial if pp.model == UNTRAINED and initial is not None else pp.model
+        model = cfg.postprocessed(pp.model)
         for r in [r for r in rows if split_seeded(r.name)[0] == model and "postprocess" not in r.spec]:
             row, seed = split_seeded(r.name)
             name = f"{row}+{pp.kind}" if seed is None else seeded(f"{row}+{pp.kind}", seed)
