@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.corpus.sentences import UNIT_CHARS, document_units
 from pipeline.parallel import Backend, Spread, ordered_map
+from pipeline.progress import Progress
 from pipeline.stage import runtime_defaults
 from pipeline.tokenizer.loading import collapse_whitespace, encode_whole, encoded_pieces
 
@@ -47,9 +48,12 @@ def document_tokens(documents: str, tok, collapse: bool, settings: Spread) -> tu
     doc_ids: list[str] = []
     arrays: list[np.ndarray] = []
     unit = partial(_unit_tokens, collapse)
-    for ids, tokens in ordered_map(unit, document_units(documents), *spread(settings), shared=tok.backend_tokenizer):
-        doc_ids += ids
-        arrays += tokens
+    units = ordered_map(unit, document_units(documents), *spread(settings), shared=tok.backend_tokenizer)
+    with Progress("augment: tokenising", unit="documents") as progress:  # the stage's longest wait
+        for ids, tokens in units:
+            doc_ids += ids
+            arrays += tokens
+            progress.update(len(ids))
     return doc_ids, arrays
 
 
