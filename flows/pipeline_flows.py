@@ -43,14 +43,25 @@ class _UserErrorsInOneLine(logging.Filter):
         return True
 
 
-def _user_errors_in_one_line() -> None:
-    """On the loggers of flow and task runs, whose records reach the run's log (Prefect's API handler) and the
-    console: the module a deployment loads installs it, whatever process runs the flow."""
+class _NoLateHeartbeat(logging.Filter):
+    """Prefect's engine beats a flow run's heartbeat from a thread that can still fire after the engine has stopped
+    its events worker (a run that fails within a second): Prefect then logs the dropped beat as an error with a
+    traceback. The run has ended, so no beat is owed; other lost events stay errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        late = record.exc_info and "stopped service instance" in str(record.exc_info[1])
+        return not (late and "prefect.flow-run.heartbeat" in record.getMessage())
+
+
+def _quiet_run_logs() -> None:
+    """On the loggers whose records reach the run's log (Prefect's API handler) and the console: the module a
+    deployment loads installs them, whatever process runs the flow."""
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_UserErrorsInOneLine())
+    logging.getLogger("prefect.events.utilities").addFilter(_NoLateHeartbeat())
 
 
-_user_errors_in_one_line()
+_quiet_run_logs()
 
 
 def _one_line_failure(fn: Callable) -> Callable:
