@@ -63,15 +63,19 @@ def pairs(stage: PairsSettings, settings: Settings, inputs: dict, tok, out) -> N
     def views(order, rng):
         for k in order:
             a, b = choices[k][int(rng.integers(len(choices[k])))]
-            yield {
-                "anchor_ids": token_ids[k][a],
-                "anchor_text": texts[k][a],
-                "positive_ids": [token_ids[k][b]],
-                "positive_text": [texts[k][b]],
-                "sources": [a, b],
-            }
+            yield (
+                ids[k],
+                sentences[ids[k]]["doc_id"],
+                {
+                    "anchor_ids": token_ids[k][a],
+                    "anchor_text": texts[k][a],
+                    "positive_ids": [token_ids[k][b]],
+                    "positive_text": [texts[k][b]],
+                    "sources": [a, b],
+                },
+            )
 
-    write_epochs(stage, out, NAME, stage.epochs, ids, [sentences[i]["doc_id"] for i in ids], views)
+    write_epochs(stage, out, NAME, stage.epochs, len(ids), views)
     record_drawn(out, {sentences[i]["doc_id"] for i in ids}, sentences=len(ids))
     log.info("augment: %d sentences with two back-translations x %d epochs", len(ids), stage.epochs)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
@@ -35,7 +37,8 @@ from pipeline.objectives.clear_operations import (
     wordnet_synonyms,
 )
 from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
-from pipeline.objectives.prepare import encode_all, spread
+from pipeline.objectives.prepare import alongside, encoded_units, spread
+from pipeline.objectives.stored import stored
 from pipeline.tokenizer.loading import DEL_TOKEN
 
 if TYPE_CHECKING:
@@ -77,9 +80,10 @@ class ClearSettings(SentenceSettings):
     clear: ClearConfig = Field(default_factory=ClearConfig)
 
 
-def synonyms(c: ClearConfig, texts: list[str]) -> tuple[dict, str]:
-    """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`."""
-    words = {word_core(w)[1] for t in texts for w in t.split()}
+def synonyms(c: ClearConfig, texts: Callable[[], Iterable[str]]) -> tuple[dict, str]:
+    """(synonym table, its source): `synonyms` (a file, or WordNet where installed), else `synonym_vectors`.
+    `texts()` gives the sentences afresh: their words are read, and again to train fastText."""
+    words = {word_core(w)[1] for t in texts() for w in t.split()}
     if c.synonyms == "wordnet" and wordnet_dir() is not None:
         return wordnet_synonyms(words), WORDNET
     if c.synonyms not in (None, "wordnet"):
@@ -93,7 +97,7 @@ def synonyms(c: ClearConfig, texts: list[str]) -> tuple[dict, str]:
     if c.synonym_vectors != "corpus":
         return synonyms_from_vectors(c.synonym_vectors, words, c.synonym_k, c.synonym_threshold), source
     with tempfile.TemporaryDirectory() as d:
-        model = train_fasttext(texts, f"{d}/vectors.bin")
+        model = train_fasttext(texts(), f"{d}/vectors.bin")
         return synonyms_from_vectors(model, words, c.synonym_k, c.synonym_threshold), source
 
 
@@ -106,47 +110,46 @@ def deletion_id(tok) -> int:
 
 
 def pairs(stage: PairsSettings, settings: ClearSettings, inputs: dict, tok, out) -> None:
+    deletion_id(tok)
     drawn = sentences(
         inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(stage), *spread(stage)
     )
-    rows = list(drawn)
-    if not rows:
-        raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
-    name = stage.augmentation
-    deletion_id(tok)
-    c = settings.clear
-    table, source = synonyms(c, [r["text"] for r in rows]) if "subs" in operations(name) else ({}, None)
-    out.count("synonym_entries", len(table))
-    out.extra["synonym_source"] = source
-    params = ClearParams(
-        **c.model_dump(include=set(ClearOperations.model_fields)), synonyms=table, placeholder=DEL_TOKEN
-    )
-    originals = encode_all(tok, [r["text"] for r in rows], stage)
+    with stored(drawn, tok, stage) as rows:
+        if not len(rows):
+            raise InputError(
+                f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}"
+            )
+        name = stage.augmentation
+        c = settings.clear
+        table, source = synonyms(c, partial(rows.column, "text")) if "subs" in operations(name) else ({}, None)
+        out.count("synonym_entries", len(table))
+        out.extra["synonym_source"] = source
+        params = ClearParams(
+            **c.model_dump(include=set(ClearOperations.model_fields)), synonyms=table, placeholder=DEL_TOKEN
+        )
 
-    def views(order, rng):
-        drawn = [two_views(rows[k]["text"].split(), name, rng, params) for k in order]
-        texts = [" ".join(v) for two in drawn for v in two]
-        ids = encode_all(tok, texts, stage)
-        for i, k in enumerate(order):
-            yield {
-                "anchor_ids": ids[2 * i],
-                "anchor_text": texts[2 * i],
-                "positive_ids": [ids[2 * i + 1]],
-                "positive_text": [texts[2 * i + 1]],
-                "original_ids": originals[k],
-                "original_text": rows[k]["text"],
-            }
+        def views(order, rng):
+            def two(chunk):  # each sentence's two views, drawn in the order's order
+                return [" ".join(v) for *_, text, _ in chunk for v in two_views(text.split(), name, rng, params)]
 
-    write_epochs(
-        stage,
-        out,
-        NAME,
-        stage.epochs,
-        [r["segment_id"] for r in rows],
-        [r["doc_id"] for r in rows],
-        views,
-        f"{NAME} {name}",
-    )
+            chunks = rows.chunks(order, ["segment_id", "doc_id", "text", "ids"])
+            for chunk, texts, ids in alongside(chunks, two, partial(encoded_units, tok, settings=stage)):
+                ids = ids.to_pylist()
+                for i, (segment_id, doc_id, text, original) in enumerate(chunk):
+                    yield (
+                        segment_id,
+                        doc_id,
+                        {
+                            "anchor_ids": ids[2 * i],
+                            "anchor_text": texts[2 * i],
+                            "positive_ids": [ids[2 * i + 1]],
+                            "positive_text": [texts[2 * i + 1]],
+                            "original_ids": original,
+                            "original_text": text,
+                        },
+                    )
+
+        write_epochs(stage, out, NAME, stage.epochs, len(rows), views, f"{NAME} {name}")
     log.info(
         "augment: %d sentences x %d epochs of %s views (synonyms: %s)",
         len(rows),

@@ -4,7 +4,7 @@ sentences they read from documents are pipeline.corpus.sentences'."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -90,18 +90,17 @@ def write_epochs(
     out,
     objective: str,
     epochs: int,
-    ids: Sequence[str],
-    doc_ids: Sequence[str],
-    views: Callable[[np.ndarray, np.random.Generator], Iterable[dict[str, Any]]],
+    items: int,
+    views: Callable[[np.ndarray, np.random.Generator], Iterable[tuple[str, str, dict[str, Any]]]],
     label: str | None = None,
 ) -> None:
-    """`epochs` epochs of one pair per item, in an order each epoch draws afresh from its seed: item k's pair is
-    `{epoch}-{ids[k]}` of document doc_ids[k]. `views(order, rng)` yields, in that order, each pair's other
-    columns (`pair`'s keywords: anchor, positives, ...), drawing what it draws from the same generator after the
-    order; it is read as the pairs are written. `label` names the progress bar (default: the objective)."""
+    """`epochs` epochs of one pair per item, in an order each epoch draws afresh from its seed. `views(order,
+    rng)` yields, in that order, each item's id, its document's id and its pair's other columns (`pair`'s
+    keywords: anchor, positives, ...), drawing what it draws from the same generator after the order; it is read
+    as the pairs are written, so the items need not all be in memory. An item's pair is `{epoch}-{its id}`.
+    `label` names the progress bar (default: the objective)."""
     for epoch in tracked(range(epochs), f"augment {label or objective}", "epochs"):
         seed = epoch_seed(stage.seed, epoch)
         rng = np.random.default_rng(seed)
-        order = rng.permutation(len(ids))
-        for k, view in zip(order, views(order, rng)):
-            out.write([pair(f"{epoch}-{ids[k]}", doc_ids[k], objective, epoch, seed, **view)])
+        for item, doc_id, view in views(rng.permutation(items), rng):
+            out.write([pair(f"{epoch}-{item}", doc_id, objective, epoch, seed, **view)])

@@ -1,19 +1,22 @@
 """The objectives' per-document work, spread as the data stages spread theirs (`parallel.backend`, `parallel.workers`,
 which reach the augment stage as runtime settings, outside its fingerprint): DeCLUTR's documents tokenised whole
 (`document_tokens`), the sentence objectives' documents split into sentences (pipeline.corpus.sentences, on the
-backend `spread` names), texts tokenised (`encode_all`), and TSDAE's sentences split into words and its damaged
-word lists joined back (`moses_words`, `moses_texts`). None of it draws at random: the units come back in corpus
-order, and each objective draws its pairs from one generator in that order in the driver, as a serial run does,
-so every backend writes the same pairs under the same fingerprint. The tokenizer goes to each worker once.
+backend `spread` names), texts tokenised (`encode_all`, or `encoded_units` into Arrow arrays), and TSDAE's sentences
+split into words and its damaged word lists joined back (`moses_words`, `moses_texts`). None of it draws at random:
+the units come back in corpus order, and each objective draws its pairs from one generator in that order in the
+driver (`alongside`), as a serial run does, so every backend writes the same pairs under the same fingerprint. The
+tokenizer goes to each worker once.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline.corpus.sentences import UNIT_CHARS, document_units
 from pipeline.parallel import Backend, Spread, ordered_map
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 T = TypeVar("T")
+R = TypeVar("R")
 RUNTIME = runtime_defaults(Spread)  # the augment stage's runtime settings: cfg.parallel's
 
 
@@ -67,27 +71,49 @@ def encode_all(tok, texts: list[str], settings: Spread) -> list[list[int]]:
     return _joined(ordered_map(encode_whole, _slices(texts, len), *spread(settings), shared=tok.backend_tokenizer))
 
 
-def moses_words(texts: list[str], settings: Spread) -> list[list[str]]:
-    """Each text split into words as sacremoses' Moses tokenizer splits English (TSDAE's words)."""
-    return _joined(ordered_map(_unit_words, _slices(texts, len), *spread(settings)))
+def encoded_units(tok, units: Iterable[list[str]], settings: Spread) -> Iterator[pa.Array]:
+    """Each unit of texts' token ids as one Arrow list<int32> array, made where the unit is encoded: far smaller
+    than lists of Python ints."""
+    return ordered_map(_unit_ids, units, *spread(settings), shared=tok.backend_tokenizer)
 
 
-def moses_texts(words: list[list[str]], tok, settings: Spread) -> tuple[list[str], list[list[int]]]:
-    """Each word list joined back into text as Moses' detokenizer joins English, and the texts' token ids."""
-    texts: list[str] = []
-    ids: list[list[int]] = []
-    units = _slices(words, lambda w: sum(map(len, w)) + len(w))
-    for unit_texts, unit_ids in ordered_map(_unit_texts, units, *spread(settings), shared=tok.backend_tokenizer):
-        texts += unit_texts
-        ids += unit_ids
-    return texts, ids
+def _unit_ids(backend: Tokenizer, texts: list[str]) -> pa.Array:
+    return pa.array(encode_whole(backend, texts), pa.list_(pa.int32()))
 
 
-def _unit_words(texts: list[str]) -> list[list[str]]:
+def moses_words(units: Iterable[list[str]], settings: Spread) -> Iterator[pa.Array]:
+    """Each unit of texts split into words as sacremoses' Moses tokenizer splits English (TSDAE's words), as one
+    Arrow list<string> array."""
+    return ordered_map(_unit_words, units, *spread(settings))
+
+
+def moses_texts(tok, units: Iterable[list[list[str]]], settings: Spread) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """Each unit of word lists joined back into texts as Moses' detokenizer joins English, and the texts' token
+    ids."""
+    return ordered_map(_unit_texts, units, *spread(settings), shared=tok.backend_tokenizer)
+
+
+def alongside(
+    items: Iterable[T], made: Callable[[T], Any], mapped: Callable[[Iterable], Iterable[R]]
+) -> Iterator[tuple[T, Any, R]]:
+    """(item, made(item), result) for each of `items` in order, where `mapped` (an ordered_map, which reads ahead)
+    maps what `made` made of every item: `made` runs in the driver in the items' order, so it may draw at random."""
+    pending: deque[tuple[T, Any]] = deque()
+
+    def inputs():
+        for item in items:
+            pending.append((item, made(item)))
+            yield pending[-1][1]
+
+    for result in mapped(inputs()):
+        yield *pending.popleft(), result
+
+
+def _unit_words(texts: list[str]) -> pa.Array:
     from sacremoses import MosesTokenizer
 
     split = MosesTokenizer(lang="en")
-    return [split.tokenize(t, escape=False) for t in texts]
+    return pa.array([split.tokenize(t, escape=False) for t in texts], pa.list_(pa.string()))
 
 
 def _unit_texts(backend: Tokenizer, words: list[list[str]]) -> tuple[list[str], list[list[int]]]:

@@ -10,7 +10,8 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective, PairsSettings
 from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
-from pipeline.objectives.prepare import encode_all, spread
+from pipeline.objectives.prepare import spread
+from pipeline.objectives.stored import stored
 
 NAME = "simcse"
 INPUTS = {"documents": "decontaminate"}
@@ -21,19 +22,21 @@ def pairs(stage: PairsSettings, settings: SentenceSettings, inputs: dict, tok, o
     drawn = sentences(
         inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(stage), *spread(stage)
     )
-    rows = list(drawn)
-    if not rows:
-        raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
-    ids = encode_all(tok, [r["text"] for r in rows], stage)
-    texts = [r["text"] for r in rows]
+    with stored(drawn, tok, stage) as rows:
+        if not len(rows):
+            raise InputError(
+                f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}"
+            )
 
-    def views(order, rng):
-        return (
-            {"anchor_ids": ids[k], "anchor_text": texts[k], "positive_ids": [ids[k]], "positive_text": [texts[k]]}
-            for k in order
-        )
+        def views(order, rng):
+            for segment_id, doc_id, text, ids in rows.read(order, ["segment_id", "doc_id", "text", "ids"]):
+                yield (
+                    segment_id,
+                    doc_id,
+                    {"anchor_ids": ids, "anchor_text": text, "positive_ids": [ids], "positive_text": [text]},
+                )
 
-    write_epochs(stage, out, NAME, stage.epochs, [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views)
+        write_epochs(stage, out, NAME, stage.epochs, len(rows), views)
     log.info("augment: %d sentences x %d epochs", len(rows), stage.epochs)
 
 

@@ -123,18 +123,20 @@ def pairs(stage: PairsSettings, settings: SimcseSupSettings, inputs: dict, tok, 
     def views(order, rng):
         for k in order:
             premise, entailed, contradicted = rows[k]
-            yield {
-                "anchor_ids": ids[premise],
-                "anchor_text": premise,
-                "positive_ids": [ids[entailed]],
-                "positive_text": [entailed],
-                "negative_ids": ids[contradicted],
-                "negative_text": contradicted,
-            }
+            yield (
+                str(k),
+                f"triplet-{k}",
+                {
+                    "anchor_ids": ids[premise],
+                    "anchor_text": premise,
+                    "positive_ids": [ids[entailed]],
+                    "positive_text": [entailed],
+                    "negative_ids": ids[contradicted],
+                    "negative_text": contradicted,
+                },
+            )
 
-    write_epochs(
-        stage, out, NAME, epochs, [str(k) for k in range(len(rows))], [f"triplet-{k}" for k in range(len(rows))], views
-    )
+    write_epochs(stage, out, NAME, epochs, len(rows), views)
     out.extra["triplets"] = len(rows)
     log.info("augment: %d NLI triplets x %d epochs", len(rows), epochs)
 

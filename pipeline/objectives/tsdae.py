@@ -14,6 +14,7 @@ sentences with no random state of its own to checkpoint.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +24,8 @@ from pipeline.corpus.sentences import sentences
 from pipeline.errors import InputError
 from pipeline.objectives.base import Objective, PairsSettings
 from pipeline.objectives.pairs import SentenceSettings, drawing_seed, write_epochs
-from pipeline.objectives.prepare import encode_all, moses_texts, moses_words, spread
+from pipeline.objectives.prepare import alongside, moses_texts, spread
+from pipeline.objectives.stored import stored
 from pipeline.objectives.tsdae_decoder import decoder_class
 
 if TYPE_CHECKING:
@@ -57,20 +59,29 @@ def pairs(stage: PairsSettings, settings: TsdaeSettings, inputs: dict, tok, out)
     drawn = sentences(
         inputs["documents"], out, settings.min_chars, settings.max_sentences, drawing_seed(stage), *spread(stage)
     )
-    rows = list(drawn)
-    if not rows:
-        raise InputError(f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}")
-    texts = [r["text"] for r in rows]
-    ids = encode_all(tok, texts, stage)
-    words = moses_words(texts, stage)
     ratio = settings.tsdae_deletion
+    with stored(drawn, tok, stage, words=True) as rows:
+        if not len(rows):
+            raise InputError(
+                f"augment: no sentence of at least {settings.min_chars} characters in {inputs['documents']}"
+            )
 
-    def views(order, rng):
-        damaged, anchors = moses_texts([delete(words[k], ratio, rng) for k in order], tok, stage)
-        for k, anchor, text in zip(order, anchors, damaged):
-            yield {"anchor_ids": anchor, "anchor_text": text, "positive_ids": [ids[k]], "positive_text": [texts[k]]}
+        def views(order, rng):
+            def damage(chunk):
+                return [delete(words, ratio, rng) for *_, words in chunk]
 
-    write_epochs(stage, out, NAME, stage.epochs, [r["segment_id"] for r in rows], [r["doc_id"] for r in rows], views)
+            chunks = rows.chunks(order, ["segment_id", "doc_id", "text", "ids", "words"])
+            for chunk, _, (damaged, anchors) in alongside(chunks, damage, partial(moses_texts, tok, settings=stage)):
+                for (segment_id, doc_id, text, ids, _), anchor, anchor_text in zip(chunk, anchors, damaged):
+                    view = {
+                        "anchor_ids": anchor,
+                        "anchor_text": anchor_text,
+                        "positive_ids": [ids],
+                        "positive_text": [text],
+                    }
+                    yield segment_id, doc_id, view
+
+        write_epochs(stage, out, NAME, stage.epochs, len(rows), views)
     log.info("augment: %d sentences x %d epochs, %.0f%% of words deleted", len(rows), stage.epochs, 100 * ratio)
 
 
