@@ -137,7 +137,7 @@ def test_a_full_disk_met_by_ray_trains_controller_is_its_one_line():
     a ControllerError, as a worker's comes back in a WorkerGroupError (tests/test_fault_tolerance.py)."""
     from ray.train import ControllerError
 
-    from pipeline.train.stage import worker_input_error
+    from pipeline.train.failures import worker_input_error
 
     full = DatasetError("no space left on device writing /a/_ray/train-x/checkpoint_manager_snapshot.json")
     assert worker_input_error(ControllerError(full)) is full

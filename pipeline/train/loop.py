@@ -44,7 +44,7 @@ from pipeline.train.step import ddp_options, make_encoder, make_scaler, train_st
 from storage import DatasetError, iter_batches, no_space
 
 STATE = "state.pt"  # a checkpoint directory's file
-WORKER = "worker"  # train_loop_config's one key: the WorkerConfig
+WORKER = "worker"  # train_loop_config's one key: the WorkerConfig, as a reference into Ray's object store
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def train_loop(config: dict) -> None:
     def report(metrics: dict, directory: str | None) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
 
-    rank, world, job = ctx.get_world_rank(), ctx.get_world_size(), config[WORKER]
+    rank, world, job = ctx.get_world_rank(), ctx.get_world_size(), ray.get(config[WORKER])
     run_loop(
         job,
         rank=rank,
@@ -97,7 +97,7 @@ def train_loop(config: dict) -> None:
 def _no_users_error_traceback(record: logging.LogRecord) -> bool:
     """Ray Train logs a failed training function's traceback ("Error in training function: ...") on the user's
     terminal as it hands the error to the driver, in the except block that caught it: an InputError (a diverged
-    loss) or a DatasetError (a full disk) is the driver's one line (pipeline.train.stage.worker_input_error), not a
+    loss) or a DatasetError (a full disk) is the driver's one line (pipeline.train.failures.worker_input_error), not a
     traceback."""
     return not isinstance(sys.exc_info()[1], (InputError, DatasetError))
 

@@ -39,11 +39,12 @@ from pipeline.train.batching import special_ids
 from pipeline.train.card import CARD, train_info, write_card
 from pipeline.train.config import STS_DEV, TrainConfig
 from pipeline.train.curves import write_curves
+from pipeline.train.failures import worker_input_error
 from pipeline.train.loop import WORKER, WorkerConfig, load_state, train_loop
 from pipeline.train.progress import loss
 from pipeline.train.resources import check_before_ray, check_resources
 from pipeline.train.step import make_encoder, make_scaler
-from storage import DatasetError, DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
+from storage import DatasetWriter, arrow_filesystem, dataset_parts, read_manifest, remove
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -210,15 +211,6 @@ def _torch_config(directory: str):
     return Config(backend="gloo")
 
 
-def worker_input_error(e: Exception) -> InputError | DatasetError | None:
-    """A worker's InputError (a diverged loss: pipeline.train.loop.diverged) or DatasetError (a damaged dataset, a
-    full disk met saving a checkpoint), or one Ray Train's controller met writing the run's state (a full disk),
-    one line for the user, out of Ray Train's failure, which wraps it in every failed worker's traceback; None
-    when none was one."""
-    failures = [*(getattr(e, "worker_failures", None) or {}).values(), getattr(e, "controller_failure", None)]
-    return next((f for f in failures if isinstance(f, (InputError, DatasetError))), None)
-
-
 def run(settings: TrainSettings, inputs: dict[str, str], out: DatasetWriter) -> None:
     import ray
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig, TrainingFailedError
@@ -255,16 +247,20 @@ def run(settings: TrainSettings, inputs: dict[str, str], out: DatasetWriter) -> 
     local = None if cfg.use_gpu else private_directory()
     trainer = _trainer_class()(
         train_loop,
-        # One object, pickled to the workers as it is (Ray Train wants a dict around it).
+        # One object (Ray Train wants a dict around it), in Ray's object store: Ray Train's controller, a process
+        # that trains nothing, unpickles train_loop_config, and a WorkerConfig there imported the model code
+        # (torch, transformers): 5 s of CPU at every fit's start; only the workers get the object.
         train_loop_config={
-            WORKER: WorkerConfig(
-                train=cfg,
-                init=f"{inputs['init']}/{HF_DIR}",
-                total_steps=total_steps,
-                special=special,
-                dev=dev,
-                pairs=pairs,
-                columns=tuple(columns),
+            WORKER: ray.put(
+                WorkerConfig(
+                    train=cfg,
+                    init=f"{inputs['init']}/{HF_DIR}",
+                    total_steps=total_steps,
+                    special=special,
+                    dev=dev,
+                    pairs=pairs,
+                    columns=tuple(columns),
+                )
             )
         },
         scaling_config=ScalingConfig(
