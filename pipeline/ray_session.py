@@ -19,7 +19,7 @@ log = logging.getLogger("cpipe")
 # GetTimeoutError whenever its resource request to Ray Data's autoscaling coordinator takes over 5 s ("safe to
 # ignore", Ray says), as on a loaded machine, in a run that succeeds; and the user's error its own step met (a full
 # disk writing the run's state, storage's DatasetError), which the driver says in one line
-# (pipeline.train.stage.worker_input_error).
+# (pipeline.train.failures.worker_input_error).
 QUIETED = (
     "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client",
     "ray.train.v2._internal.execution.controller.controller",
