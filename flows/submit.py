@@ -138,11 +138,17 @@ def submit(address: str, run_args: list[str], install: bool = False, follow: boo
 
 def _client(address: str):
     """A client of the cluster at `address`; one that is not there, or is no Ray dashboard, is a usage error."""
-    from ray.exceptions import RpcError
+    from ray.exceptions import AuthenticationError, RpcError
     from ray.job_submission import JobSubmissionClient
 
     try:
         return JobSubmissionClient(address)
+    except AuthenticationError as e:  # Ray's message: its reason, then a paragraph of advice
+        raise InputError(
+            f"--address {conceal(address)}: the cluster takes jobs only with its token "
+            f"({conceal(str(e).splitlines()[0])}); set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN, or RAY_AUTH_TOKEN_PATH, "
+            "to the cluster's token"
+        ) from None
     # Ray's ConnectionError and requests' errors are OSErrors; a version check fails with a RuntimeError, an
     # address Ray cannot parse with a ValueError, a GCS address (no scheme) where none is with an RpcError.
     except (OSError, RuntimeError, ValueError, RpcError) as e:

@@ -5,6 +5,7 @@ and the artifacts land where the run options say."""
 from __future__ import annotations
 
 import importlib
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ import pytest
 from flows.submit import EXCLUDES, project_dependencies, runtime_env
 from pipeline.ray_session import setup_worker
 from storage import list_datasets
-from tests.conftest import cpipe, ray_cluster
+from tests.conftest import cpipe, http_server, ray_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +33,29 @@ def test_the_job_ships_the_code_and_the_declared_dependencies():
 def test_a_typo_in_the_run_options_fails_before_anything_is_submitted():
     result = cpipe("submit", "--address", "http://127.0.0.1:9", "--corpuss", "x")
     assert result.returncode == 2 and "--corpuss" in result.stderr
+
+
+@pytest.mark.parametrize("status,said", [(401, "Unauthorized: Missing"), (403, "Forbidden: Invalid")])
+def test_a_cluster_that_refuses_the_jobs_token_is_one_line_naming_what_to_set(status, said):
+    """A cluster with Ray's token authentication on (Ray 2.60's advice) answers a client without its token, or with
+    another, as Ray's dashboard does: the command says so in one line, not Ray's traceback and paragraph."""
+
+    class Dashboard(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(f"{said} authentication token".encode())
+
+        def log_message(self, *args):
+            pass
+
+    with http_server(Dashboard) as srv:
+        address = f"http://127.0.0.1:{srv.server_port}"
+        result = cpipe("submit", "--address", address, "--no-install", "--until", "corpus")
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"cpipe: error: --address {address}: the cluster takes jobs only with its token"), line
+    assert said in line and "RAY_AUTH_TOKEN" in line
 
 
 @pytest.fixture(scope="module")
