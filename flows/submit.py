@@ -21,6 +21,7 @@ has: the dashboard shows them to a browser redacted, but the job table keeps the
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import shlex
 import time
@@ -125,6 +126,9 @@ def submit(address: str, run_args: list[str], install: bool = False, follow: boo
     from ray.job_submission import JobStatus
 
     entrypoint, secrets = job_command(run_args)
+    # Ray names, at INFO, each ignore file it meets packing the project ("Ignoring upload to cluster for these
+    # files: [.ruff_cache/.gitignore]"): a line that reads as if the named files were left behind, on every submit.
+    logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
     job = _submit(client, entrypoint, runtime_env(install, secrets, root))
     print(f"cpipe: submitted job {job} to {conceal(address)}: {entrypoint}", flush=True)
     if not follow:

@@ -84,6 +84,7 @@ def test_submit_runs_the_pipeline_on_the_cluster(cluster, tmp_path, tiny_config,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "succeeded" in result.stdout and "leaderboard written" in result.stdout  # the job's log, streamed
+    assert "Ignoring upload" not in result.stdout + result.stderr  # Ray's packing, at INFO
     board = pd.read_csv(tmp_path / "a" / "leaderboard.csv")
     assert {"declutr", "untrained"} <= set(board["model"])
     assert {d["stage"] for d in list_datasets(str(tmp_path / "a"))} >= {"corpus", "filter", "train", "evaluate"}
