@@ -7,7 +7,7 @@ autocast, loss scaling, accumulation, GradCache, MoCo's keys, the gather across 
 learning-rate schedules), `loop` (each worker's training loop: checkpoints, resuming, dev scores). The step's parts:
 `losses` (NT-Xent, InfoNCE, MLM masking), `memory_bank` (cross-batch negatives, MoCo's queue), `moco` (the momentum
 key encoder), `gradcache` (batches larger than memory). Model selection: `selection` (train.select_by), `devset`,
-`scorers`, `heldout`, `splits` (no test split is a dev set). `resources` checks Ray can hold the workers, `failures` tells the user's errors from Ray Train's failures, `resume`
-finds where a stopped run resumes, `curves` writes the training curves; the exported model's card is
-pipeline.train.card's.
+`scorers`, `heldout`, `splits` (no test split is a dev set). `resources` checks Ray can hold the workers, `failures`
+tells the user's errors from Ray Train's failures, `resume` finds where a stopped run resumes, `curves` writes the
+training curves; the exported model's card is pipeline.train.card's.
 """
